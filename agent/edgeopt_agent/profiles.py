@@ -1,0 +1,246 @@
+"""Device profiles: one TOML data file per board, validated into frozen dataclasses.
+
+Code asks a profile questions (which runtimes, which precisions, how many threads, which power
+sensor); it never branches on a board's name. The data files live in the top-level
+`device_profiles/` folder, which ships as the package `edgeopt_device_profiles`.
+"""
+from __future__ import annotations
+
+import difflib
+import platform
+import sys
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from .errors import UserError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on boards with Python < 3.11
+    import tomli as tomllib
+
+FORMATS = ("onnx", "tflite")
+PRECISIONS = ("fp32", "fp16", "int8")
+RUNTIMES = ("onnxruntime", "tflite", "tensorrt")
+POWER_SENSORS = ("none", "rpi-pmic", "ina3221", "rapl", "nvml")
+# Machine names that `platform.machine()` reports for each profile architecture.
+_MACHINE_ALIASES = {"aarch64": ("aarch64", "arm64"), "x86_64": ("x86_64", "amd64")}
+
+
+class ProfileError(UserError):
+    """A device profile is unknown or its data file is invalid."""
+
+
+@dataclass(frozen=True)
+class Cpu:
+    arch: str  # "aarch64" | "x86_64"
+    model: str
+    cores: int
+    max_freq_mhz: int
+    isa_features: Tuple[str, ...]
+
+    def has(self, feature: str) -> bool:
+        return feature in self.isa_features
+
+
+@dataclass(frozen=True)
+class Memory:
+    size_gb: float
+    bandwidth_gbps: Optional[float]
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    name: str
+    kind: str  # "gpu" | "dla"
+    precisions: Tuple[str, ...]
+    notes: str = ""
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One artifact a recipe produces: a format at a precision."""
+
+    format: str
+    precision: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.format}-{self.precision}"
+
+
+@dataclass(frozen=True)
+class Thermal:
+    throttle_c: Optional[float]
+    critical_c: Optional[float]
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    name: str
+    description: str
+    cpu: Cpu
+    memory: Memory
+    accelerators: Tuple[Accelerator, ...]
+    runtimes: Tuple[str, ...]
+    recipe: Tuple[Artifact, ...]
+    default_threads: int
+    power_sensor: str
+    thermal: Thermal
+    peak_tops: Mapping[str, float] = field(default_factory=dict)
+    tensorrt_version: Optional[str] = None
+    notes: str = ""
+
+    @property
+    def precisions(self) -> Tuple[str, ...]:
+        return tuple(dict.fromkeys(a.precision for a in self.recipe))
+
+    @property
+    def formats(self) -> Tuple[str, ...]:
+        return tuple(dict.fromkeys(a.format for a in self.recipe))
+
+    @property
+    def has_gpu(self) -> bool:
+        return any(a.kind == "gpu" for a in self.accelerators)
+
+    def accelerator_supports(self, precision: str) -> bool:
+        return any(precision in a.precisions for a in self.accelerators)
+
+    def matches_host(self, machine: Optional[str] = None) -> bool:
+        """True when timings taken on this machine say something about the board."""
+        machine = (machine or platform.machine()).lower()
+        return machine in _MACHINE_ALIASES.get(self.cpu.arch, (self.cpu.arch,))
+
+
+def _expect(table: Mapping[str, Any], key: str, kind, where: str):
+    if key not in table:
+        raise ProfileError(f"{where}: missing key '{key}'")
+    value = table[key]
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise ProfileError(f"{where}: '{key}' must be {getattr(kind, '__name__', kind)}, got {value!r}")
+    return value
+
+
+def _optional_float(table: Mapping[str, Any], key: str, where: str) -> Optional[float]:
+    if table.get(key) is None:
+        return None
+    return _expect(table, key, float, where)
+
+
+def _one_of(value: str, allowed: Tuple[str, ...], what: str, where: str) -> str:
+    if value not in allowed:
+        raise ProfileError(f"{where}: {what} '{value}' is not one of {', '.join(allowed)}")
+    return value
+
+
+def parse_profile(data: Mapping[str, Any], source: str) -> DeviceProfile:
+    """Validate one profile's data; errors name the file and the key."""
+    where = source
+    cpu_t = _expect(data, "cpu", dict, where)
+    mem_t = _expect(data, "memory", dict, where)
+    thermal_t = data.get("thermal", {})
+    cpu = Cpu(
+        arch=_one_of(_expect(cpu_t, "arch", str, where + " [cpu]"), ("aarch64", "x86_64"), "arch", where),
+        model=_expect(cpu_t, "model", str, where + " [cpu]"),
+        cores=_expect(cpu_t, "cores", int, where + " [cpu]"),
+        max_freq_mhz=_expect(cpu_t, "max_freq_mhz", int, where + " [cpu]"),
+        isa_features=tuple(_expect(cpu_t, "isa_features", list, where + " [cpu]")),
+    )
+    memory = Memory(
+        size_gb=_expect(mem_t, "size_gb", float, where + " [memory]"),
+        bandwidth_gbps=_optional_float(mem_t, "bandwidth_gbps", where + " [memory]"),
+    )
+    accelerators = tuple(
+        Accelerator(
+            name=_expect(a, "name", str, where + " [[accelerators]]"),
+            kind=_one_of(_expect(a, "kind", str, where), ("gpu", "dla", "npu"), "accelerator kind", where),
+            precisions=tuple(
+                _one_of(p, PRECISIONS, "precision", where) for p in _expect(a, "precisions", list, where)
+            ),
+            notes=a.get("notes", ""),
+        )
+        for a in data.get("accelerators", [])
+    )
+    runtimes = tuple(
+        _one_of(r, RUNTIMES, "runtime", where) for r in _expect(data, "runtimes", list, where)
+    )
+    recipe = tuple(
+        Artifact(
+            format=_one_of(_expect(r, "format", str, where + " [[recipe]]"), FORMATS, "format", where),
+            precision=_one_of(_expect(r, "precision", str, where + " [[recipe]]"), PRECISIONS, "precision", where),
+        )
+        for r in _expect(data, "recipe", list, where)
+    )
+    if not recipe:
+        raise ProfileError(f"{where}: the recipe lists no artifacts")
+    threads = _expect(data, "default_threads", int, where)
+    if not 1 <= threads <= cpu.cores:
+        raise ProfileError(f"{where}: default_threads {threads} must be between 1 and {cpu.cores}")
+    peak = data.get("peak_tops", {})
+    for precision, value in peak.items():
+        _one_of(precision, PRECISIONS, "peak_tops precision", where)
+        _expect(peak, precision, float, where + " [peak_tops]")
+    return DeviceProfile(
+        name=_expect(data, "name", str, where),
+        description=_expect(data, "description", str, where),
+        cpu=cpu,
+        memory=memory,
+        accelerators=accelerators,
+        runtimes=runtimes,
+        recipe=recipe,
+        default_threads=threads,
+        power_sensor=_one_of(_expect(data, "power_sensor", str, where), POWER_SENSORS, "power_sensor", where),
+        thermal=Thermal(
+            throttle_c=_optional_float(thermal_t, "throttle_c", where + " [thermal]"),
+            critical_c=_optional_float(thermal_t, "critical_c", where + " [thermal]"),
+        ),
+        peak_tops={k: float(v) for k, v in peak.items()},
+        tensorrt_version=data.get("tensorrt_version"),
+        notes=data.get("notes", ""),
+    )
+
+
+def _profile_files() -> Dict[str, Path]:
+    folder = resources.files("edgeopt_device_profiles")
+    return {
+        entry.name[: -len(".toml")]: Path(str(entry))
+        for entry in folder.iterdir()
+        if entry.name.endswith(".toml")
+    }
+
+
+def load_profile_file(path: Path) -> DeviceProfile:
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ProfileError(f"cannot read device profile {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"device profile {path} is not valid TOML: {exc}") from exc
+    return parse_profile(data, str(Path(path).name))
+
+
+def profile_names() -> Tuple[str, ...]:
+    return tuple(sorted(_profile_files()))
+
+
+def load_profile(name: str) -> DeviceProfile:
+    """Load a bundled profile by name, or a profile file by path."""
+    if name.endswith(".toml") and Path(name).exists():
+        return load_profile_file(Path(name))
+    files = _profile_files()
+    if name not in files:
+        close = difflib.get_close_matches(name, files, n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise ProfileError(f"unknown device '{name}'; available: {', '.join(sorted(files))}{hint}")
+    profile = load_profile_file(files[name])
+    if profile.name != name:
+        raise ProfileError(f"{name}.toml declares name '{profile.name}'; the file name and name must match")
+    return profile
+
+
+def all_profiles() -> Tuple[DeviceProfile, ...]:
+    return tuple(load_profile(name) for name in profile_names())

@@ -1,0 +1,1 @@
+"""Host-side format back-ends: PyTorch -> ONNX / TFLite, INT8 calibration, validation, manifest."""

@@ -1,0 +1,80 @@
+"""Bundled example models, so the quickstart needs nothing but this package.
+
+`digits-cnn` is a small CNN trained on scikit-learn's bundled 8x8 digits (no download) for a
+few seconds at load time, with held-out calibration and evaluation splits and real labels, so
+the accuracy figures of a conversion mean something.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Callable, Dict, Tuple
+
+import numpy as np
+
+from edgeopt_agent.errors import UserError, require
+
+from .tensors import Dataset, InputSpec
+
+
+def digits_splits(seed: int = 0) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:
+    """scikit-learn's 8x8 digits as N,1,8,8 float32 in [-0.5, 0.5]: train / calibration / eval splits."""
+    datasets = require("sklearn.datasets", "examples", "the bundled digits example")
+    digits = datasets.load_digits()
+    images = (digits.images.astype(np.float32) / 16.0 - 0.5)[:, None]
+    labels = digits.target.astype(np.int64)
+    order = np.random.default_rng(seed).permutation(len(images))
+    images, labels = images[order], labels[order]
+    cuts = {"train": slice(0, 1200), "calibration": slice(1200, 1400), "eval": slice(1400, None)}
+    return {name: (images[cut], labels[cut]) for name, cut in cuts.items()}
+
+
+def train_digits_cnn(images: np.ndarray, labels: np.ndarray, epochs: int = 12, seed: int = 0):
+    """A small CNN trained on the digits for a few seconds on a laptop CPU."""
+    torch = require("torch", "convert")
+    nn = torch.nn
+    torch.manual_seed(seed)
+    model = nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+        nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        nn.Linear(32, 10),
+    )
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    x, y = torch.from_numpy(images), torch.from_numpy(labels)
+    model.train()
+    for epoch in range(epochs):
+        for idx in torch.randperm(len(x), generator=torch.Generator().manual_seed(seed + epoch)).split(64):
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
+            optimizer.step()
+    return model.eval()
+
+
+def _digits_cnn():
+    from .model_source import SourceModel
+
+    splits = digits_splits()
+    model = train_digits_cnn(*splits["train"])
+    digest = hashlib.sha256(b"example:digits-cnn")
+    for tensor in model.state_dict().values():
+        digest.update(tensor.numpy().tobytes())
+    calib_x, _ = splits["calibration"]
+    eval_x, eval_y = splits["eval"]
+    return SourceModel(
+        kind="module",
+        description="example:digits-cnn (small CNN trained on scikit-learn digits)",
+        sha256=digest.hexdigest(),
+        module=model,
+        input_specs=[InputSpec("input", (1, 1, 8, 8), "float32")],
+        calibration=Dataset({"input": calib_x}, None, "example:digits-cnn calibration split"),
+        eval_data=Dataset({"input": eval_x}, eval_y, "example:digits-cnn evaluation split"),
+    )
+
+
+EXAMPLES: Dict[str, Callable] = {"digits-cnn": _digits_cnn}
+
+
+def load_example(name: str):
+    if name not in EXAMPLES:
+        raise UserError(f"unknown example '{name}'; available: {', '.join('example:' + n for n in EXAMPLES)}")
+    return EXAMPLES[name]()

@@ -1,0 +1,135 @@
+"""OUTDIR/manifest.json: the contract between convert, deploy and the agent."""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import tempfile
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from .accuracy import Accuracy
+from .hashing import sha256_file
+from .host_timing import HostTiming
+from .recipe import PlannedArtifact
+
+MANIFEST_SCHEMA = "edgeopt.manifest/1"
+_TOOLS = ("edgeopt", "torch", "onnx", "onnxruntime", "onnxscript", "litert-torch", "ai-edge-litert", "numpy")
+
+
+@dataclass
+class ArtifactRecord:
+    planned: PlannedArtifact
+    path: str  # relative to OUTDIR
+    accuracy: Accuracy
+    io: Dict[str, List[dict]]  # {"inputs": [...], "outputs": [...]}: name, shape, dtype, quantization
+    dynamic_batch: bool = False
+    host_timing: Optional[HostTiming] = None
+
+
+def tool_versions() -> Dict[str, Optional[str]]:
+    versions: Dict[str, Optional[str]] = {"python": platform.python_version()}
+    for name in _TOOLS:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def _artifact_entry(record: ArtifactRecord, work: Path, fp32_p50: Dict[str, float], recommended: Optional[str]) -> Dict[str, Any]:
+    path = work / record.path
+    item = record.planned
+    entry: Dict[str, Any] = {
+        "key": item.key,
+        "path": record.path,
+        "format": item.format,
+        "precision": item.precision,
+        "scheme": item.int8.scheme if item.int8 else None,
+        "why": item.why,
+        "sha256": sha256_file(path),
+        "size_bytes": path.stat().st_size,
+        "inputs": record.io["inputs"],
+        "outputs": record.io["outputs"],
+        "dynamic_batch": record.dynamic_batch,
+        "accuracy": record.accuracy.to_dict(),
+        "host_timing": None,
+        "recommended": item.key == recommended,
+    }
+    if record.host_timing is not None:
+        timing = record.host_timing.to_dict()
+        base = fp32_p50.get(item.format)
+        timing["speedup_vs_fp32"] = round(base / record.host_timing.p50_ms, 3) if base else None
+        entry["host_timing"] = timing
+    return entry
+
+
+def build_manifest(ctx, records: List[ArtifactRecord], recommendation, opts) -> Dict[str, Any]:
+    fp32_p50 = {r.planned.format: r.host_timing.p50_ms for r in records
+                if r.planned.precision == "fp32" and r.host_timing is not None}
+    profile = ctx.profile
+    return {
+        "schema": MANIFEST_SCHEMA,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "model": {
+            "source": ctx.source.description,
+            "kind": ctx.source.kind,
+            "sha256": ctx.source.sha256,
+            "inputs": [{"name": s.name, "shape": list(s.shape), "dtype": s.dtype} for s in ctx.specs],
+        },
+        "device": profile.name,
+        "profile": {
+            "name": profile.name,
+            "description": profile.description,
+            "cpu": f"{profile.cpu.cores}x {profile.cpu.model} ({profile.cpu.arch})",
+            "runtimes": list(profile.runtimes),
+            "default_threads": profile.default_threads,
+        },
+        "host": {
+            "machine": platform.machine(),
+            "matches_target": profile.matches_host(),
+            "threads": ctx.threads,
+        },
+        "tool_versions": tool_versions(),
+        "options": {
+            "formats": list(opts.formats),
+            "precisions": list(opts.precisions),
+            "calibrate_method": opts.calibrate_method,
+            "max_accuracy_drop": opts.max_accuracy_drop,
+            "recommend_budget": opts.recommend_budget,
+            "opset": opts.opset,
+        },
+        "calibration": {"source": ctx.calibration.source, "samples": ctx.calibration.size, "random": ctx.calibration.is_random},
+        "evaluation": {
+            "source": ctx.evaluation.source,
+            "samples": ctx.evaluation.size,
+            "labels": ctx.evaluation.labels is not None,
+            "random": ctx.evaluation.is_random,
+        },
+        "recommended": recommendation.key,
+        "recommendation": recommendation.to_dict(),
+        "notes": list(ctx.notes),
+        "warnings": list(ctx.warnings),
+        "artifacts": [_artifact_entry(r, ctx.work, fp32_p50, recommendation.key) for r in records],
+    }
+
+
+def write_manifest(manifest: Dict[str, Any], path: Path) -> None:
+    """Write atomically: a reader sees the old manifest or the new one, never half of one."""
+    fd, tmp = tempfile.mkstemp(prefix=".manifest-", suffix=".json.tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(manifest, handle, indent=2)
+            handle.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_manifest(path: Path) -> Dict[str, Any]:
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)

@@ -1,0 +1,172 @@
+"""Load the user's model from any of the accepted forms.
+
+Accepted: `path/to/file.py:factory` (a function returning an nn.Module), a TorchScript file,
+an ExportedProgram `.pt2`, an `.onnx` file, or `example:NAME` for a bundled example. Nothing is
+unpickled implicitly: weights given with `--weights` are read with `torch.load(weights_only=True)`.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, List, Optional
+
+from edgeopt_agent.errors import UserError, require
+
+from .hashing import sha256_file
+from .tensors import Dataset, InputSpec
+
+TORCHSCRIPT_SUFFIXES = (".pt", ".pth", ".ts", ".torchscript", ".jit")
+
+
+@dataclass
+class SourceModel:
+    """The model to convert, in whichever form it came."""
+
+    kind: str  # "module" | "torchscript" | "exported" | "onnx"
+    description: str
+    sha256: str
+    module: Any = None  # torch.nn.Module (eval mode) for module / exported / torchscript
+    onnx_path: Optional[Path] = None
+    input_specs: List[InputSpec] = field(default_factory=list)
+    # Data that a bundled example brings along; the user's --calibration / --eval-data win.
+    calibration: Optional[Dataset] = None
+    eval_data: Optional[Dataset] = None
+
+    @property
+    def exportable(self) -> bool:
+        """True when torch.export can trace it (needed for TFLite via litert-torch)."""
+        return self.kind in ("module", "exported")
+
+
+def _torch():
+    return require("torch", "convert", "loading PyTorch models")
+
+
+def load_source(spec: str, weights: Optional[Path] = None) -> SourceModel:
+    if spec.startswith("example:"):
+        from .examples import load_example
+
+        return load_example(spec[len("example:"):])
+    if ".py:" in spec:
+        path_text, factory = spec.rsplit(":", 1)
+        return _load_factory(Path(path_text), factory, weights)
+    path = Path(spec)
+    if not path.exists():
+        raise UserError(f"model not found: {spec} (give a file.py:factory, a TorchScript file, a .pt2 or an .onnx file)")
+    if path.is_dir():
+        raise UserError(f"{spec} is a directory; give a model file (file.py:factory, TorchScript, .pt2 or .onnx)")
+    if path.suffix == ".py":
+        raise UserError(f"{spec}: name the factory function too, like {spec}:build_model")
+    if weights is not None:
+        raise UserError("--weights only applies to a file.py:factory model")
+    if path.suffix == ".onnx":
+        return _load_onnx(path)
+    if path.suffix == ".pt2":
+        return _load_exported(path)
+    if path.suffix in TORCHSCRIPT_SUFFIXES or zipfile.is_zipfile(path):
+        return _load_torchscript(path)
+    raise UserError(
+        f"{spec}: unrecognised model file (suffix '{path.suffix}'); accepted: file.py:factory, "
+        f"TorchScript ({', '.join(TORCHSCRIPT_SUFFIXES)}), .pt2, .onnx"
+    )
+
+
+def _load_factory(path: Path, factory: str, weights: Optional[Path]) -> SourceModel:
+    if not path.exists():
+        raise UserError(f"model file not found: {path}")
+    torch = _torch()
+    module_name = f"_edgeopt_user_model_{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    user_module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = user_module
+    try:
+        spec.loader.exec_module(user_module)
+    except Exception as exc:
+        raise UserError(f"importing {path} failed: {type(exc).__name__}: {exc}") from exc
+    fn = getattr(user_module, factory, None)
+    if not callable(fn):
+        available = sorted(n for n in dir(user_module) if callable(getattr(user_module, n)) and not n.startswith("_"))
+        raise UserError(f"{path} has no function '{factory}'; callables there: {', '.join(available) or 'none'}")
+    try:
+        model = fn()
+    except Exception as exc:
+        raise UserError(f"the factory {path}:{factory}() raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(model, torch.nn.Module):
+        raise UserError(f"{path}:{factory}() returned {type(model).__name__}, expected a torch.nn.Module")
+    digest = hashlib.sha256(path.read_bytes())
+    if weights is not None:
+        _load_weights(model, Path(weights))
+        digest.update(Path(weights).read_bytes())
+    else:
+        for tensor in model.state_dict().values():
+            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return SourceModel("module", f"{path}:{factory}", digest.hexdigest(), module=model.eval())
+
+
+def _load_weights(model, weights: Path) -> None:
+    torch = _torch()
+    if not weights.exists():
+        raise UserError(f"weights file not found: {weights}")
+    try:
+        state = torch.load(weights, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise UserError(f"{weights} is not a state_dict that loads with weights_only=True ({type(exc).__name__}: {exc})") from exc
+    if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
+        state = state["state_dict"]
+    try:
+        model.load_state_dict(state)
+    except Exception as exc:
+        raise UserError(f"{weights} does not fit the model: {str(exc).splitlines()[0]}") from exc
+
+
+def _load_torchscript(path: Path) -> SourceModel:
+    torch = _torch()
+    try:
+        module = torch.jit.load(str(path), map_location="cpu")
+    except Exception as exc:
+        hint = ""
+        if zipfile.is_zipfile(path):
+            hint = " (a pickled nn.Module or state_dict is not loaded for safety: give file.py:factory with --weights)"
+        raise UserError(f"{path} is not a loadable TorchScript file{hint}: {str(exc).splitlines()[0]}") from exc
+    return SourceModel("torchscript", str(path), sha256_file(path), module=module.eval())
+
+
+def _load_exported(path: Path) -> SourceModel:
+    torch = _torch()
+    try:
+        program = torch.export.load(str(path))
+    except Exception as exc:
+        raise UserError(f"{path} is not a loadable ExportedProgram (.pt2): {str(exc).splitlines()[0]}") from exc
+    specs = []
+    example = getattr(program, "example_inputs", None)
+    if example and example[0]:
+        user_inputs = [s.arg.name for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+        for i, tensor in enumerate(example[0]):
+            name = user_inputs[i] if i < len(user_inputs) else f"input_{i}"
+            specs.append(InputSpec(name, tuple(tensor.shape), str(tensor.dtype).replace("torch.", "")))
+    return SourceModel("exported", str(path), sha256_file(path), module=program.module(), input_specs=specs)
+
+
+_ONNX_DTYPES = {1: "float32", 10: "float16", 7: "int64", 6: "int32", 2: "uint8", 3: "int8", 9: "bool"}
+
+
+def _load_onnx(path: Path) -> SourceModel:
+    onnx = require("onnx", "convert", "reading ONNX models")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+        onnx.checker.check_model(model)
+    except Exception as exc:
+        raise UserError(f"{path} is not a valid ONNX model: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+    initializers = {i.name for i in model.graph.initializer}
+    specs = []
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        tensor = value.type.tensor_type
+        dims = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else -1 for d in tensor.shape.dim)
+        specs.append(InputSpec(value.name, dims, _ONNX_DTYPES.get(tensor.elem_type, "float32")))
+    return SourceModel("onnx", str(path), sha256_file(path), onnx_path=path, input_specs=specs)

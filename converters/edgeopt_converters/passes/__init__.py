@@ -1,0 +1,1 @@
+"""Conversion steps: one small class per step, each with typed options and one `run` method."""

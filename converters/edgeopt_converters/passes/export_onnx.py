@@ -1,0 +1,89 @@
+"""PyTorch -> ONNX FP32 (torch.onnx's exporter)."""
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from edgeopt_agent.errors import UserError, require
+
+from ..model_source import SourceModel
+from ..tensors import InputSpec
+from ._quiet import captured_output, log
+
+
+@dataclass(frozen=True)
+class OnnxExportOptions:
+    opset: int = 18
+    dynamic_batch: bool = True
+
+
+@dataclass(frozen=True)
+class OnnxExportResult:
+    path: Path
+    dynamic_batch: bool
+
+
+def example_args(specs: Sequence[InputSpec]):
+    torch = require("torch", "convert")
+    generator = torch.Generator().manual_seed(0)
+    args = []
+    for spec in specs:
+        dtype = getattr(torch, spec.dtype)
+        if dtype.is_floating_point:
+            args.append(torch.randn(spec.shape, generator=generator).to(dtype))
+        else:
+            args.append(torch.zeros(spec.shape, dtype=dtype))
+    return tuple(args)
+
+
+class ExportOnnx:
+    def __init__(self, options: OnnxExportOptions = OnnxExportOptions()):
+        self.options = options
+
+    def run(self, source: SourceModel, specs: Sequence[InputSpec], output: Path) -> OnnxExportResult:
+        if source.kind == "onnx":
+            shutil.copyfile(source.onnx_path, output)
+            return OnnxExportResult(output, any(s.shape[0] == -1 for s in source.input_specs[:1]))
+        torch = require("torch", "convert")
+        require("onnxscript", "convert", "ONNX export")
+        args = example_args(specs)
+        names = [s.name for s in specs]
+        if self.options.dynamic_batch:
+            try:
+                self._export(torch, source, args, names, output, dynamic=True)
+                return OnnxExportResult(output, True)
+            except Exception as exc:  # the model pins its batch size (e.g. x.view(1, -1))
+                log.info("export with a dynamic batch dimension failed (%s); exporting with fixed shapes", exc)
+        try:
+            self._export(torch, source, args, names, output, dynamic=False)
+        except Exception as exc:
+            raise UserError(
+                f"ONNX export of {source.description} with inputs "
+                f"{', '.join(s.describe() for s in specs)} failed: {_first_line(exc)}"
+            ) from exc
+        return OnnxExportResult(output, False)
+
+    def _export(self, torch, source, args, names, output, dynamic):
+        # TorchScript modules can only go through the TorchScript-based exporter.
+        use_dynamo = source.kind != "torchscript"
+        kwargs = dict(input_names=names, output_names=None, opset_version=self.options.opset)
+        if use_dynamo:
+            if dynamic:
+                batch = torch.export.Dim("batch", min=1, max=4096)
+                kwargs["dynamic_shapes"] = tuple({0: batch} for _ in args)
+            kwargs.update(dynamo=True, verbose=False, optimize=True, external_data=False)
+        else:
+            if dynamic:
+                kwargs["dynamic_axes"] = {n: {0: "batch"} for n in names}
+            kwargs.update(dynamo=False)
+        with captured_output("torch.onnx.export"):
+            result = torch.onnx.export(source.module, args, str(output), **kwargs)
+        if use_dynamo and result is not None and not output.exists():
+            result.save(str(output))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"

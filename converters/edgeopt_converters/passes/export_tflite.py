@@ -1,0 +1,83 @@
+"""PyTorch -> TFLite through litert-torch: FP32, or full-integer INT8 with PT2E calibration.
+
+The INT8 model has INT8 input and output tensors (their scale/zero-point go into the manifest),
+as integer-only accelerators and XNNPACK's QS8 kernels expect.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from edgeopt_agent.errors import UserError, require
+
+from ..model_source import SourceModel
+from ..tensors import Dataset, InputSpec
+from ._quiet import captured_output
+from .export_onnx import _first_line, example_args
+
+
+@dataclass(frozen=True)
+class TfliteOptions:
+    precision: str = "fp32"  # "fp32" | "int8"
+    per_channel: bool = True
+
+
+def _litert_torch():
+    os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")
+    return require("litert_torch", "tflite", "TFLite export")
+
+
+class ExportTflite:
+    def __init__(self, options: TfliteOptions = TfliteOptions()):
+        if options.precision not in ("fp32", "int8"):
+            raise UserError(f"TFLite export supports fp32 and int8, not {options.precision}")
+        self.options = options
+
+    def run(self, source: SourceModel, specs: Sequence[InputSpec], output: Path,
+            calibration: Optional[Dataset] = None, on_batch: Optional[Callable[[], None]] = None) -> Path:
+        if not source.exportable:
+            raise UserError(
+                f"TFLite export needs a PyTorch model that torch.export can trace; {source.description} is a "
+                f"{source.kind} model. Give a file.py:factory or a .pt2 ExportedProgram, or ask for --format onnx"
+            )
+        torch = require("torch", "convert")
+        args = example_args(specs)
+        try:
+            with captured_output("litert_torch.convert"), torch.no_grad():
+                litert_torch = _litert_torch()
+                if self.options.precision == "fp32":
+                    edge_model = litert_torch.convert(source.module, args)
+                else:
+                    edge_model = self._convert_int8(litert_torch, torch, source.module, args, specs, calibration, on_batch)
+                edge_model.export(str(output))
+        except UserError:
+            raise
+        except Exception as exc:
+            raise UserError(f"TFLite {self.options.precision} export of {source.description} failed: {_first_line(exc)}") from exc
+        return output
+
+    def _convert_int8(self, litert_torch, torch, module, args, specs, calibration, on_batch):
+        if calibration is None:
+            raise UserError("TFLite INT8 needs calibration data")
+        from litert_torch.quantize import pt2e_quantizer, quant_config
+        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+        quantizer = pt2e_quantizer.PT2EQuantizer().set_global(
+            pt2e_quantizer.get_symmetric_quantization_config(is_per_channel=self.options.per_channel)
+        )
+        graph = torch.export.export(module, args).module()
+        prepared = prepare_pt2e(graph, quantizer)
+        # The graph is traced at the model's batch size, so calibration runs at that size.
+        batch = specs[0].shape[0]
+        for feed in calibration.batches(batch):
+            if len(next(iter(feed.values()))) != batch:
+                continue
+            prepared(*(torch.from_numpy(feed[s.name]) for s in specs))
+            if on_batch:
+                on_batch()
+        quantized = convert_pt2e(prepared, fold_quantize=False)
+        return litert_torch.convert(
+            quantized, args, quant_config=quant_config.QuantConfig(pt2e_quantizer=quantizer)
+        )

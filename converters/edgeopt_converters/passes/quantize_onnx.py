@@ -1,0 +1,94 @@
+"""ONNX FP32 -> ONNX INT8: static QDQ quantization with onnxruntime's own tools."""
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from edgeopt_agent.errors import UserError, require
+
+from ..tensors import Dataset
+from ._quiet import captured_output, log
+
+CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
+
+
+@dataclass(frozen=True)
+class OnnxInt8Options:
+    activation_type: str = "uint8"  # "uint8" | "int8"
+    weight_type: str = "int8"
+    reduce_range: bool = False  # 7-bit weights: avoids VPMADDUBSW saturation on x86 without VNNI
+    per_channel: bool = True
+    symmetric_activations: bool = False  # TensorRT needs symmetric INT8 activations
+    calibrate_method: str = "minmax"
+
+    @property
+    def scheme(self) -> str:
+        short = {"uint8": "U8", "int8": "S8"}
+        text = f"QDQ {short[self.activation_type]}{short[self.weight_type]}"
+        if self.per_channel:
+            text += " per-channel"
+        if self.reduce_range:
+            text += " reduce-range"
+        if self.symmetric_activations:
+            text += " symmetric-activations"
+        return text
+
+
+class _Reader:
+    """Feeds calibration samples to onnxruntime's calibrator, one sample at a time."""
+
+    def __init__(self, dataset: Dataset, batch: int, on_batch: Optional[Callable[[], None]]):
+        self._batches = iter(dataset.batches(batch))
+        self._on_batch = on_batch
+
+    def get_next(self):
+        feed = next(self._batches, None)
+        if feed is not None and self._on_batch:
+            self._on_batch()
+        return feed
+
+
+class QuantizeOnnxInt8:
+    def __init__(self, options: OnnxInt8Options = OnnxInt8Options()):
+        if options.calibrate_method not in CALIBRATION_METHODS:
+            raise UserError(f"unknown calibration method '{options.calibrate_method}'; choose one of {', '.join(CALIBRATION_METHODS)}")
+        self.options = options
+
+    def run(self, fp32_model: Path, calibration: Dataset, output: Path, batch: int = 1,
+            on_batch: Optional[Callable[[], None]] = None) -> Path:
+        require("onnxruntime", "convert", "ONNX INT8 quantization")
+        from onnxruntime import quantization as q
+
+        o = self.options
+        types = {"uint8": q.QuantType.QUInt8, "int8": q.QuantType.QInt8}
+        methods = {"minmax": q.CalibrationMethod.MinMax, "entropy": q.CalibrationMethod.Entropy,
+                   "percentile": q.CalibrationMethod.Percentile}
+        with tempfile.TemporaryDirectory(prefix="edgeopt-quant-") as tmp:
+            prepared = Path(tmp) / "prepared.onnx"
+            try:
+                with captured_output("quant_pre_process"):
+                    q.quant_pre_process(str(fp32_model), str(prepared), skip_symbolic_shape=False)
+            except Exception as exc:
+                # Pre-processing (shape inference + graph optimisation) only improves placement.
+                log.warning("onnxruntime quant_pre_process failed (%s); quantizing the exported graph as is", exc)
+                prepared = fp32_model
+            with captured_output("quantize_static"):
+                q.quantize_static(
+                    str(prepared),
+                    str(output),
+                    _Reader(calibration, batch, on_batch),
+                    quant_format=q.QuantFormat.QDQ,
+                    per_channel=o.per_channel,
+                    reduce_range=o.reduce_range,
+                    activation_type=types[o.activation_type],
+                    weight_type=types[o.weight_type],
+                    calibrate_method=methods[o.calibrate_method],
+                    extra_options={
+                        "ActivationSymmetric": o.symmetric_activations,
+                        "WeightSymmetric": True,
+                        "CalibTensorRangeSymmetric": o.symmetric_activations,
+                    },
+                )
+        return output

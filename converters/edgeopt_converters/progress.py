@@ -1,0 +1,56 @@
+"""Progress reporting that the pipeline calls and the CLI renders (no-op for API users)."""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import Callable, Iterator
+
+
+class Progress:
+    """Null reporter: the Python API is silent unless given one that draws."""
+
+    @contextlib.contextmanager
+    def step(self, description: str, total: int = 0) -> Iterator[Callable[[int], None]]:
+        yield lambda advance=1: None
+
+    def note(self, message: str) -> None:
+        pass
+
+
+def _own_stderr():
+    """A private handle on stderr, so the bars keep drawing while a step silences fd 2."""
+    try:
+        return os.fdopen(os.dup(sys.stderr.fileno()), "w", buffering=1)
+    except (AttributeError, OSError, ValueError):  # stderr is not a real file (e.g. captured)
+        return sys.stderr
+
+
+class RichProgress(Progress):
+    """Progress bars on stderr, one line per step."""
+
+    def __init__(self):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress as _Bars, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.console = Console(file=_own_stderr())
+        self._bars = _Bars(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                           TimeElapsedColumn(), console=self.console, transient=False)
+
+    def __enter__(self):
+        self._bars.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._bars.__exit__(*exc)
+
+    @contextlib.contextmanager
+    def step(self, description: str, total: int = 0):
+        task = self._bars.add_task(description, total=total or 1)
+        try:
+            yield lambda advance=1: self._bars.advance(task, advance)
+        finally:
+            self._bars.update(task, completed=total or 1)
+
+    def note(self, message: str) -> None:
+        self._bars.console.print(message)

@@ -1,0 +1,117 @@
+"""From a device profile (and the user's overrides) to the list of artifacts to build.
+
+Decisions come from what the profile says about the hardware (ISA features, accelerators,
+runtimes), never from the board's name.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence
+
+from edgeopt_agent.errors import UserError
+from edgeopt_agent.profiles import FORMATS, PRECISIONS, Artifact, DeviceProfile
+
+from .passes.quantize_onnx import OnnxInt8Options
+
+
+@dataclass(frozen=True)
+class PlannedArtifact:
+    format: str
+    precision: str
+    why: str
+    int8: Optional[OnnxInt8Options] = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.format}-{self.precision}"
+
+    @property
+    def filename(self) -> str:
+        return f"model.{self.precision}.{self.format}"
+
+
+@dataclass
+class Plan:
+    artifacts: List[PlannedArtifact]
+    notes: List[str] = field(default_factory=list)
+
+
+def onnx_int8_options(profile: DeviceProfile, calibrate_method: str = "minmax") -> OnnxInt8Options:
+    """The INT8 scheme whose kernels are fast and exact on the target's ISA."""
+    if "tensorrt" in profile.runtimes and profile.accelerator_supports("int8"):
+        # TensorRT's explicit quantization takes symmetric INT8 activations and weights.
+        return OnnxInt8Options("int8", "int8", reduce_range=False, symmetric_activations=True,
+                               calibrate_method=calibrate_method)
+    if profile.cpu.arch == "x86_64":
+        has_vnni = profile.cpu.has("avx512_vnni") or profile.cpu.has("avx_vnni")
+        # Without VNNI, U8xS8 products go through VPMADDUBSW whose int16 sums saturate:
+        # 7-bit weights (reduce_range) keep them exact.
+        return OnnxInt8Options("uint8", "int8", reduce_range=not has_vnni, calibrate_method=calibrate_method)
+    # Arm: S8S8 maps onto SDOT where present and onto the signed NEON kernels elsewhere.
+    return OnnxInt8Options("int8", "int8", reduce_range=False, calibrate_method=calibrate_method)
+
+
+def _why(profile: DeviceProfile, art: Artifact, int8: Optional[OnnxInt8Options]) -> str:
+    if art.precision == "int8" and int8 is not None:
+        return f"{int8.scheme} for {profile.cpu.arch}" + (
+            " without VNNI" if int8.reduce_range else "") + (" (TensorRT explicit quantization)" if int8.symmetric_activations else "")
+    if art.precision == "fp16":
+        return "FP16 for the GPU (" + ", ".join(a.name for a in profile.accelerators if "fp16" in a.precisions) + ")"
+    if art.format == "tflite" and art.precision == "int8":
+        return "full-integer TFLite with INT8 inputs/outputs (PT2E, per-channel weights)"
+    return "FP32 reference artifact"
+
+
+def make_plan(profile: DeviceProfile, formats: Sequence[str] = (), precisions: Sequence[str] = (),
+              source_kind: str = "module", calibrate_method: str = "minmax") -> Plan:
+    for f in formats:
+        if f not in FORMATS:
+            raise UserError(f"unknown --format '{f}'; choose from {', '.join(FORMATS)}")
+    for p in precisions:
+        if p not in PRECISIONS:
+            raise UserError(f"unknown --precision '{p}'; choose from {', '.join(PRECISIONS)}")
+    notes: List[str] = []
+    if formats or precisions:
+        wanted_formats = list(formats) or list(profile.formats)
+        wanted_precisions = list(precisions) or list(profile.precisions)
+        candidates = [Artifact(f, p) for f in wanted_formats for p in wanted_precisions]
+        unsupported = [a for a in candidates if a.format == "tflite" and a.precision == "fp16"]
+        if unsupported and len(unsupported) == len(candidates):
+            raise UserError("TFLite FP16 is not offered; use --format onnx --precision fp16, or tflite fp32/int8")
+        candidates = [a for a in candidates if a not in unsupported]
+        fp16_ok = profile.accelerator_supports("fp16") or profile.cpu.has("fp16")
+        if any(a.precision == "fp16" for a in candidates) and not fp16_ok:
+            notes.append(f"{profile.name} has no FP16 compute: the FP16 artifact is built on request but will not be faster")
+        if any(a.precision == "int8" for a in candidates) and profile.has_gpu and not profile.accelerator_supports("int8"):
+            notes.append(f"{profile.name}'s GPU has no INT8 path: INT8 runs on the CPU only")
+    else:
+        candidates = list(profile.recipe)
+        if profile.has_gpu and not profile.accelerator_supports("int8"):
+            notes.append(
+                f"{profile.name}: no INT8 artifact, because its GPU ({', '.join(a.name for a in profile.accelerators)}) "
+                f"has no INT8 path; FP16 is its fastest precision"
+            )
+    if source_kind not in ("module", "exported") and any(a.format == "tflite" for a in candidates):
+        if formats and "tflite" in formats:
+            raise UserError(
+                f"TFLite export needs a PyTorch model that torch.export can trace, not a {source_kind} file; "
+                f"give file.py:factory or a .pt2, or use --format onnx"
+            )
+        notes.append(f"TFLite artifacts skipped: litert-torch needs a traceable PyTorch model, the source is {source_kind}")
+        candidates = [a for a in candidates if a.format != "tflite"]
+    # Validation compares against FP32, so the FP32 artifact of each format is always built first.
+    ordered: List[Artifact] = []
+    for art in candidates:
+        fp32 = Artifact(art.format, "fp32")
+        if fp32 not in ordered and fp32 not in candidates:
+            ordered.append(fp32)
+        if art not in ordered:
+            ordered.append(art)
+    ordered.sort(key=lambda a: (a.precision != "fp32",))
+    int8 = onnx_int8_options(profile, calibrate_method)
+    artifacts = [
+        PlannedArtifact(a.format, a.precision, _why(profile, a, int8 if a.format == "onnx" else None),
+                        int8 if (a.format, a.precision) == ("onnx", "int8") else None)
+        for a in ordered
+    ]
+    return Plan(artifacts, notes)

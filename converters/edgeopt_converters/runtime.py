@@ -1,0 +1,90 @@
+"""Run artifacts (through the agent's runners, the same code the board uses) and the FP32 reference."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+
+from edgeopt_agent.errors import UserError, require
+from edgeopt_agent.runners import open_runner
+
+from .model_source import SourceModel
+from .tensors import InputSpec
+
+
+class Predictor:
+    """An artifact loaded in its runtime: real-valued outputs in the model's output order."""
+
+    def __init__(self, path: Path, threads: Optional[int]):
+        self.runner = open_runner(path, threads=threads).load()
+
+    def _rename(self, feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        """Feeds keyed by the source model's input names, re-keyed to this artifact's names.
+
+        TFLite names its inputs after the signature (`serving_default_args_0`), so inputs are
+        matched by name where they agree and by position otherwise.
+        """
+        names = [info.name for info in self.runner.inputs()]
+        if set(feeds) == set(names):
+            return dict(feeds)
+        by_position = _positional_order(names)
+        return {name: value for name, value in zip(by_position, feeds.values())}
+
+    def predict(self, feeds: Mapping[str, np.ndarray]) -> List[np.ndarray]:
+        outputs = self.runner.infer(self._rename(feeds))
+        return [outputs[info.name] for info in self.runner.outputs()]
+
+    def bound_call(self, feeds: Mapping[str, np.ndarray]) -> Callable[[], object]:
+        """The runtime's own call on prepared inputs: what a latency measurement should time."""
+        return self.runner.bind(self.runner.prepare(self._rename(feeds)))
+
+    def io(self) -> Dict[str, List[dict]]:
+        return {
+            "inputs": [t.to_dict() for t in self.runner.inputs()],
+            "outputs": [t.to_dict() for t in self.runner.outputs()],
+        }
+
+    def close(self) -> None:
+        self.runner.close()
+
+
+def _positional_order(names: List[str]) -> List[str]:
+    """Input names in argument order: `..._args_<i>` sorted by i, otherwise as the runtime lists them."""
+    indexed = [re.search(r"args_(\d+)$", n) for n in names]
+    if all(indexed):
+        return [n for _, n in sorted(zip((int(m.group(1)) for m in indexed), names))]
+    return names
+
+
+def open_predictor(path: Path, threads: Optional[int]) -> Predictor:
+    return Predictor(path, threads)
+
+
+def _flatten(value) -> List[np.ndarray]:
+    if isinstance(value, (list, tuple)):
+        return [a for item in value for a in _flatten(item)]
+    if isinstance(value, dict):
+        return [a for item in value.values() for a in _flatten(item)]
+    return [value.detach().cpu().numpy()]
+
+
+def reference_predictor(source: SourceModel, specs: Sequence[InputSpec]):
+    """FP32 outputs of the source model itself: PyTorch eager, or ONNX Runtime for an ONNX source."""
+    if source.kind == "onnx":
+        return Predictor(source.onnx_path, threads=None).predict
+    torch = require("torch", "convert")
+
+    def predict(feeds: Mapping[str, np.ndarray]) -> List[np.ndarray]:
+        args = [torch.from_numpy(np.ascontiguousarray(feeds[s.name])) for s in specs]
+        try:
+            with torch.no_grad():
+                return _flatten(source.module(*args))
+        except Exception as exc:
+            shapes = ", ".join(f"{s.name}{list(a.shape)}" for s, a in zip(specs, args))
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise UserError(f"{source.description} fails on inputs {shapes}: {type(exc).__name__}: {first}; "
+                            f"check --input-shape / --input-dtype") from exc
+
+    return predict

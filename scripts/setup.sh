@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Create .venv and install edgeopt with every extra (host + agent + tests), idempotently.
+# torch is installed first and pinned: an unpinned torch would pull the CUDA build (gigabytes).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+TORCH_VERSION="${EDGEOPT_TORCH_VERSION:-2.13.0}"
+EXTRAS="${EDGEOPT_EXTRAS:-convert,tflite,agent,examples,dev}"
+
+if [ ! -x .venv/bin/python ]; then
+    echo "creating .venv with $($PYTHON --version)"
+    "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade "pip>=23"
+if ! .venv/bin/python -c "import torch, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null; then
+    echo "installing torch==$TORCH_VERSION (CPU build where available)"
+    .venv/bin/python -m pip install --quiet "torch==$TORCH_VERSION"
+fi
+echo "installing edgeopt[$EXTRAS] (editable)"
+.venv/bin/python -m pip install --quiet -e ".[$EXTRAS]"

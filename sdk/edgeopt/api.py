@@ -1,0 +1,69 @@
+"""The Python API; it mirrors the CLI (`edgeopt convert`, `edgeopt devices`)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
+
+from edgeopt_agent.profiles import DeviceProfile, all_profiles
+
+PathLike = Union[str, Path]
+
+
+def _as_list(value) -> Tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, (str, Path)):
+        return (str(value),)
+    if isinstance(value, tuple) and all(isinstance(v, int) for v in value):
+        return (",".join(map(str, value)),)
+    return tuple(",".join(map(str, v)) if isinstance(v, (tuple, list)) else str(v) for v in value)
+
+
+def convert(
+    model: Any,
+    device: str,
+    output_dir: PathLike = "edgeopt-out",
+    *,
+    input_shape=None,
+    input_dtype=None,
+    calibration: Optional[PathLike] = None,
+    eval_data: Optional[PathLike] = None,
+    formats: Sequence[str] = (),
+    precisions: Sequence[str] = (),
+    max_accuracy_drop: Optional[float] = None,
+    threads: Optional[int] = None,
+    calibrate_method: str = "minmax",
+    weights: Optional[PathLike] = None,
+    time_on_host: bool = True,
+    progress=None,
+) -> Dict[str, Any]:
+    """Convert `model` for `device`; returns the manifest (also written to OUTDIR/manifest.json).
+
+    `model` is an nn.Module, or the same spec the CLI takes: "file.py:factory", a TorchScript
+    file, a .pt2 ExportedProgram, an .onnx file or "example:digits-cnn". `input_shape` is a tuple
+    like (1, 3, 224, 224), a string "1,3,224,224", or a list of those for several inputs.
+    """
+    from edgeopt_converters.pipeline import ConvertOptions, convert as run
+    from edgeopt_converters.progress import Progress
+
+    options = ConvertOptions(
+        device=device,
+        output_dir=Path(output_dir),
+        input_shapes=_as_list(input_shape),
+        input_dtypes=_as_list(input_dtype),
+        calibration=Path(calibration) if calibration else None,
+        eval_data=Path(eval_data) if eval_data else None,
+        formats=tuple(formats),
+        precisions=tuple(precisions),
+        max_accuracy_drop=max_accuracy_drop,
+        threads=threads,
+        calibrate_method=calibrate_method,
+        weights=Path(weights) if weights else None,
+        time_on_host=time_on_host,
+    )
+    return run(model, options, progress or Progress())
+
+
+def devices() -> Tuple[DeviceProfile, ...]:
+    """The bundled device profiles."""
+    return all_profiles()

@@ -1,0 +1,200 @@
+"""`edgeopt bench`: benchmark a model file, or every artifact of a convert output folder, locally."""
+from __future__ import annotations
+
+import json
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import click
+
+from edgeopt_agent.bench import BenchmarkSpec, run_benchmark
+from edgeopt_agent.runners import RUNTIMES, resolve_runtime
+
+from ..errors import UserError
+from .output import console, table
+
+MANIFEST = "manifest.json"
+
+
+@click.command()
+@click.argument("artifact", type=click.Path(path_type=Path))
+@click.option("--runs", type=int, default=100, show_default=True, help="Minimum number of measured runs.")
+@click.option("--duration", type=float, default=1.0, show_default=True, help="Minimum measured seconds.")
+@click.option("--warmup", "warmup_runs", type=int, default=10, show_default=True, help="Minimum warm-up runs.")
+@click.option("--max-duration", type=float, default=60.0, show_default=True, help="Cap on each of warm-up and measurement, seconds.")
+@click.option("--threads", type=int, help="Runtime threads (default: every CPU this process may use).")
+@click.option("--batch", "batch", metavar="N[,N...]", help="Batch sizes to sweep, e.g. 1,2,4,8.")
+@click.option("--latency-budget-ms", type=float, help="Report the largest batch whose p90 fits this budget.")
+@click.option("--input", "input_file", type=click.Path(path_type=Path), help="Input data: .npy (one input) or .npz keyed by input name.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random input.")
+@click.option("--timeout", type=float, default=300.0, show_default=True, help="Kill a benchmark after this many seconds.")
+@click.option("--memory-limit-mb", type=int, help="Address-space limit of the benchmark process (RLIMIT_AS).")
+@click.option("--runtime", type=click.Choice(RUNTIMES), help="Runtime (default: from the file type).")
+@click.option("--idle", "idle_s", type=float, default=1.0, show_default=True, help="Idle power baseline before each run, seconds (with a power sensor).")
+@click.option("--no-sensors", is_flag=True, help="Do not read this machine's power and thermal sensors.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+def bench(artifact: Path, batch: Optional[str], no_sensors: bool, as_json: bool, **options: Any) -> None:
+    """Benchmark ARTIFACT (.onnx/.tflite, or a folder with manifest.json) on this machine.
+
+    Each benchmark runs in a child process: load time and the first inference are reported
+    apart, then latency percentiles, throughput, peak memory and, where this machine has a
+    power sensor, energy per inference. Exits 1 when a benchmark fails.
+    """
+    options["batch_sizes"] = parse_batches(batch)
+    targets = collect_targets(artifact)
+    specs = [_spec(path, options) for path, _ in targets]
+    for spec in specs:  # a missing or unrecognised file stops everything before anything runs
+        resolve_runtime(spec.artifact, spec.runtime)
+    sensors = None if no_sensors else local_sensors()
+
+    results = []
+    status_console = None if as_json else console(stderr=True)
+    for spec, (path, entry) in zip(specs, targets):
+        label = path.name
+        status = status_console.status(f"{label}: starting") if hasattr(status_console, "status") else nullcontext()
+        with status as live:
+            update = (lambda text, live=live, label=label: live.update(f"{label}: {text}")) if live else None
+            result = run_benchmark(spec, sensors=sensors, progress=update)
+        if entry is not None:
+            result["manifest_entry"] = entry
+        results.append(result)
+
+    if as_json:
+        payload = {"artifacts": results} if artifact.is_dir() else results[0]
+        click.echo(json.dumps(payload, indent=2))
+    else:
+        show(results)
+    if not all(r["ok"] for r in results):
+        raise SystemExit(1)
+
+
+def parse_batches(text: Optional[str]) -> Optional[Tuple[int, ...]]:
+    if text is None:
+        return None
+    try:
+        sizes = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        sizes = ()
+    if not sizes:
+        raise UserError(f"--batch takes whole numbers separated by commas, e.g. 1,2,4,8; got '{text}'")
+    return sizes
+
+
+def collect_targets(artifact: Path) -> List[Tuple[Path, Optional[Dict[str, Any]]]]:
+    """(model path, manifest entry or None) for a model file or a convert output folder."""
+    if not artifact.exists():
+        raise UserError(f"artifact not found: {artifact}")
+    if artifact.is_file():
+        return [(artifact, None)]
+    manifest = artifact / MANIFEST
+    if not manifest.is_file():
+        raise UserError(f"{artifact} is a folder without {MANIFEST}; give a .onnx/.tflite file or an `edgeopt convert` output folder")
+    try:
+        data = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read {manifest}: {exc}") from exc
+    entries = data.get("artifacts") if isinstance(data, dict) else data
+    if not isinstance(entries, list) or not entries:
+        raise UserError(f"{manifest} lists no artifacts (expected an \"artifacts\" list of entries with \"path\")")
+    targets = []
+    for number, entry in enumerate(entries, start=1):
+        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+            raise UserError(f"{manifest}: artifact #{number} has no \"path\"")
+        targets.append((artifact / entry["path"], entry))
+    return targets
+
+
+def local_sensors():
+    """This machine's sensors, when the sensors package is installed."""
+    try:
+        from edgeopt_agent.sensors import discover
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").startswith("edgeopt_agent.sensors"):
+            return None
+        raise
+    return discover()
+
+
+def _spec(path: Path, options: Dict[str, Any]) -> BenchmarkSpec:
+    values = dict(options)
+    values["timeout_s"] = values.pop("timeout")
+    values["duration_s"] = values.pop("duration")
+    values["max_duration_s"] = values.pop("max_duration")
+    return BenchmarkSpec(artifact=str(path), **values)
+
+
+def show(results: Sequence[Dict[str, Any]]) -> None:
+    out = console()
+    rows, problems, notes = [], [], []
+    for result in results:
+        name = Path(result["artifact"]).name
+        if not result["ok"]:
+            problems.append(f"{name}: {result['error']['kind']}: {result['error']['message']}")
+        for entry in result.get("batches", []):
+            if entry.get("ok"):
+                rows.append(_row(name, result, entry))
+            elif result["ok"]:
+                problems.append(f"{name} batch {entry['batch']}: {entry['error']['kind']}: {entry['error']['message']}")
+        if result["ok"]:
+            notes.extend(f"{name}: {line}" for line in _notes(result))
+    if rows:
+        headers = ["artifact", "batch", "p50 ms", "p90 ms", "p99 ms", "inf/s", "RSS MB", "mJ/inf"]
+        out.print(table(headers, rows))
+    for line in notes:
+        out.print(line)
+    for line in problems:
+        click.echo(f"failed: {line}", err=True)
+
+
+def _row(name: str, result: Dict[str, Any], entry: Dict[str, Any]) -> List[str]:
+    lat = entry["latency_ms"]
+    return [
+        name,
+        str(entry["batch"]),
+        _num(lat["p50"]),
+        _num(lat["p90"]),
+        _num(lat["p99"]),
+        _num(entry["throughput_ips"]),
+        _num(entry.get("peak_rss_mb")),
+        _num(entry.get("energy_per_inference_mj")),
+    ]
+
+
+def _notes(result: Dict[str, Any]) -> List[str]:
+    backend = ", ".join(result.get("providers") or []) or ("XNNPACK" if result.get("xnnpack") else "")
+    lines = [
+        f"{result['runtime']} {result.get('runtime_version') or ''} {f'({backend}) ' if backend else ''}"
+        f"threads {result['threads']}, load {_num(result.get('load_ms'))} ms, "
+        f"first inference {_num(result.get('first_inference_ms'))} ms, {result['runs']} runs, "
+        f"latency mean {_num(result['latency_ms']['mean'])} ± {_num(result['latency_ms']['std'])} ms, "
+        f"model +{_num(result.get('model_rss_mb'))} MB RSS, "
+        f"output sha256 {str(result.get('output_sha256'))[:16]}"
+    ]
+    if "latency_budget_ms" in result:
+        best = result.get("max_batch_within_budget")
+        lines.append(
+            f"largest batch with p90 <= {result['latency_budget_ms']:g} ms: {best}" if best is not None else result["budget_reason"]
+        )
+    if result.get("avg_power_w") is not None:
+        lines.append(
+            f"power {result['avg_power_w']:.2f} W ({result.get('power_source')}, {result.get('power_rail') or 'total'}), "
+            f"idle {_num(result.get('idle_power_w'))} W"
+        )
+    else:
+        lines.append(f"power: not measured ({result.get('power_reason')})")
+    if not result.get("valid", True):
+        lines.append("INVALID: " + "; ".join(result["invalid_reasons"]))
+    lines.extend(result.get("notes") or [])
+    return lines
+
+
+def _num(value: Optional[float]) -> str:
+    """Short and still telling: 1234, 12.35, 0.00436."""
+    if value is None:
+        return "-"
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    if abs(value) >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3g}"

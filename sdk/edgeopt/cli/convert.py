@@ -1,0 +1,89 @@
+"""`edgeopt convert MODEL --device NAME -o OUTDIR`."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from .output import console, table
+
+MODEL_HELP = """MODEL is one of: path/to/file.py:factory (a function returning an nn.Module), a TorchScript
+file, an ExportedProgram .pt2, an .onnx file, or example:digits-cnn (bundled)."""
+
+
+@click.command(help=f"Quantize and export a model for a target board.\n\n{MODEL_HELP}")
+@click.argument("model")
+@click.option("-d", "--device", required=True, help="Target board profile (see `edgeopt devices`).")
+@click.option("-o", "--output", "output_dir", default="edgeopt-out", show_default=True,
+              type=click.Path(file_okay=False), help="Folder for the artifacts and manifest.json.")
+@click.option("--input-shape", "input_shapes", multiple=True, metavar="1,3,224,224",
+              help="Input shape; repeat for several inputs (batch first).")
+@click.option("--input-dtype", "input_dtypes", multiple=True, metavar="float32",
+              help="Input dtype (one for all inputs, or one per --input-shape).")
+@click.option("--calibration", type=click.Path(dir_okay=False),
+              help=".npy, or .npz keyed by input name, with representative inputs for INT8 calibration.")
+@click.option("--eval-data", type=click.Path(dir_okay=False),
+              help="Like --calibration, plus optional integer `labels`, for the accuracy check.")
+@click.option("--format", "formats", multiple=True, type=click.Choice(["onnx", "tflite"]),
+              help="Override the profile's formats (repeatable).")
+@click.option("--precision", "precisions", multiple=True, type=click.Choice(["fp32", "fp16", "int8"]),
+              help="Override the profile's precisions (repeatable).")
+@click.option("--max-accuracy-drop", type=float, metavar="POINTS",
+              help="Fail when any artifact loses more than this many percentage points against FP32.")
+@click.option("--threads", type=int, help="Threads for host timing (default: the profile's, capped at this machine's cores).")
+@click.option("--calibrate-method", type=click.Choice(["minmax", "entropy", "percentile"]), default="minmax",
+              show_default=True, help="How ONNX INT8 activation ranges are chosen.")
+@click.option("--weights", type=click.Path(dir_okay=False), help="state_dict for a file.py:factory model (loaded with weights_only=True).")
+@click.option("--no-timing", is_flag=True, help="Skip the host timing (the recommendation then falls back to the profile's prediction).")
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON instead of the summary table.")
+def convert(model, device, output_dir, input_shapes, input_dtypes, calibration, eval_data, formats, precisions,
+            max_accuracy_drop, threads, calibrate_method, weights, no_timing, as_json):
+    from edgeopt.api import convert as run
+    from edgeopt_converters.progress import Progress, RichProgress
+
+    reporter = Progress() if as_json else RichProgress()
+    kwargs = dict(
+        input_shape=list(input_shapes) or None, input_dtype=list(input_dtypes) or None,
+        calibration=calibration, eval_data=eval_data, formats=formats, precisions=precisions,
+        max_accuracy_drop=max_accuracy_drop, threads=threads, calibrate_method=calibrate_method,
+        weights=weights, time_on_host=not no_timing, progress=reporter,
+    )
+    if as_json:
+        manifest = run(model, device, output_dir, **kwargs)
+        click.echo(json.dumps(manifest, indent=2))
+        return
+    with reporter:
+        manifest = run(model, device, output_dir, **kwargs)
+    print_summary(manifest, output_dir)
+
+
+def _fmt(value, pattern="{:.2f}"):
+    return "-" if value is None else pattern.format(value)
+
+
+def print_summary(manifest: dict, output_dir: str) -> None:
+    rows = []
+    for a in manifest["artifacts"]:
+        acc, timing = a["accuracy"], a["host_timing"] or {}
+        rows.append([
+            ("★ " if a["recommended"] else "  ") + a["key"],
+            a["scheme"] or "-",
+            f"{a['size_bytes'] / 1024:.0f} KiB",
+            _fmt(acc["top1_accuracy"]),
+            _fmt(acc["top1_agreement"]),
+            _fmt(acc["cosine_similarity"], "{:.5f}"),
+            _fmt(acc["max_abs_error"], "{:.4f}"),
+            _fmt(timing.get("p50_ms"), "{:.3f}"),
+            _fmt(timing.get("speedup_vs_fp32"), "{:.2f}x"),
+        ])
+    out = console()
+    host = "measured on this host" if manifest["host"]["matches_target"] else f"host timing ({manifest['host']['machine']}), not {manifest['device']}"
+    out.print(table(["artifact", "scheme", "size", "top-1 %", "agree %", "cosine", "max err", "p50 ms", "vs fp32"],
+                    rows, title=f"{manifest['model']['source']} → {manifest['device']} ({host})"))
+    for note in manifest["notes"]:
+        out.print(f"note: {note}")
+    for warning in manifest["warnings"]:
+        out.print(f"[yellow]warning:[/yellow] {warning}")
+    rec = manifest["recommendation"]
+    out.print(f"recommended: [bold]{rec['key'] or 'none'}[/bold] ({rec['basis']}) — {rec['reason']}")
+    out.print(f"manifest: {output_dir}/manifest.json")

@@ -1,0 +1,44 @@
+"""Terminal output helpers: rich when it is installed, plain text otherwise."""
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+
+class _PlainConsole:
+    def print(self, obj="", **_):
+        sys.stdout.write(f"{obj}\n")
+
+
+class _PlainTable:
+    def __init__(self, headers: Sequence[str], rows: Sequence[Sequence[str]]):
+        self.headers, self.rows = list(headers), [list(map(str, r)) for r in rows]
+
+    def __str__(self) -> str:
+        widths = [max(len(h), *(len(r[i]) for r in self.rows)) if self.rows else len(h)
+                  for i, h in enumerate(self.headers)]
+        lines = ["  ".join(h.ljust(w) for h, w in zip(self.headers, widths))]
+        lines.append("  ".join("-" * w for w in widths))
+        lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in self.rows]
+        return "\n".join(lines)
+
+
+def console(stderr: bool = False):
+    try:
+        from rich.console import Console
+    except ImportError:
+        return _PlainConsole()
+    return Console(stderr=stderr)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], title: str = ""):
+    try:
+        from rich.table import Table
+    except ImportError:
+        return _PlainTable(headers, rows)
+    t = Table(title=title or None)
+    for h in headers:
+        t.add_column(h)
+    for r in rows:
+        t.add_row(*map(str, r))
+    return t

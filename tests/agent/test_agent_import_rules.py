@@ -1,0 +1,47 @@
+"""The agent package must stay light: no torch, onnx, tensorflow or litert-torch, no host packages."""
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import edgeopt_agent
+
+FORBIDDEN = ("torch", "onnx", "tensorflow", "litert_torch", "edgeopt", "edgeopt_converters", "onnxscript", "torchao")
+AGENT_ROOT = Path(edgeopt_agent.__file__).parent
+
+
+def _imported_top_levels(path: Path):
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name.split(".")[0], node.lineno
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module.split(".")[0], node.lineno
+
+
+def test_no_agent_module_imports_host_or_heavy_packages():
+    offences = [
+        f"{path.relative_to(AGENT_ROOT.parent)}:{line} imports {name}"
+        for path in AGENT_ROOT.rglob("*.py")
+        for name, line in _imported_top_levels(path)
+        if name in FORBIDDEN
+    ]
+    assert not offences, "\n".join(offences)
+
+
+def test_importing_every_agent_module_loads_none_of_them():
+    modules = sorted(
+        ".".join(("edgeopt_agent",) + p.relative_to(AGENT_ROOT).with_suffix("").parts).replace(".__init__", "")
+        for p in AGENT_ROOT.rglob("*.py")
+        if "__main__" not in p.name
+    )
+    code = (
+        "import importlib, json, sys\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        f"print(json.dumps(sorted(n for n in sys.modules if n.split('.')[0] in {FORBIDDEN!r})))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == []

@@ -1,0 +1,50 @@
+"""Small nets the converter tests build models from (plain torch.nn, no downloads)."""
+import torch
+from torch import nn
+
+
+class SmallCnn(nn.Module):
+    def __init__(self, classes: int = 10):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+            nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        )
+        self.head = nn.Linear(16, classes)
+
+    def forward(self, x):
+        return self.head(self.features(x))
+
+
+class TwoInputs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(6, 4)
+        self.b = nn.Linear(3, 4)
+
+    def forward(self, x, y):
+        return self.a(x) + self.b(y)
+
+
+def small_cnn():
+    torch.manual_seed(0)
+    return SmallCnn()
+
+
+def two_inputs():
+    torch.manual_seed(0)
+    return TwoInputs()
+
+
+def raises():
+    raise RuntimeError("weights server unreachable")
+
+
+def not_a_module():
+    return {"weights": [1, 2, 3]}
+
+
+def mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))

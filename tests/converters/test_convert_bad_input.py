@@ -1,0 +1,125 @@
+"""Bad input to `edgeopt convert`: one actionable line on stderr, exit 2, nothing left in OUTDIR."""
+import sys
+
+import numpy as np
+import pytest
+
+from edgeopt.cli.main import main
+
+
+@pytest.fixture
+def run(tmp_path, capsys):
+    out = tmp_path / "out"
+
+    def invoke(*args, verbose=False):
+        argv = (["-v"] if verbose else []) + ["convert", *map(str, args), "-o", str(out), "--no-timing"]
+        code = main(argv)
+        captured = capsys.readouterr()
+        return code, captured.err, out
+
+    return invoke
+
+
+def assert_user_error(code, err, out, *fragments):
+    assert code == 2, err
+    lines = [l for l in err.strip().splitlines() if l.startswith("error:")]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    assert not (out / "manifest.json").exists()
+    assert not out.exists() or not [p for p in out.iterdir() if p.suffix in (".onnx", ".tflite") or p.name.startswith(".")]
+
+
+def test_missing_model_file(run, tmp_path):
+    assert_user_error(*run(tmp_path / "nope.onnx", "--device", "x86-64"), "model not found")
+
+
+def test_text_file_is_not_a_model(run, tmp_path):
+    fake = tmp_path / "model.onnx"
+    fake.write_text("definitely not protobuf")
+    assert_user_error(*run(fake, "--device", "x86-64"), "not a valid ONNX model")
+
+
+def test_truncated_onnx_is_refused(run, tmp_path, nets_path):
+    import torch
+    from nets import small_cnn
+
+    good = tmp_path / "good.onnx"
+    torch.onnx.export(small_cnn().eval(), (torch.randn(1, 3, 16, 16),), str(good), dynamo=False)
+    corrupt = tmp_path / "corrupt.onnx"
+    corrupt.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    assert_user_error(*run(corrupt, "--device", "x86-64"), "not a valid ONNX model")
+
+
+def test_corrupt_torchscript_is_refused(run, tmp_path):
+    bad = tmp_path / "model.pt"
+    bad.write_bytes(b"PK\x03\x04 broken zip")
+    assert_user_error(*run(bad, "--device", "x86-64", "--input-shape", "1,3,16,16"), "TorchScript")
+
+
+def test_pickled_module_is_never_unpickled(run, tmp_path):
+    import torch
+    from nets import small_cnn
+
+    pickled = tmp_path / "model.pth"
+    torch.save(small_cnn(), pickled)  # a full pickled nn.Module: loading it would run code
+    assert_user_error(*run(pickled, "--device", "x86-64", "--input-shape", "1,3,16,16"), "factory")
+
+
+def test_factory_that_raises(run, nets_path):
+    assert_user_error(*run(f"{nets_path}:raises", "--device", "x86-64", "--input-shape", "1,3"),
+                      "raised RuntimeError", "weights server unreachable")
+
+
+def test_factory_that_returns_no_module(run, nets_path):
+    assert_user_error(*run(f"{nets_path}:not_a_module", "--device", "x86-64", "--input-shape", "1,3"),
+                      "expected a torch.nn.Module")
+
+
+def test_unknown_factory_lists_the_callables(run, nets_path):
+    assert_user_error(*run(f"{nets_path}:build", "--device", "x86-64", "--input-shape", "1,3"), "small_cnn")
+
+
+def test_wrong_input_shape_for_the_model(run, nets_path):
+    assert_user_error(*run(f"{nets_path}:small_cnn", "--device", "x86-64", "--input-shape", "1,5,16,16"),
+                      "fails on inputs", "--input-shape")
+
+
+def test_missing_input_shape(run, nets_path):
+    assert_user_error(*run(f"{nets_path}:small_cnn", "--device", "x86-64"), "--input-shape")
+
+
+def test_calibration_of_the_wrong_shape(run, nets_path, tmp_path):
+    np.save(tmp_path / "calib.npy", np.zeros((4, 3, 8, 8), np.float32))
+    assert_user_error(*run(f"{nets_path}:small_cnn", "--device", "x86-64", "--input-shape", "1,3,16,16",
+                           "--calibration", tmp_path / "calib.npy"), "shape [4, 3, 8, 8]", "expected [N, 3, 16, 16]")
+
+
+def test_calibration_of_the_wrong_dtype(run, nets_path, tmp_path):
+    np.save(tmp_path / "calib.npy", np.zeros((4, 3, 16, 16), np.int32))
+    assert_user_error(*run(f"{nets_path}:small_cnn", "--device", "x86-64", "--input-shape", "1,3,16,16",
+                           "--calibration", tmp_path / "calib.npy"), "dtype int32")
+
+
+def test_calibration_that_is_a_pickle(run, nets_path, tmp_path):
+    np.save(tmp_path / "calib.npy", np.array([{"a": 1}], dtype=object))
+    assert_user_error(*run(f"{nets_path}:small_cnn", "--device", "x86-64", "--input-shape", "1,3,16,16",
+                           "--calibration", tmp_path / "calib.npy"), "not a readable")
+
+
+def test_unknown_device(run, nets_path):
+    assert_user_error(*run(f"{nets_path}:small_cnn", "--device", "rpi-5", "--input-shape", "1,3,16,16"),
+                      "unknown device 'rpi-5'", "did you mean 'rpi5'")
+
+
+def test_missing_extra_names_the_extra(run, nets_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "litert_torch", None)  # as if litert-torch were not installed
+    assert_user_error(*run(f"{nets_path}:small_cnn", "--device", "x86-64", "--input-shape", "1,3,16,16",
+                           "--format", "tflite"), "litert_torch", "edgeopt[tflite]")
+
+
+def test_verbose_shows_the_traceback(run, nets_path):
+    code, err, _ = run(f"{nets_path}:raises", "--device", "x86-64", "--input-shape", "1,3", verbose=True)
+    assert code == 2
+    assert "Traceback" in err and "weights server unreachable" in err
