@@ -155,7 +155,7 @@ def convert(model: Any, opts: ConvertOptions, progress: Progress = Progress()) -
     if (opts.threads or profile.default_threads) > threads:
         notes.append(f"host timing uses {threads} threads (this machine's cores), the profile asks for {profile.default_threads}")
     for warning in warnings:
-        progress.note(f"[yellow]warning:[/yellow] {warning}")
+        progress.note(f"warning: {warning}")
 
     out = Path(opts.output_dir)
     out.mkdir(parents=True, exist_ok=True)

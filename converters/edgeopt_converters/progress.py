@@ -53,4 +53,4 @@ class RichProgress(Progress):
             self._bars.update(task, completed=total or 1)
 
     def note(self, message: str) -> None:
-        self._bars.console.print(message)
+        self._bars.console.print(message, markup=False, style="yellow")

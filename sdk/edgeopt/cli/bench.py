@@ -66,7 +66,7 @@ def bench(artifact: Path, batch: Optional[str], no_sensors: bool, as_json: bool,
     else:
         show(results)
     if not all(r["ok"] for r in results):
-        raise SystemExit(1)
+        click.get_current_context().exit(1)
 
 
 def parse_batches(text: Optional[str]) -> Optional[Tuple[int, ...]]:
@@ -142,7 +142,7 @@ def show(results: Sequence[Dict[str, Any]]) -> None:
         headers = ["artifact", "batch", "p50 ms", "p90 ms", "p99 ms", "inf/s", "RSS MB", "mJ/inf"]
         out.print(table(headers, rows))
     for line in notes:
-        out.print(line)
+        out.print(line, markup=False)
     for line in problems:
         click.echo(f"failed: {line}", err=True)
 

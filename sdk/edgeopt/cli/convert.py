@@ -66,24 +66,25 @@ def print_summary(manifest: dict, output_dir: str) -> None:
     for a in manifest["artifacts"]:
         acc, timing = a["accuracy"], a["host_timing"] or {}
         rows.append([
-            ("★ " if a["recommended"] else "  ") + a["key"],
-            a["scheme"] or "-",
+            ("* " if a["recommended"] else "  ") + a["key"],
             f"{a['size_bytes'] / 1024:.0f} KiB",
             _fmt(acc["top1_accuracy"]),
             _fmt(acc["top1_agreement"]),
-            _fmt(acc["cosine_similarity"], "{:.5f}"),
-            _fmt(acc["max_abs_error"], "{:.4f}"),
+            _fmt(acc["cosine_similarity"], "{:.4f}"),
             _fmt(timing.get("p50_ms"), "{:.3f}"),
             _fmt(timing.get("speedup_vs_fp32"), "{:.2f}x"),
         ])
     out = console()
-    host = "measured on this host" if manifest["host"]["matches_target"] else f"host timing ({manifest['host']['machine']}), not {manifest['device']}"
-    out.print(table(["artifact", "scheme", "size", "top-1 %", "agree %", "cosine", "max err", "p50 ms", "vs fp32"],
-                    rows, title=f"{manifest['model']['source']} → {manifest['device']} ({host})"))
+    where = "timed on this host" if manifest["host"]["matches_target"] else f"host timing is {manifest['host']['machine']}, not {manifest['device']}"
+    out.print(table(["artifact", "size", "top-1 %", "agree %", "cosine", "p50 ms", "vs fp32"], rows,
+                    title=f"{manifest['device']}: {manifest['model']['source']} ({where})"))
+    for a in manifest["artifacts"]:
+        if a["scheme"]:
+            out.print(f"{a['key']}: {a['scheme']}", markup=False)
     for note in manifest["notes"]:
-        out.print(f"note: {note}")
+        out.print(f"note: {note}", markup=False)
     for warning in manifest["warnings"]:
-        out.print(f"[yellow]warning:[/yellow] {warning}")
+        out.print(f"warning: {warning}", markup=False)
     rec = manifest["recommendation"]
-    out.print(f"recommended: [bold]{rec['key'] or 'none'}[/bold] ({rec['basis']}) — {rec['reason']}")
-    out.print(f"manifest: {output_dir}/manifest.json")
+    out.print(f"recommended: {rec['key'] or 'none'} ({rec['basis']}) — {rec['reason']}", markup=False)
+    out.print(f"manifest: {output_dir}/manifest.json", markup=False)

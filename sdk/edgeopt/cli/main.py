@@ -15,6 +15,8 @@ COMMANDS = {
     "convert": ("convert", "convert"),
     "devices": ("devices", "devices"),
     "bench": ("bench", "bench"),
+    "fleet": ("fleet", "fleet"),
+    "report": ("report", "report"),
 }
 
 
@@ -46,7 +48,8 @@ def cli(ctx: click.Context, verbose: bool) -> None:
 def main(argv=None) -> int:
     verbose = "-v" in (argv or sys.argv[1:]) or "--verbose" in (argv or sys.argv[1:])
     try:
-        cli.main(args=argv, prog_name="edgeopt", standalone_mode=False)
+        # Without standalone mode click returns ctx.exit()'s code instead of exiting.
+        code = cli.main(args=argv, prog_name="edgeopt", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         return 130
@@ -68,7 +71,7 @@ def main(argv=None) -> int:
             traceback.print_exc()
         click.echo(f"internal error: {type(exc).__name__}: {exc} (run with -v for the traceback)", err=True)
         return 1
-    return 0
+    return code if isinstance(code, int) else 0
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from typing import Sequence
 
 
 class _PlainConsole:
-    def print(self, obj="", **_):
+    def print(self, obj="", **_options):
         sys.stdout.write(f"{obj}\n")
 
 
@@ -34,11 +34,13 @@ def console(stderr: bool = False):
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], title: str = ""):
     try:
         from rich.table import Table
+        from rich.text import Text
     except ImportError:
         return _PlainTable(headers, rows)
-    t = Table(title=title or None)
+    # Cells are data (device ids, model names): Text keeps rich from reading "[...]" as markup.
+    t = Table(title=Text(title) if title else None)
     for h in headers:
         t.add_column(h)
     for r in rows:
-        t.add_row(*map(str, r))
+        t.add_row(*(Text(str(c)) for c in r))
     return t

@@ -1,0 +1,141 @@
+"""The benchmark process: `python -m edgeopt_agent.bench.child RESULT_FD`, spec as JSON on stdin.
+
+It reports on the file descriptor RESULT_FD, one JSON object per line:
+    {"type": "phase", "text": ..., "batch": ...}   what it is doing now (for progress and for
+                                                    naming the batch a crash happened in)
+    {"type": "loaded", ...}                         load time, memory, runtime, model inputs/outputs
+    {"type": "batch", "entry": {...}}               one measured batch size, or its error
+    {"type": "done", "peak_rss_mb": ...}            finished
+    {"type": "error", "error": {"kind", "message"}} stopped before any batch could run
+A process that ends without "done" or "error" has crashed; the parent names the cause.
+"""
+from __future__ import annotations
+
+import faulthandler
+import gc
+import json
+import os
+import sys
+import time
+from typing import Any, Callable, Dict, Optional
+
+from ..runners import open_runner
+from .failures import classify
+from .inputs import file_feeds, random_feeds
+from .memory import current_rss_mb, limit_address_space, peak_rss_mb
+from .spec import BenchmarkSpec
+from .stats import summarize_ms
+from .timing import output_digest, time_calls
+
+Send = Callable[..., None]
+
+
+def benchmark(spec: BenchmarkSpec, send: Send) -> None:
+    send("phase", text="loading the model")
+    runner = open_runner(spec.artifact, threads=spec.resolved_threads(), runtime=spec.runtime)
+    notes = []
+    rss_before = current_rss_mb()
+    if spec.memory_limit_mb is not None:
+        note = limit_address_space(spec.memory_limit_mb)
+        if note:
+            notes.append(note)
+    start = time.perf_counter()
+    runner.load()
+    load_ms = (time.perf_counter() - start) * 1000.0
+    rss_after = current_rss_mb()
+    send(
+        "loaded",
+        load_ms=round(load_ms, 6),
+        model_rss_mb=_mb(rss_after - rss_before) if rss_before is not None and rss_after is not None else None,
+        runner=runner.describe(),
+        inputs=[i.to_dict() for i in runner.inputs()],
+        outputs=[o.to_dict() for o in runner.outputs()],
+        notes=notes,
+    )
+    sizes = spec.batch_sizes or (None,)
+    for number, batch in enumerate(sizes, start=1):
+        what = "measuring" if batch is None else f"measuring batch {batch}"
+        if len(sizes) > 1:
+            what += f" ({number} of {len(sizes)})"
+        send("phase", text=what, batch=batch)
+        try:
+            if spec.input_file:
+                feeds = file_feeds(spec.input_file, runner.inputs(), batch)
+            else:
+                feeds = random_feeds(runner.inputs(), batch, spec.seed)
+            entry = measure_batch(runner, spec, batch, feeds)
+        except Exception as exc:  # this batch failed; the next size may still run
+            entry = {"batch": batch, "ok": False, "error": classify(exc)}
+        send("batch", entry=entry)
+    runner.close()
+    send("done", peak_rss_mb=_mb(peak_rss_mb()))
+
+
+def measure_batch(runner, spec: BenchmarkSpec, batch: Optional[int], feeds: Dict[str, Any]) -> Dict[str, Any]:
+    prepared = runner.prepare(feeds)
+    first_input = next(iter(prepared.values()), None)
+    if batch is None and first_input is not None and first_input.ndim:
+        batch = int(first_input.shape[0])
+    call = runner.bind(prepared)
+    outputs = runner.outputs()
+
+    start = time.perf_counter()
+    first = call()
+    first_ms = (time.perf_counter() - start) * 1000.0
+    digest = output_digest(outputs, first)
+
+    warmup, _ = time_calls(call, spec.warmup_runs, spec.warmup_s, spec.max_duration_s)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # as timeit does: a collection inside a timed call is not the model's cost
+    try:
+        window_start = time.time()
+        durations, elapsed = time_calls(call, spec.runs, spec.duration_s, spec.max_duration_s)
+        window_end = time.time()
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    stable = output_digest(outputs, call()) == digest
+
+    samples = batch or 1
+    return {
+        "batch": batch,
+        "ok": True,
+        "first_inference_ms": round(first_ms, 6),
+        "latency_ms": summarize_ms(durations),
+        "throughput_ips": round(len(durations) * samples / elapsed, 3) if elapsed > 0 else None,
+        "runs": len(durations),
+        "warmup_runs": len(warmup),
+        "measured_s": round(elapsed, 6),
+        "capped_by_max_duration": len(durations) < spec.runs or elapsed < spec.duration_s,
+        "measured_window": [window_start, window_end],
+        "output_sha256": digest,
+        "output_stable": stable,
+        "peak_rss_mb": _mb(peak_rss_mb()),
+    }
+
+
+def _mb(value: Optional[float]) -> Optional[float]:
+    return None if value is None else round(value, 3)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or not argv[0].isdigit():
+        sys.stderr.write("usage: python -m edgeopt_agent.bench.child RESULT_FD  (spec JSON on stdin)\n")
+        return 2
+    faulthandler.enable()  # a native crash leaves its Python stack in the log the parent reads
+    with os.fdopen(int(argv[0]), "w", encoding="utf-8") as channel:
+
+        def send(kind: str, **body: Any) -> None:
+            channel.write(json.dumps({"type": kind, **body}) + "\n")
+            channel.flush()
+
+        try:
+            benchmark(BenchmarkSpec.from_dict(json.load(sys.stdin)), send)
+        except Exception as exc:
+            send("error", error=classify(exc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

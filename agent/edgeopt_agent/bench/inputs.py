@@ -1,0 +1,120 @@
+"""Benchmark inputs: seeded random data shaped for a batch size, or arrays from a .npy/.npz file.
+
+Axis 0 is the batch axis. A dynamic batch axis takes the requested batch (1 when none is
+asked for); a fixed one must equal it. Any other dynamic axis needs real data from a file.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Dict, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..runners.base import TensorInfo
+from ..runners.errors import InputError, UnsupportedModelError
+
+
+def batch_shape(info: TensorInfo, batch: Optional[int]) -> Tuple[int, ...]:
+    """The concrete shape to feed `info` for `batch` (None: the model's own batch, or 1)."""
+    if not info.shape:
+        if batch is not None:
+            raise UnsupportedModelError(f"input '{info.name}' is a scalar: it has no batch axis to set to {batch}")
+        return ()
+    check_batch(info, batch)
+    first = info.shape[0]
+    dims = [first if TensorInfo.is_fixed(first) else (batch or 1)]
+    for axis, dim in enumerate(info.shape[1:], start=1):
+        if not TensorInfo.is_fixed(dim):
+            raise InputError(
+                f"input '{info.name}' has a dynamic size {dim!r} on axis {axis}; "
+                "give an input file (.npy/.npz) with real data"
+            )
+        dims.append(dim)
+    return tuple(dims)
+
+
+def check_batch(info: TensorInfo, batch: Optional[int]) -> None:
+    first = info.shape[0] if info.shape else None
+    if batch is not None and TensorInfo.is_fixed(first) and first != batch:
+        raise UnsupportedModelError(
+            f"input '{info.name}' has a fixed batch size of {first}, so batch {batch} cannot run; "
+            "export the model with a dynamic batch axis to sweep batch sizes"
+        )
+
+
+def random_feeds(infos: Sequence[TensorInfo], batch: Optional[int], seed: int) -> Dict[str, np.ndarray]:
+    """Reproducible data for every input: the same seed and shapes give the same arrays.
+
+    Floats are uniform in [0, 1); quantized and 8-bit inputs cover their whole integer range;
+    wider integers (ids, indices) are small non-negative values; booleans are fair coin flips.
+    """
+    rng = np.random.default_rng(seed)
+    return {info.name: _random_array(rng, info, batch_shape(info, batch)) for info in infos}
+
+
+def _random_array(rng: np.random.Generator, info: TensorInfo, shape: Tuple[int, ...]) -> np.ndarray:
+    dtype = np.dtype(info.dtype)
+    if dtype.kind == "f":
+        return rng.random(shape, dtype=np.float32).astype(dtype)
+    if dtype.kind in "iu":
+        if info.quantization is not None or dtype.itemsize == 1:
+            limits = np.iinfo(dtype)
+            return rng.integers(limits.min, limits.max, size=shape, dtype=dtype, endpoint=True)
+        return rng.integers(0, 10, size=shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.random(shape) < 0.5
+    raise UnsupportedModelError(f"cannot make random data for input '{info.name}' of type {info.dtype}; give an input file")
+
+
+def file_feeds(path: str, infos: Sequence[TensorInfo], batch: Optional[int]) -> Dict[str, np.ndarray]:
+    """Arrays from `path`: a .npy for a one-input model, or a .npz keyed by input name.
+
+    With a batch size, each array's leading axis is cut to it, or repeated up to it.
+    """
+    arrays = _load_arrays(Path(path), infos)
+    feeds = {}
+    for info in infos:
+        array = arrays[info.name]
+        if batch is not None:
+            if not info.shape:
+                raise UnsupportedModelError(f"input '{info.name}' is a scalar: it has no batch axis to set to {batch}")
+            check_batch(info, batch)
+            array = _fit_batch(array, batch, info.name)
+        feeds[info.name] = array
+    return feeds
+
+
+def _load_arrays(path: Path, infos: Sequence[TensorInfo]) -> Dict[str, np.ndarray]:
+    names = [i.name for i in infos]
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read input file {path}: {exc} (expected .npy or .npz)") from exc
+    if isinstance(loaded, np.ndarray):
+        if len(names) != 1:
+            raise InputError(
+                f"{path.name} holds one array but the model takes {len(names)} inputs "
+                f"({', '.join(names)}); use a .npz keyed by input name"
+            )
+        return {names[0]: loaded}
+    with loaded:
+        arrays = {key: loaded[key] for key in loaded.files}
+    missing = [n for n in names if n not in arrays]
+    unknown = [k for k in arrays if k not in names]
+    if missing or unknown:
+        raise InputError(
+            f"{path.name} keys {sorted(arrays)} do not match the model's inputs {names}"
+            + (f" (missing {missing})" if missing else "")
+            + (f" (unknown {unknown})" if unknown else "")
+        )
+    return arrays
+
+
+def _fit_batch(array: np.ndarray, batch: int, name: str) -> np.ndarray:
+    if array.ndim == 0 or array.shape[0] == 0:
+        raise InputError(f"input file array for '{name}' has no samples on axis 0 to make a batch of {batch}")
+    have = array.shape[0]
+    if have < batch:
+        array = np.concatenate([array] * math.ceil(batch / have), axis=0)
+    return array[:batch]

@@ -1,0 +1,123 @@
+"""What to measure and within which limits: a frozen, validated benchmark request."""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from ..errors import UserError
+from ..runners.formats import RUNTIMES
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    """One benchmark of one artifact.
+
+    Phases: load, one cold inference, warm-up until both `warmup_runs` and `warmup_s` are met,
+    then the measured phase until both `runs` and `duration_s` are met; each of the last two
+    phases stops at `max_duration_s` whatever it has reached.
+
+    batch_sizes: None runs the model's declared shape (1 where the batch axis is dynamic);
+    several sizes sweep them, one measured phase each.
+    idle_s: idle power baseline taken before the child starts when sensors are given.
+    timeout_s bounds the whole child process; memory_limit_mb is its address-space limit
+    (RLIMIT_AS: virtual memory, larger than RSS; applied after the runtime is imported).
+    """
+
+    artifact: str
+    runs: int = 100
+    duration_s: float = 1.0
+    warmup_runs: int = 10
+    warmup_s: float = 0.2
+    max_duration_s: float = 60.0
+    threads: Optional[int] = None
+    batch_sizes: Optional[Tuple[int, ...]] = None
+    latency_budget_ms: Optional[float] = None
+    input_file: Optional[str] = None
+    seed: int = 0
+    timeout_s: float = 300.0
+    memory_limit_mb: Optional[int] = None
+    runtime: Optional[str] = None
+    idle_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "artifact", str(self.artifact))
+        if self.input_file is not None:
+            object.__setattr__(self, "input_file", str(self.input_file))
+        if self.batch_sizes is not None:
+            if isinstance(self.batch_sizes, int) or not all(_is_int(b) for b in self.batch_sizes):
+                raise UserError(f"batch sizes must be a list of whole numbers, got {self.batch_sizes!r}")
+            sizes = tuple(int(b) for b in self.batch_sizes)
+            if not sizes or min(sizes) < 1 or len(set(sizes)) != len(sizes):
+                raise UserError(f"batch sizes must be distinct and at least 1, got {list(sizes)}")
+            object.__setattr__(self, "batch_sizes", sizes)
+        _at_least(self, "runs", 1, whole=True)
+        _at_least(self, "warmup_runs", 0, whole=True)
+        _at_least(self, "duration_s", 0)
+        _at_least(self, "warmup_s", 0)
+        _at_least(self, "idle_s", 0)
+        _positive(self, "max_duration_s")
+        _positive(self, "timeout_s")
+        if self.threads is not None:
+            _at_least(self, "threads", 1, whole=True)
+        if self.memory_limit_mb is not None:
+            _at_least(self, "memory_limit_mb", 1, whole=True)
+        if self.latency_budget_ms is not None:
+            _positive(self, "latency_budget_ms")
+        if not _is_int(self.seed):
+            raise UserError(f"seed must be a whole number, got {self.seed!r}")
+        if self.runtime is not None and self.runtime not in RUNTIMES:
+            raise UserError(f"unknown runtime '{self.runtime}'; available: {', '.join(RUNTIMES)}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "BenchmarkSpec":
+        """From a job's options; unknown keys are an error, not silently ignored."""
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise UserError(f"unknown benchmark option(s) {', '.join(unknown)}; known: {', '.join(known)}")
+        if "artifact" not in data:
+            raise UserError("a benchmark needs an 'artifact'")
+        values = dict(data)
+        if values.get("batch_sizes") is not None and not isinstance(values["batch_sizes"], (int, str)):
+            values["batch_sizes"] = tuple(values["batch_sizes"])
+        return cls(**values)
+
+    def to_dict(self) -> Dict[str, Any]:
+        data = asdict(self)
+        if self.batch_sizes is not None:
+            data["batch_sizes"] = list(self.batch_sizes)
+        return data
+
+    def resolved_threads(self) -> int:
+        return self.threads or available_cpus()
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (respects taskset/cgroup affinity where the OS exposes it)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _at_least(spec: BenchmarkSpec, name: str, minimum: float, whole: bool = False) -> None:
+    value = getattr(spec, name)
+    ok = _is_int(value) if whole else _is_number(value)
+    if not ok or value < minimum:
+        kind = "a whole number" if whole else "a number"
+        raise UserError(f"{name} must be {kind} of at least {minimum}, got {value!r}")
+
+
+def _positive(spec: BenchmarkSpec, name: str) -> None:
+    value = getattr(spec, name)
+    if not _is_number(value) or value <= 0:
+        raise UserError(f"{name} must be a number above 0, got {value!r}")

@@ -1,0 +1,32 @@
+"""Latency statistics: nearest-rank percentiles, mean, population standard deviation."""
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Dict, Sequence
+
+PERCENTILES = (50, 90, 95, 99)
+
+
+def nearest_rank(sorted_values: Sequence[float], percentile: float) -> float:
+    """The smallest value with at least `percentile`% of the values at or below it.
+
+    Rank = ceil(p/100 * n), computed exactly (no float rounding at the boundaries).
+    """
+    if not sorted_values:
+        raise ValueError("no values")
+    if not 0 < percentile <= 100:
+        raise ValueError(f"percentile must be in (0, 100], got {percentile}")
+    rank = math.ceil(Fraction(str(percentile)) * len(sorted_values) / 100)
+    return sorted_values[max(rank, 1) - 1]
+
+
+def summarize_ms(seconds: Sequence[float]) -> Dict[str, float]:
+    """{p50, p90, p95, p99, mean, std, min, max} in milliseconds from per-run durations in seconds."""
+    ms = sorted(s * 1000.0 for s in seconds)
+    n = len(ms)
+    mean = math.fsum(ms) / n
+    std = math.sqrt(math.fsum((x - mean) ** 2 for x in ms) / n)
+    summary = {f"p{p}": nearest_rank(ms, p) for p in PERCENTILES}
+    summary.update(mean=mean, std=std, min=ms[0], max=ms[-1])
+    return {k: round(v, 6) for k, v in summary.items()}

@@ -1,0 +1,34 @@
+"""What can go wrong between a model file and an inference, in words the user can act on."""
+from __future__ import annotations
+
+from ..errors import UserError
+
+
+class ArtifactError(UserError):
+    """The file is missing, is not a model, or the runtime cannot parse it."""
+
+
+class UnsupportedModelError(UserError):
+    """The model is valid but this runtime, build or board cannot run it (op, dtype, provider)."""
+
+
+class InputError(UserError):
+    """The inputs given do not match what the model declares (names, shapes, dtypes)."""
+
+
+# How runtimes and the C library word an allocation that failed (ORT's arena, std::bad_alloc,
+# mmap under RLIMIT_AS, OpenBLAS buffers).
+_OUT_OF_MEMORY_PHRASES = (
+    "failed to allocate memory",
+    "bad_alloc",
+    "cannot allocate memory",
+    "out of memory",
+    "failed to map segment",
+    "memory allocation still failed",
+    "unable to allocate",
+)
+
+
+def looks_like_out_of_memory(message: str) -> bool:
+    lowered = message.lower()
+    return any(phrase in lowered for phrase in _OUT_OF_MEMORY_PHRASES)

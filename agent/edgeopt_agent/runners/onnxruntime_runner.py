@@ -1,0 +1,120 @@
+"""ONNX Runtime: CPU everywhere, the CUDA and TensorRT execution providers where the build has them."""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ..errors import require
+from .base import Runner, TensorInfo
+from .errors import ArtifactError, UnsupportedModelError, looks_like_out_of_memory
+
+# Preference order when the build offers them; anything else (e.g. Azure) is never picked.
+PROVIDER_PREFERENCE = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
+
+_DTYPES = {
+    "tensor(float)": "float32",
+    "tensor(float16)": "float16",
+    "tensor(double)": "float64",
+    "tensor(int8)": "int8",
+    "tensor(uint8)": "uint8",
+    "tensor(int16)": "int16",
+    "tensor(uint16)": "uint16",
+    "tensor(int32)": "int32",
+    "tensor(uint32)": "uint32",
+    "tensor(int64)": "int64",
+    "tensor(uint64)": "uint64",
+    "tensor(bool)": "bool",
+}
+
+
+def choose_providers(available: Sequence[str], required: Optional[str] = None) -> List[str]:
+    """The providers to ask for, best first; `required` must be among them."""
+    if required is not None and required not in available:
+        raise UnsupportedModelError(
+            f"this onnxruntime build has no {required}; available: {', '.join(available)}"
+        )
+    chosen = [p for p in PROVIDER_PREFERENCE if p in available]
+    if required is not None:
+        chosen = chosen[chosen.index(required):]
+    return chosen
+
+
+class OnnxRuntimeRunner(Runner):
+    runtime = "onnxruntime"
+
+    def __init__(
+        self,
+        path: Union[str, Path],
+        threads: Optional[int] = None,
+        required_provider: Optional[str] = None,
+    ):
+        super().__init__(path, threads)
+        self._ort = require("onnxruntime", "agent", "ONNX models")
+        self.providers = choose_providers(self._ort.get_available_providers(), required_provider)
+        self._session = None
+        self._inputs: Tuple[TensorInfo, ...] = ()
+        self._outputs: Tuple[TensorInfo, ...] = ()
+
+    def _load(self) -> None:
+        ort = self._ort
+        options = ort.SessionOptions()
+        options.log_severity_level = 3  # errors only: warnings go to the result, not the console
+        if self.threads:
+            options.intra_op_num_threads = self.threads
+            options.inter_op_num_threads = 1
+        try:
+            session = ort.InferenceSession(str(self.path), sess_options=options, providers=self.providers)
+        except Exception as exc:
+            raise _load_error(self.path, exc) from exc
+        self._session = session
+        self.providers = list(session.get_providers())
+        self._inputs = tuple(_tensor_info(i) for i in session.get_inputs())
+        self._outputs = tuple(_tensor_info(o) for o in session.get_outputs())
+
+    def _close(self) -> None:
+        self._session = None
+
+    def inputs(self) -> Tuple[TensorInfo, ...]:
+        self._require_loaded()
+        return self._inputs
+
+    def outputs(self) -> Tuple[TensorInfo, ...]:
+        self._require_loaded()
+        return self._outputs
+
+    def describe(self) -> Dict[str, Any]:
+        return {
+            "runtime": self.runtime,
+            "runtime_version": self._ort.__version__,
+            "threads": self.threads,
+            "providers": list(self.providers),
+        }
+
+    def bind(self, prepared: Mapping[str, np.ndarray]) -> Callable[[], List[np.ndarray]]:
+        self._require_loaded()
+        return functools.partial(self._session.run, None, dict(prepared))
+
+
+def _tensor_info(node) -> TensorInfo:
+    dtype = _DTYPES.get(node.type)
+    if dtype is None:
+        raise UnsupportedModelError(f"tensor '{node.name}' has type {node.type}, which edgeopt cannot feed or read")
+    shape = tuple(d if isinstance(d, (int, str)) or d is None else None for d in node.shape)
+    return TensorInfo(name=node.name, shape=shape, dtype=dtype)
+
+
+def _load_error(path: Path, exc: Exception) -> Exception:
+    kind = type(exc).__name__
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else kind
+    if looks_like_out_of_memory(str(exc)):
+        return exc  # the engine reports it as out_of_memory
+    if kind == "NoSuchFile":
+        return ArtifactError(f"artifact not found: {path}")
+    if kind == "NotImplemented" or "No Op registered" in message or "Could not find an implementation" in message:
+        return UnsupportedModelError(f"onnxruntime cannot run {path.name}: {message}")
+    if kind in ("InvalidProtobuf", "InvalidGraph", "Fail", "InvalidArgument"):
+        return ArtifactError(f"{path.name} is not a valid ONNX model: {message}")
+    return exc

@@ -1,0 +1,218 @@
+"""`edgeopt fleet`: run the collector, and look at what the fleet sent."""
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator, Optional, Sequence
+
+import click
+
+from .output import console, table
+
+DB_HELP = "Fleet database: sqlite:///PATH (default: $EDGEOPT_FLEET_DB or sqlite:///fleet.db) or postgresql://USER@HOST:PORT/DB."
+
+
+def _format_options(command):
+    command = click.option("--csv", "as_csv", is_flag=True, help="Print CSV instead of a table.")(command)
+    command = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")(command)
+    return click.option("--db", "db_url", metavar="URL", help=DB_HELP)(command)
+
+
+@click.group()
+def fleet():
+    """Collect what devices publish, and show devices, results and telemetry."""
+
+
+@fleet.command()
+@click.option("--broker", default="localhost:1883", show_default=True, metavar="HOST[:PORT]", help="MQTT broker.")
+@click.option("--db", "db_url", metavar="URL", help=DB_HELP)
+@click.option("--shared", "group", metavar="GROUP",
+              help="Join an MQTT v5 shared subscription group, so several collectors split the load.")
+@click.option("--client-id", metavar="ID",
+              help="MQTT client id; keep it fixed so the broker holds messages while this collector is down "
+                   "(default: edgeopt-collector[-GROUP]-HOSTNAME).")
+@click.option("--max-batch", type=click.IntRange(min=1), default=500, show_default=True,
+              help="Most messages committed (and then acknowledged) in one transaction.")
+def serve(broker, db_url, group, client_id, max_batch):
+    """Store every device's status, telemetry and results until Ctrl-C or SIGTERM."""
+    from edgeopt_agent.daemon.config import DEFAULT_PORT, BrokerSettings, parse_broker
+    from edgeopt_agent.protocol import shared_subscription
+
+    from ..fleet.collector import Collector
+    from ..fleet.store import open_store
+
+    host, port = parse_broker(broker)
+    if group is not None:
+        shared_subscription(group)  # a bad group name fails here, as a user error
+    settings = BrokerSettings(host=host, port=port or DEFAULT_PORT)
+    store = open_store(db_url)
+    try:
+        collector = Collector(store, settings, client_id=client_id, shared_group=group, max_batch=max_batch)
+        err = console(stderr=True)
+        err.print(f"collecting from {settings.address} into {store.url} as '{collector.client_id}'"
+                  + (f" in share group '{group}'" if group else "") + "; Ctrl-C to stop")
+        line = ProgressLine(sys.stderr)
+        stop = threading.Event()
+        with _stop_on_signals(stop):
+            try:
+                collector.run(stop, progress=line.update)
+            finally:
+                line.finish(collector)
+    finally:
+        store.close()
+
+
+class ProgressLine:
+    """Messages stored per second, rejected and missing: rewritten in place on a terminal,
+    one line every `every_s` seconds in a log."""
+
+    def __init__(self, stream: Any, every_s: float = 10.0):
+        self._stream = stream
+        self._tty = stream.isatty()
+        self._every_s = every_s
+        self._last_count = 0
+        self._last_time = time.monotonic()
+        self._last_line = 0.0
+
+    def update(self, collector: Any) -> None:
+        now = time.monotonic()
+        if not self._tty and now - self._last_line < self._every_s:
+            return
+        c = collector.counters
+        rate = (c.stored - self._last_count) / max(now - self._last_time, 1e-9)
+        self._last_count, self._last_time, self._last_line = c.stored, now, now
+        text = self.describe(collector, rate)
+        if self._tty:
+            self._stream.write("\r\033[K" + text)
+        else:
+            self._stream.write(text + "\n")
+        self._stream.flush()
+
+    def finish(self, collector: Any) -> None:
+        if self._tty:
+            self._stream.write("\n")
+        self._stream.write("stopped: " + self.describe(collector, None) + "\n")
+        self._stream.flush()
+
+    @staticmethod
+    def describe(collector: Any, rate: Optional[float]) -> str:
+        c = collector.counters
+        parts = [f"{c.stored:,} stored" + (f" ({rate:,.0f}/s)" if rate is not None else ""),
+                 f"{c.duplicate:,} duplicate", f"{c.rejected:,} rejected",
+                 f"{c.missing:,} missing in {c.new_gaps:,} new gaps ({c.filled:,} filled late)"]
+        if c.failed_commits:
+            parts.append(f"{c.failed_commits:,} failed commits, last: {c.last_error}")
+        state = "connected" if collector.connected else "not connected"
+        return f"{state} · " + " · ".join(parts)
+
+
+@contextmanager
+def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _open(db_url: Optional[str]):
+    from ..fleet.store import open_store
+
+    return open_store(db_url, create=False)
+
+
+def _emit(rows: Sequence[Any], columns, as_json: bool, as_csv: bool, title: str, empty: str,
+          drop: Sequence[str] = ()) -> None:
+    from ..fleet import views
+
+    if as_json and as_csv:
+        raise click.UsageError("choose one of --json and --csv")
+    if as_json:
+        click.echo(views.to_json(list(rows)))
+    elif as_csv:
+        click.echo(views.to_csv(rows, drop=drop), nl=False)
+    elif not rows:
+        click.echo(empty)
+    else:
+        headers, cells = views.cells(columns, rows)
+        console().print(table(headers, cells, title=title))
+
+
+@fleet.command()
+@_format_options
+def devices(db_url, as_json, as_csv):
+    """Every device seen: profile, online/offline, last seen, versions, temperature."""
+    from ..fleet import views
+
+    with _open(db_url) as store:
+        rows = store.devices()
+    _emit(rows, views.DEVICES, as_json, as_csv, "devices", "no devices have reported yet")
+
+
+@fleet.command()
+@click.option("--model", help="Only this model (the manifest's model source).")
+@click.option("--device", help="Only this device id.")
+@click.option("--profile", help="Only devices of this profile.")
+@click.option("--all", "history", is_flag=True, help="Every result, not only the latest per device, model and artifact.")
+@_format_options
+def results(model, device, profile, history, db_url, as_json, as_csv):
+    """Benchmark results, one row per (device, model, artifact), sorted by model then p50 latency."""
+    from ..fleet import views
+
+    with _open(db_url) as store:
+        rows = store.results(model=model, device=device, profile=profile, latest=not history)
+    _emit(rows, views.RESULTS, as_json, as_csv, "results", "no results match")
+
+
+@fleet.command()
+@click.option("--device", help="Only this device id.")
+@click.option("--since", metavar="WHEN", help="From this time on: 30s, 10m, 2h, 1d, epoch seconds or ISO time.")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="Newest N rows.")
+@_format_options
+def telemetry(device, since, limit, db_url, as_json, as_csv):
+    """Telemetry over time: CPU load, memory, temperature, power."""
+    from ..fleet import views
+
+    start = views.parse_since(since) if since else None
+    with _open(db_url) as store:
+        rows = store.telemetry(device=device, since=start, limit=limit)
+    _emit(rows, views.TELEMETRY, as_json, as_csv, "telemetry", "no telemetry matches", drop=("body",))
+
+
+@fleet.command()
+@click.option("--db", "db_url", metavar="URL", help=DB_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def stats(db_url, as_json):
+    """Messages stored, duplicates dropped, rejections by reason, and gaps in sequence numbers."""
+    from ..fleet import views
+
+    with _open(db_url) as store:
+        counts = store.stats()
+        gaps = store.gaps(open_only=True)
+        rejected = store.rejected(limit=10)
+    if as_json:
+        click.echo(views.to_json({**counts, "open_gaps": gaps, "recent_rejections": rejected}))
+        return
+    out = console()
+    rows = [[kind, f"{counts['stored'].get(kind, 0):,}", f"{counts['duplicate'].get(kind, 0):,}"]
+            for kind in sorted(set(counts["stored"]) | set(counts["duplicate"]))]
+    out.print(table(["kind", "stored", "duplicate"], rows, title="messages"))
+    if counts["rejected"]:
+        out.print(table(["reason", "rejected"], [[r, f"{n:,}"] for r, n in sorted(counts["rejected"].items())],
+                        title="rejected"))
+        out.print(table(["when", "topic", "reason", "detail"],
+                        [[views.ago(r["received_at"]), r["topic"], r["reason"], r["detail"]] for r in rejected],
+                        title="latest rejections"))
+    else:
+        out.print("rejected: none")
+    if gaps:
+        headers, cells = views.cells(views.GAPS, gaps)
+        out.print(table(headers, cells, title=f"open gaps: {counts['gaps']['missing']:,} messages missing"))
+    else:
+        out.print(f"missing messages: none ({counts['gaps']['filled']:,} arrived late and were filled in)")

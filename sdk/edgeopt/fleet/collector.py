@@ -1,0 +1,252 @@
+"""The collector: subscribes to every device's status, telemetry and results and stores them.
+
+It rides on the agent's MQTT session (edgeopt_agent.daemon.transport: MQTT v5 with fallback to
+3.1.1, persistent session, reconnect with back-off) with one change: a message is acknowledged
+only after the transaction that stored it has committed. Messages are committed in batches —
+when `max_batch` are waiting, when nothing more is waiting on the socket, or after `max_wait_s`
+— so the database's commit cost is shared; until its PUBACK the broker keeps each message, and a
+collector that dies before committing gets it again on reconnect (stored once, by message id).
+
+With `shared_group` the subscriptions are MQTT v5 shared subscriptions ($share/GROUP/...), so
+several collectors split the devices' messages between them.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import select
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, List, Optional
+
+from edgeopt_agent import protocol
+from edgeopt_agent.daemon.backoff import Backoff
+from edgeopt_agent.daemon.config import BrokerSettings
+from edgeopt_agent.daemon.transport import V5, Message, MqttSession
+
+from ..errors import UserError
+from .store import DUPLICATE, REJECTED, STORED, FleetStore
+
+log = logging.getLogger(__name__)
+
+COLLECTED_KINDS = (protocol.STATUS, protocol.TELEMETRY, protocol.RESULTS)
+PRESENCE_ROOT = "edgeopt/collectors"
+DEFAULT_MAX_BATCH = 500
+DEFAULT_MAX_WAIT_S = 0.05
+
+
+def default_client_id(shared_group: Optional[str] = None) -> str:
+    """Fixed per host (and share group), so the broker keeps this collector's session across restarts."""
+    host = "".join(c if c.isalnum() or c in "-_." else "-" for c in socket.gethostname().split(".")[0])
+    return "-".join(part for part in ("edgeopt-collector", shared_group, host or "host") if part)
+
+
+def subscriptions(shared_group: Optional[str] = None) -> List[str]:
+    if shared_group is None:
+        return [protocol.subscription(kind) for kind in COLLECTED_KINDS]
+    return [protocol.shared_subscription(shared_group, kind) for kind in COLLECTED_KINDS]
+
+
+@dataclass(frozen=True)
+class Delivery:
+    topic: str
+    payload: bytes
+    mid: int
+    qos: int
+    connection: int  # which connection it came on: a PUBACK is only valid on that one
+    received: float
+
+
+@dataclass
+class Counters:
+    stored: int = 0
+    duplicate: int = 0
+    rejected: int = 0
+    new_gaps: int = 0
+    missing: int = 0
+    filled: int = 0
+    batches: int = 0
+    failed_commits: int = 0
+    last_error: Optional[str] = None
+
+
+class _DeferredAckSession(MqttSession):
+    """An MqttSession that hands each message over with what is needed to acknowledge it later."""
+
+    deliver: Callable[[Any, Any], None]
+
+    def _handle_message(self, client, userdata, message) -> None:
+        self.deliver(client, message)
+
+    def ack(self, mid: int, qos: int) -> None:
+        self._client.ack(mid, qos)
+
+
+class Collector:
+    def __init__(
+        self,
+        store: FleetStore,
+        broker: BrokerSettings,
+        client_id: Optional[str] = None,
+        shared_group: Optional[str] = None,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        max_wait_s: float = DEFAULT_MAX_WAIT_S,
+        backoff: Optional[Backoff] = None,
+        shutdown_timeout_s: float = 10.0,
+    ):
+        if max_batch < 1 or max_wait_s < 0:
+            raise UserError(f"batches need max_batch >= 1 and max_wait_s >= 0, got {max_batch} and {max_wait_s}")
+        self.store = store
+        self.broker = broker
+        self.shared_group = shared_group
+        self.client_id = client_id or default_client_id(shared_group)
+        self.max_batch = max_batch
+        self.max_wait_s = max_wait_s
+        self.shutdown_timeout_s = shutdown_timeout_s
+        self.counters = Counters()
+        self.error: Optional[str] = None  # set when the collector cannot go on (then it stops)
+        self._pending: List[Delivery] = []
+        self._connection = 0
+        self._retry_at = 0.0
+        self._retry = Backoff(0.5, 30.0)
+        self._stop = threading.Event()
+        self.session = _DeferredAckSession(
+            broker,
+            self.client_id,
+            before_connect=lambda: self._presence("offline", "connection_lost"),
+            on_connect=self._on_connect,
+            on_message=self._not_used,
+            on_ack=lambda mid, accepted: None,
+            on_tick=lambda session: self._flush(),
+            on_new_client=self._on_new_client,
+            subscriptions=subscriptions(shared_group),
+            backoff=backoff,
+        )
+        self.session.deliver = self._deliver
+
+    @property
+    def connected(self) -> bool:
+        return self.session.connected
+
+    @property
+    def presence_topic(self) -> str:
+        return f"{PRESENCE_ROOT}/{self.client_id}/status"
+
+    def start(self) -> None:
+        self.session.start()
+
+    def run(self, stop: threading.Event, progress: Optional[Callable[["Collector"], None]] = None,
+            progress_interval_s: float = 1.0) -> None:
+        """Collect until `stop` is set (or the collector cannot go on), then leave cleanly."""
+        self.start()
+        try:
+            while not stop.wait(progress_interval_s) and not self._stop.is_set():
+                if progress is not None:
+                    progress(self)
+        finally:
+            self.close()
+        if self.error:
+            raise UserError(self.error)
+
+    def close(self) -> None:
+        """Store and acknowledge what is waiting (for up to `shutdown_timeout_s`), say goodbye, disconnect."""
+        self.session.stop(final=self._presence("offline", "shutdown"), drained=self._drain,
+                          timeout_s=self.shutdown_timeout_s)
+        # Whatever is still here arrived too late to acknowledge; storing it now is safe, because
+        # the broker delivers it again at the next start and then it is a duplicate.
+        if self._pending:
+            self._commit(self._pending, acknowledge=False)
+            if self._pending:
+                log.error("%d received messages could not be stored (%s); the broker keeps them "
+                          "until the next start", len(self._pending), self.counters.last_error)
+
+    # --- network thread -------------------------------------------------------------------------
+
+    def _on_connect(self, session: MqttSession) -> None:
+        self._connection += 1
+        if self.shared_group is not None and session.protocol != V5:
+            self.error = (f"broker {self.broker.address} speaks only MQTT 3.1.1, and --shared needs MQTT v5 "
+                          "shared subscriptions; drop --shared or use a v5 broker (mosquitto, EMQX)")
+            log.error(self.error)
+            self._stop.set()
+            return
+        presence = self._presence("online", "connected")
+        session.publish(presence.topic, presence.payload, presence.retain)
+
+    def _on_new_client(self) -> None:
+        self._connection += 1  # PUBACKs for the old client's messages can no longer be sent
+
+    def _deliver(self, client: Any, message: Any) -> None:
+        self._pending.append(Delivery(message.topic, bytes(message.payload), message.mid, message.qos,
+                                      self._connection, time.monotonic()))
+        client.ack(message.mid, message.qos)
+        if len(self._pending) >= self.max_batch or not _more_waiting(client):
+            self._flush(force=True)
+
+    def _flush(self, force: bool = False) -> None:
+        if not self._pending:
+            return
+        now = time.monotonic()
+        if now < self._retry_at:
+            return
+        if not force and now - self._pending[0].received < self.max_wait_s:
+            return
+        self._commit(self._pending, acknowledge=True)
+
+    def _drain(self) -> bool:
+        self._retry_at = 0.0
+        self._flush(force=True)
+        return not self._pending
+
+    def _commit(self, batch: List[Delivery], acknowledge: bool) -> None:
+        try:
+            report = self.store.ingest_many([(d.topic, d.payload) for d in batch])
+        except Exception as exc:
+            # Nothing of the batch is stored and nothing acknowledged: retry after a pause.
+            self.counters.failed_commits += 1
+            self.counters.last_error = f"{type(exc).__name__}: {exc}"
+            delay = self._retry.next()
+            log.error("storing %d messages failed (%s); retrying in %.1f s", len(batch), self.counters.last_error, delay)
+            self._retry_at = time.monotonic() + delay
+            return
+        self._retry.reset()
+        self._pending = self._pending[len(batch):]
+        if acknowledge and self.session.connected:
+            for delivery in batch:
+                if delivery.connection == self._connection:
+                    self.session.ack(delivery.mid, delivery.qos)
+        c = self.counters
+        c.stored += report.counts[STORED]
+        c.duplicate += report.counts[DUPLICATE]
+        c.rejected += report.counts[REJECTED]
+        c.new_gaps += report.new_gaps
+        c.missing += report.missing
+        c.filled += report.filled
+        c.batches += 1
+
+    def _presence(self, state: str, reason: str) -> Message:
+        """The collector's own retained status, outside the device topics."""
+        payload = json.dumps({"state": state, "reason": reason, "client_id": self.client_id,
+                              "shared_group": self.shared_group, "ts": round(time.time(), 3)})
+        return Message(self.presence_topic, payload.encode(), retain=True)
+
+    @staticmethod
+    def _not_used(topic: str, payload: bytes) -> None:
+        raise AssertionError("messages are delivered through _deliver")
+
+
+def _more_waiting(client: Any) -> bool:
+    """Whether another packet can be read right away (then the batch can grow without waiting)."""
+    sock = client.socket()
+    if sock is None:
+        return False
+    pending = getattr(sock, "pending", None)  # bytes TLS has already decrypted
+    if pending is not None and pending() > 0:
+        return True
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return False
+    return bool(readable)

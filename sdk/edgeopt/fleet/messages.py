@@ -1,0 +1,295 @@
+"""Turn one MQTT message from a device into the row it will become, or say why it is rejected.
+
+Pure functions, no database: the envelope is checked with the wire protocol's own validator
+(edgeopt_agent.protocol), then the body with the checks below, and the figures the fleet views
+sort and filter on are lifted into columns. The full body is kept as JSON next to them.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional, Union
+
+from edgeopt_agent import protocol
+
+EXCERPT_BYTES = 256
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # shown escaped; tab and newline stay
+# The only topic kinds a device sends and the collector stores, with the envelope type each carries.
+DEVICE_KINDS = {
+    protocol.STATUS: protocol.STATUS_TYPE,
+    protocol.TELEMETRY: protocol.TELEMETRY_TYPE,
+    protocol.RESULTS: protocol.RESULT_TYPE,
+}
+# Status sequence numbers have holes by design (the agent numbers a Last Will for every
+# connection, and most Wills are never sent), so only these kinds are checked for gaps.
+GAP_CHECKED_KINDS = (protocol.TELEMETRY, protocol.RESULTS)
+RUNTIME_DISTRIBUTIONS = ("onnxruntime", "ai-edge-litert", "tflite-runtime", "tensorrt")
+_META_TEXT = ("model", "model_sha256", "artifact_key", "format", "precision", "manifest_sha256")
+
+
+@dataclass(frozen=True)
+class Rejection:
+    topic: str
+    reason: str  # a short kind: malformed_message, oversized, wrong_device, unsupported_schema, ...
+    detail: str
+    payload_bytes: int
+    excerpt: str
+    device_id: Optional[str] = None
+    message_id: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class DeviceMessage:
+    kind: str  # status, telemetry or results
+    envelope: protocol.Envelope
+    row: Dict[str, Any]  # the columns of its table (status, telemetry or results), id included
+
+    @property
+    def device_id(self) -> str:
+        return self.envelope.device_id
+
+
+Parsed = Union[DeviceMessage, Rejection]
+
+
+class BodyError(ValueError):
+    """The envelope is fine but its body is not what its type promises."""
+
+
+def parse(topic: str, payload: bytes, max_bytes: int = protocol.MAX_MESSAGE_BYTES) -> Parsed:
+    """Validate one message. Never raises for bad input: that becomes a Rejection."""
+
+    def reject(reason: str, detail: str, device_id: Optional[str] = None, message_id: Optional[str] = None):
+        return Rejection(topic, reason, detail, len(payload), excerpt(payload), device_id, message_id)
+
+    try:
+        device_id, kind = protocol.parse_topic(topic)
+    except protocol.ProtocolError as exc:
+        return reject("invalid_topic", str(exc))
+    if kind not in DEVICE_KINDS:
+        return reject("unexpected_topic", f"'{kind}' messages go to devices; the collector stores "
+                                          f"{', '.join(DEVICE_KINDS)}", device_id)
+    try:
+        envelope = protocol.Envelope.decode(payload, expect_device=device_id, max_bytes=max_bytes)
+    except protocol.ProtocolError as exc:
+        return reject(exc.kind, str(exc), device_id, _message_id_of(payload, max_bytes))
+    if envelope.type != DEVICE_KINDS[kind]:
+        return reject("unexpected_type", f"a '{envelope.type}' message on a {kind} topic; expected "
+                                         f"'{DEVICE_KINDS[kind]}'", device_id, envelope.id)
+    try:
+        row = _ROWS[kind](envelope)
+    except BodyError as exc:
+        return reject("invalid_body", str(exc), device_id, envelope.id)
+    row.update(id=envelope.id, device_id=device_id, seq=envelope.seq, ts=envelope.ts)
+    return DeviceMessage(kind, envelope, row)
+
+
+def excerpt(payload: bytes) -> str:
+    """The start of a payload as text, for a person reading the rejected table."""
+    text = payload[:EXCERPT_BYTES].decode("utf-8", "backslashreplace")
+    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return text + ("…" if len(payload) > EXCERPT_BYTES else "")
+
+
+def _message_id_of(payload: bytes, max_bytes: int) -> Optional[str]:
+    if len(payload) > max_bytes:
+        return None
+    try:
+        data = json.loads(payload)
+    except ValueError:
+        return None
+    found = data.get("id") if isinstance(data, dict) else None
+    return found if isinstance(found, str) and len(found) <= 64 else None
+
+
+# --- bodies -----------------------------------------------------------------------------------
+
+
+def status_row(envelope: protocol.Envelope) -> Dict[str, Any]:
+    body = envelope.body
+    state = body.get("state")
+    if state not in (protocol.ONLINE, protocol.OFFLINE):
+        raise BodyError(f"status 'state' must be '{protocol.ONLINE}' or '{protocol.OFFLINE}', got {state!r}")
+    return {
+        "state": state,
+        "reason": _text(body, "reason"),
+        "body": _json(body),
+    }
+
+
+def telemetry_row(envelope: protocol.Envelope) -> Dict[str, Any]:
+    body = envelope.body
+    cpu, memory, power = _section(body, "cpu"), _section(body, "memory"), _section(body, "power")
+    per_cpu = cpu.get("load_pct")
+    loads = [v for v in per_cpu if _is_number(v)] if isinstance(per_cpu, list) else []
+    total, available = memory.get("total_mb"), memory.get("available_mb")
+    return {
+        "cpu_percent": round(sum(loads) / len(loads), 2) if loads else None,
+        "memory_used_mb": round(total - available, 1) if _is_number(total) and _is_number(available) else None,
+        "temperature_c": hottest(body),
+        "power_w": _number(power, "watts"),
+        "power_source": _text(power, "source"),
+        "body": _json(body),
+    }
+
+
+def hottest(telemetry_body: Mapping[str, Any]) -> Optional[float]:
+    """The highest thermal-zone reading of a telemetry body, in °C."""
+    zones = _section(telemetry_body, "thermal")
+    readings = [v for v in zones.values() if _is_number(v)]
+    return float(max(readings)) if readings else None
+
+
+def runtimes(telemetry_body: Mapping[str, Any]) -> Dict[str, str]:
+    """Installed inference runtimes and their versions, from a telemetry body."""
+    versions = _section(telemetry_body, "versions")
+    return {name: versions[name] for name in RUNTIME_DISTRIBUTIONS if isinstance(versions.get(name), str)}
+
+
+def result_row(envelope: protocol.Envelope) -> Dict[str, Any]:
+    body = envelope.body
+    ok = body.get("ok")
+    if not isinstance(ok, bool):
+        raise BodyError(f"result 'ok' must be true or false, got {ok!r}")
+    for key in ("job_id", "job_type", "request_id"):
+        if body.get(key) is not None and not isinstance(body[key], str):
+            raise BodyError(f"result '{key}' must be a string or null, got {body[key]!r}")
+    error, result = body.get("error"), body.get("result")
+    if error is not None and not isinstance(error, dict):
+        raise BodyError(f"result 'error' must be an object or null, got {type(error).__name__}")
+    if result is not None and not isinstance(result, dict):
+        raise BodyError(f"result 'result' must be an object or null, got {type(result).__name__}")
+    if not ok and error is None:
+        raise BodyError("a result with ok=false needs an 'error' object")
+    meta = _meta(body.get("meta"))
+    result = result or {}
+    latency = result.get("latency_ms") if isinstance(result.get("latency_ms"), dict) else {}
+    reasons = result.get("invalid_reasons")
+    artifact = result.get("artifact")
+    return {
+        "job_id": body.get("job_id"),
+        "request_id": body.get("request_id"),
+        "job_type": body.get("job_type"),
+        "ok": int(ok),
+        "error_kind": _text(error or {}, "kind"),
+        "error_message": _text(error or {}, "message"),
+        "model": meta.get("model"),
+        "model_sha256": meta.get("model_sha256"),
+        "artifact_key": meta.get("artifact_key") or (_basename(artifact) if isinstance(artifact, str) else None),
+        "format": meta.get("format") or _text(result, "format") or _format_of(artifact),
+        "precision": meta.get("precision") or _text(result, "precision"),
+        "manifest_sha256": meta.get("manifest_sha256"),
+        "accuracy_drop_points": meta.get("accuracy_drop_points"),
+        "runtime": _text(result, "runtime"),
+        "threads": result.get("threads") if _is_int(result.get("threads")) else None,
+        "p50_ms": _number(latency, "p50"),
+        "p90_ms": _number(latency, "p90"),
+        "p95_ms": _number(latency, "p95"),
+        "p99_ms": _number(latency, "p99"),
+        "min_ms": _number(latency, "min"),
+        "max_ms": _number(latency, "max"),
+        "mean_ms": _number(latency, "mean"),
+        "load_ms": _number(result, "load_ms"),
+        "first_inference_ms": _number(result, "first_inference_ms"),
+        "throughput_ips": _number(result, "throughput_ips"),
+        "peak_rss_mb": _number(result, "peak_rss_mb"),
+        "energy_per_inference_mj": _number(result, "energy_per_inference_mj"),
+        "avg_power_w": _number(result, "avg_power_w"),
+        "power_source": _text(result, "power_source"),
+        "valid": int(result["valid"]) if isinstance(result.get("valid"), bool) else None,
+        "invalid_reasons": json.dumps([str(r) for r in reasons]) if isinstance(reasons, list) else None,
+        "body": _json(body),
+    }
+
+
+def _meta(meta: Any) -> Dict[str, Any]:
+    """The manifest facts deploy attached to the job and the agent echoed back."""
+    if meta is None:
+        return {}
+    if not isinstance(meta, dict):
+        raise BodyError(f"result 'meta' must be an object, got {type(meta).__name__}")
+    for key in _META_TEXT:
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            raise BodyError(f"result meta '{key}' must be a string or null, got {meta[key]!r}")
+    drop = meta.get("accuracy_drop_points")
+    if drop is not None and not _is_number(drop):
+        raise BodyError(f"result meta 'accuracy_drop_points' must be a number or null, got {drop!r}")
+    return meta
+
+
+_ROWS = {protocol.STATUS: status_row, protocol.TELEMETRY: telemetry_row, protocol.RESULTS: result_row}
+
+
+def _section(body: Mapping[str, Any], key: str) -> Dict[str, Any]:
+    value = body.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _text(data: Mapping[str, Any], key: str) -> Optional[str]:
+    value = data.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _number(data: Mapping[str, Any], key: str) -> Optional[float]:
+    value = data.get(key)
+    return float(value) if _is_number(value) else None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
+
+
+def _basename(path: str) -> str:
+    return path.replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def _format_of(artifact: Any) -> Optional[str]:
+    if not isinstance(artifact, str) or "." not in _basename(artifact):
+        return None
+    suffix = _basename(artifact).rsplit(".", 1)[1].lower()
+    return suffix if suffix in protocol.ARTIFACT_FORMATS else None
+
+
+def _json(body: Mapping[str, Any]) -> str:
+    """Standard JSON: the parser let NaN and Infinity through, they are stored as null."""
+    try:
+        return json.dumps(body, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(body), separators=(",", ":"), allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def device_facts(message: DeviceMessage) -> Dict[str, Any]:
+    """What a message says about its device (profile, versions, temperature), for the devices table."""
+    body = message.envelope.body
+    facts: Dict[str, Any] = {}
+    if message.kind == protocol.STATUS:
+        facts["profile"] = _text(body, "profile")
+        facts["agent_version"] = _text(body, "agent_version")
+        facts["mqtt_protocol"] = _text(body, "mqtt_protocol")
+        started = body.get("started_at")
+        facts["started_at"] = float(started) if _is_number(started) else 0.0
+    elif message.kind == protocol.TELEMETRY:
+        facts["profile"] = _text(body, "profile")
+        versions = _section(body, "versions")
+        facts["agent_version"] = _text(versions, "edgeopt")
+        facts["versions"] = {k: v for k, v in versions.items() if isinstance(v, str) or v is None}
+        facts["runtimes"] = runtimes(body)
+        facts["temperature_c"] = message.row["temperature_c"]
+    return facts
+

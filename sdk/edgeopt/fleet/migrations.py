@@ -1,0 +1,208 @@
+"""The fleet database schema as ordered migrations, recorded in the `schema_version` table.
+
+A migration is applied once, in its own transaction, in version order. Never edit one that has
+shipped: add the next. Column types in braces ({float}, {bigint}, {serial}, {text}) are filled
+in per database (see database.Dialect). Flags are stored as 0/1 integers on both databases.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Sequence, Tuple
+
+from ..errors import UserError
+from .database import Database, Transaction
+
+# Held by the migrating transaction on PostgreSQL, so two collectors starting together on a new
+# database do not both create the tables (SQLite's BEGIN IMMEDIATE already serializes them).
+_ADVISORY_LOCK = 0x6564676F  # "edgo"
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    statements: Tuple[str, ...]
+
+
+MIGRATIONS: Tuple[Migration, ...] = (
+    Migration(1, "messages, devices, status, telemetry, results, streams, gaps, rejected, counters", (
+        # Every message stored, by envelope id: the duplicate check.
+        """CREATE TABLE messages (
+            id TEXT PRIMARY KEY,
+            device_id TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            seq {bigint} NOT NULL,
+            ts {float} NOT NULL,
+            received_at {float} NOT NULL
+        )""",
+        "CREATE INDEX messages_received ON messages (received_at)",
+        """CREATE TABLE devices (
+            device_id TEXT PRIMARY KEY,
+            profile TEXT,
+            state TEXT,
+            state_reason TEXT,
+            state_started_at {float},
+            state_seq {bigint},
+            state_ts {float},
+            mqtt_protocol TEXT,
+            agent_version TEXT,
+            versions TEXT,
+            runtimes TEXT,
+            temperature_c {float},
+            telemetry_ts {float},
+            telemetry_seq {bigint},
+            first_seen {float} NOT NULL,
+            last_seen {float} NOT NULL
+        )""",
+        """CREATE TABLE status (
+            id TEXT PRIMARY KEY,
+            device_id TEXT NOT NULL,
+            seq {bigint} NOT NULL,
+            ts {float} NOT NULL,
+            state TEXT NOT NULL,
+            reason TEXT,
+            body TEXT NOT NULL
+        )""",
+        "CREATE INDEX status_device_ts ON status (device_id, ts)",
+        """CREATE TABLE telemetry (
+            id TEXT PRIMARY KEY,
+            device_id TEXT NOT NULL,
+            seq {bigint} NOT NULL,
+            ts {float} NOT NULL,
+            cpu_percent {float},
+            memory_used_mb {float},
+            temperature_c {float},
+            power_w {float},
+            power_source TEXT,
+            body TEXT NOT NULL
+        )""",
+        "CREATE INDEX telemetry_device_ts ON telemetry (device_id, ts)",
+        "CREATE INDEX telemetry_ts ON telemetry (ts)",
+        """CREATE TABLE results (
+            id TEXT PRIMARY KEY,
+            device_id TEXT NOT NULL,
+            seq {bigint} NOT NULL,
+            ts {float} NOT NULL,
+            job_id TEXT,
+            request_id TEXT,
+            job_type TEXT,
+            ok INTEGER NOT NULL,
+            error_kind TEXT,
+            error_message TEXT,
+            model TEXT,
+            model_sha256 TEXT,
+            artifact_key TEXT,
+            format TEXT,
+            precision TEXT,
+            manifest_sha256 TEXT,
+            accuracy_drop_points {float},
+            runtime TEXT,
+            threads INTEGER,
+            p50_ms {float},
+            p90_ms {float},
+            p95_ms {float},
+            p99_ms {float},
+            min_ms {float},
+            max_ms {float},
+            mean_ms {float},
+            load_ms {float},
+            first_inference_ms {float},
+            throughput_ips {float},
+            peak_rss_mb {float},
+            energy_per_inference_mj {float},
+            avg_power_w {float},
+            power_source TEXT,
+            valid INTEGER,
+            invalid_reasons TEXT,
+            body TEXT NOT NULL
+        )""",
+        "CREATE INDEX results_device_ts ON results (device_id, ts)",
+        "CREATE INDEX results_model ON results (model, artifact_key)",
+        # Highest sequence number seen per device and topic kind.
+        """CREATE TABLE streams (
+            device_id TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            max_seq {bigint} NOT NULL,
+            PRIMARY KEY (device_id, kind)
+        )""",
+        # Ranges of sequence numbers not (yet) received; filled_at is set when a late one arrives.
+        """CREATE TABLE gaps (
+            id {serial},
+            device_id TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            first_missing_seq {bigint} NOT NULL,
+            last_missing_seq {bigint} NOT NULL,
+            detected_at {float} NOT NULL,
+            filled_at {float}
+        )""",
+        "CREATE INDEX gaps_open ON gaps (device_id, kind, filled_at)",
+        """CREATE TABLE rejected (
+            id {serial},
+            received_at {float} NOT NULL,
+            topic TEXT NOT NULL,
+            reason TEXT NOT NULL,
+            detail TEXT NOT NULL,
+            device_id TEXT,
+            message_id TEXT,
+            payload_bytes {bigint} NOT NULL,
+            excerpt TEXT NOT NULL
+        )""",
+        "CREATE INDEX rejected_received ON rejected (received_at)",
+        """CREATE TABLE counters (
+            name TEXT PRIMARY KEY,
+            value {bigint} NOT NULL
+        )""",
+    )),
+)
+
+
+def latest_version(migrations: Sequence[Migration] = MIGRATIONS) -> int:
+    return max((m.version for m in migrations), default=0)
+
+
+def migrate(db: Database, migrations: Sequence[Migration] = MIGRATIONS) -> int:
+    """Bring the database to the newest schema; returns the version it is at."""
+    ordered = sorted(migrations, key=lambda m: m.version)
+    versions = [m.version for m in ordered]
+    if len(set(versions)) != len(versions) or any(v < 1 for v in versions):
+        raise ValueError(f"migration versions must be unique positive integers, got {versions}")
+    newest = latest_version(ordered)
+    with db.transaction() as tx:
+        _lock(db, tx)
+        tx.execute(
+            "CREATE TABLE IF NOT EXISTS schema_version ("
+            "version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at {float} NOT NULL)".format(
+                **db.dialect.types
+            )
+        )
+        at = _version(tx)
+    if at > newest:
+        raise UserError(
+            f"the fleet database {db.display_url} has schema version {at}, newer than this edgeopt "
+            f"knows ({newest}); upgrade edgeopt"
+        )
+    for migration in ordered:
+        if migration.version <= at:
+            continue
+        with db.transaction() as tx:
+            _lock(db, tx)
+            if migration.version <= _version(tx):  # another process applied it meanwhile
+                continue
+            for statement in migration.statements:
+                tx.execute(statement.format(**db.dialect.types))
+            tx.execute(
+                "INSERT INTO schema_version (version, description, applied_at) VALUES (?, ?, ?)",
+                (migration.version, migration.description, time.time()),
+            )
+    return max(at, newest)
+
+
+def _lock(db: Database, tx: Transaction) -> None:
+    if db.dialect.name == "postgresql":
+        tx.execute("SELECT pg_advisory_xact_lock(?)", (_ADVISORY_LOCK,))
+
+
+def _version(tx: Transaction) -> int:
+    row = tx.one("SELECT MAX(version) AS version FROM schema_version")
+    return int(row["version"] or 0) if row else 0

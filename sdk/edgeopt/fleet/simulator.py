@@ -1,0 +1,101 @@
+"""Simulated devices: real protocol envelopes, as an agent would publish them, without a board.
+
+For load tests (scripts/bench_fleet.py), demos and tests of the collector. Each device numbers
+its messages per topic kind from 1, like the agent's outbox; `seq=` overrides the number to
+simulate loss, reordering or a replay.
+"""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional
+
+from edgeopt_agent import protocol
+
+
+@dataclass(frozen=True)
+class Published:
+    topic: str
+    payload: bytes
+    envelope: protocol.Envelope
+    retain: bool = False
+
+
+class SimulatedDevice:
+    def __init__(self, device_id: str, profile: str = "x86-64", agent_version: str = "0.1.0",
+                 seed: Optional[int] = None, clock=time.time):
+        self.device_id = protocol.validate_device_id(device_id)
+        self.profile = profile
+        self.agent_version = agent_version
+        self.started_at = round(clock(), 3)
+        self._clock = clock
+        self._rng = random.Random(seed)
+        self._seq: Dict[str, int] = {}
+
+    def next_seq(self, kind: str) -> int:
+        self._seq[kind] = self._seq.get(kind, 0) + 1
+        return self._seq[kind]
+
+    def envelope(self, kind: str, message_type: str, body: Dict[str, Any], seq: Optional[int] = None,
+                 retain: bool = False) -> Published:
+        envelope = protocol.Envelope(
+            device_id=self.device_id,
+            seq=self.next_seq(kind) if seq is None else seq,
+            type=message_type,
+            body=body,
+            ts=round(self._clock(), 3),
+        )
+        return Published(protocol.topic(self.device_id, kind), envelope.encode(), envelope, retain)
+
+    def status(self, state: str = protocol.ONLINE, reason: str = "connected", seq: Optional[int] = None) -> Published:
+        body = protocol.status_body(state, reason, agent_version=self.agent_version, profile=self.profile,
+                                    started_at=self.started_at, mqtt_protocol="5")
+        return self.envelope(protocol.STATUS, protocol.STATUS_TYPE, body, seq, retain=True)
+
+    def telemetry(self, temperature_c: Optional[float] = None, power_w: Optional[float] = None,
+                  seq: Optional[int] = None) -> Published:
+        rng = self._rng
+        temperature = round(rng.uniform(40.0, 70.0), 1) if temperature_c is None else temperature_c
+        body = {
+            "cpu": {"load_pct": [round(rng.uniform(0, 100), 1) for _ in range(4)]},
+            "memory": {"total_mb": 3906.0, "available_mb": round(rng.uniform(1500, 3500), 1),
+                       "used_pct": 40.0, "swap_used_mb": 0.0},
+            "disk": {"path": "/", "total_gb": 29.1, "free_gb": 18.4, "used_pct": 36.8},
+            "thermal": {"cpu-thermal": temperature},
+            "throttle": {"throttled": False, "under_voltage": False, "reasons": []},
+            "power": {"watts": power_w, "source": "simulated" if power_w is not None else None, "rail": None,
+                      "reason": None if power_w is not None else "simulated device has no power sensor",
+                      "rails": {}},
+            "health": {"throttled": False, "under_voltage": False, "reasons": []},
+            "profile": self.profile,
+            "versions": {"edgeopt": self.agent_version, "onnxruntime": "1.31.1", "ai-edge-litert": "2.3.0",
+                         "tflite-runtime": None, "tensorrt": None, "python": "3.11.2"},
+            "agent": {"pid": 4242, "uptime_s": round(self._clock() - self.started_at, 1), "outbox_queued": 0},
+        }
+        return self.envelope(protocol.TELEMETRY, protocol.TELEMETRY_TYPE, body, seq)
+
+    def result(self, job_id: str, p50_ms: float = 10.0, ok: bool = True, meta: Optional[Mapping[str, Any]] = None,
+               error_kind: str = "failed", error_message: str = "simulated failure",
+               energy_mj: Optional[float] = None, valid: bool = True, seq: Optional[int] = None) -> Published:
+        """A benchmark result (or, with ok=False, an error result) for job `job_id`."""
+        if ok:
+            result: Dict[str, Any] = {
+                "ok": True, "artifact": f"artifacts/{job_id}.onnx", "runtime": "onnxruntime", "threads": 4,
+                "load_ms": 30.0, "first_inference_ms": p50_ms * 2,
+                "latency_ms": {"p50": p50_ms, "p90": p50_ms * 1.1, "p95": p50_ms * 1.15, "p99": p50_ms * 1.3,
+                               "mean": p50_ms * 1.02, "std": p50_ms * 0.05, "min": p50_ms * 0.9,
+                               "max": p50_ms * 1.6},
+                "throughput_ips": round(1000.0 / p50_ms, 2), "runs": 100, "peak_rss_mb": 120.0,
+                "model_rss_mb": 40.0, "output_sha256": "0" * 64,
+                "energy_per_inference_mj": energy_mj, "avg_power_w": None if energy_mj is None else 5.0,
+                "power_source": None if energy_mj is None else "simulated",
+                "valid": valid, "invalid_reasons": [] if valid else ["during the run: throttled"],
+            }
+            body = protocol.result_body(job_id, protocol.BENCHMARK_JOB, protocol.new_message_id(), result=result)
+        else:
+            body = protocol.result_body(job_id, protocol.BENCHMARK_JOB, protocol.new_message_id(),
+                                        error=protocol.error_info(error_kind, error_message))
+        if meta is not None:
+            body["meta"] = dict(meta)
+        return self.envelope(protocol.RESULTS, protocol.RESULT_TYPE, body, seq)

@@ -1,0 +1,187 @@
+"""The fleet tables as people read them (terminal) and as programs read them (JSON, CSV).
+
+Each view is a list of columns: a header for the terminal, the key it reads, and how to show
+it. JSON and CSV carry the store's values unformatted (times in seconds since the epoch).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ..errors import UserError
+
+DASH = "-"
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str
+    show: Callable[[Mapping[str, Any]], str]
+
+
+def _number(key: str, digits: int = 1) -> Callable[[Mapping[str, Any]], str]:
+    def show(row: Mapping[str, Any]) -> str:
+        value = row.get(key)
+        return DASH if value is None else f"{value:,.{digits}f}"
+    return show
+
+
+def _text(key: str) -> Callable[[Mapping[str, Any]], str]:
+    return lambda row: DASH if row.get(key) in (None, "") else str(row[key])
+
+
+def ago(ts: Optional[float], now: Optional[float] = None) -> str:
+    """'12 s ago', '5 min ago', '3 h ago', '2 d ago' (or 'in 4 s' for a clock ahead of ours)."""
+    if ts is None:
+        return DASH
+    delta = (time.time() if now is None else now) - ts
+    size = abs(delta)
+    for limit, unit, span in ((120, "s", 1), (7200, "min", 60), (172800, "h", 3600), (math.inf, "d", 86400)):
+        if size < limit:
+            amount = f"{size / span:.0f} {unit}"
+            return f"{amount} ago" if delta >= 0 else f"in {amount}"
+    return DASH  # not reached
+
+
+def clock(ts: Optional[float]) -> str:
+    if ts is None:
+        return DASH
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _runtimes(row: Mapping[str, Any]) -> str:
+    return ", ".join(f"{name} {version}" for name, version in sorted((row.get("runtimes") or {}).items())) or DASH
+
+
+def _state(row: Mapping[str, Any]) -> str:
+    reason = row.get("state_reason")
+    return row["state"] if not reason or row["state"] == "online" else f"{row['state']} ({reason})"
+
+
+def _validity(row: Mapping[str, Any]) -> str:
+    if not row.get("ok"):
+        return f"failed: {row.get('error_kind') or 'error'}"
+    if row.get("valid") is None:
+        return DASH
+    return "valid" if row["valid"] else "invalid: " + "; ".join(row.get("invalid_reasons") or [])
+
+
+def _drop(row: Mapping[str, Any]) -> str:
+    value = row.get("accuracy_drop_points")
+    return DASH if value is None else f"{value:+.2f}"
+
+
+def _power(row: Mapping[str, Any]) -> str:
+    if row.get("power_w") is None:
+        return DASH
+    return f"{row['power_w']:.2f}" + (f" ({row['power_source']})" if row.get("power_source") else "")
+
+
+DEVICES = (
+    Column("device", _text("device_id")),
+    Column("profile", _text("profile")),
+    Column("state", _state),
+    Column("last seen", lambda r: ago(r.get("last_seen"))),
+    Column("agent", _text("agent_version")),
+    Column("runtimes", _runtimes),
+    Column("temp °C", _number("temperature_c")),
+    Column("missing msgs", lambda r: str(r.get("missing_messages") or 0)),
+)
+
+RESULTS = (
+    Column("model", _text("model")),
+    Column("device", _text("device_id")),
+    Column("profile", _text("profile")),
+    Column("artifact", _text("artifact_key")),
+    Column("format", _text("format")),
+    Column("precision", _text("precision")),
+    Column("runtime", _text("runtime")),
+    Column("p50 ms", _number("p50_ms", 2)),
+    Column("p90 ms", _number("p90_ms", 2)),
+    Column("p99 ms", _number("p99_ms", 2)),
+    Column("inf/s", _number("throughput_ips", 1)),
+    Column("peak MB", _number("peak_rss_mb", 0)),
+    Column("mJ/inf", _number("energy_per_inference_mj", 2)),
+    Column("acc drop pts", _drop),
+    Column("validity", _validity),
+)
+
+TELEMETRY = (
+    Column("time (UTC)", lambda r: clock(r.get("ts"))),
+    Column("device", _text("device_id")),
+    Column("seq", _text("seq")),
+    Column("cpu %", _number("cpu_percent")),
+    Column("mem used MB", _number("memory_used_mb", 0)),
+    Column("temp °C", _number("temperature_c")),
+    Column("power W", _power),
+)
+
+GAPS = (
+    Column("device", _text("device_id")),
+    Column("kind", _text("kind")),
+    Column("missing seqs", lambda r: f"{r['first_missing_seq']}" if r["first_missing_seq"] == r["last_missing_seq"]
+           else f"{r['first_missing_seq']}-{r['last_missing_seq']}"),
+    Column("detected", lambda r: ago(r.get("detected_at"))),
+    Column("filled", lambda r: ago(r["filled_at"]) if r.get("filled_at") else "no"),
+)
+
+
+def cells(columns: Sequence[Column], rows: Sequence[Mapping[str, Any]]) -> Tuple[List[str], List[List[str]]]:
+    """Headers and the formatted cells of every row."""
+    return [c.header for c in columns], [[c.show(row) for c in columns] for row in rows]
+
+
+def to_json(rows: Any) -> str:
+    return json.dumps(rows, indent=2, sort_keys=False, default=str)
+
+
+def to_csv(rows: Sequence[Mapping[str, Any]], drop: Sequence[str] = ()) -> str:
+    """Flat CSV: one column per key; lists and objects are written as JSON."""
+    keys: List[str] = []
+    for row in rows:
+        keys.extend(k for k in row if k not in keys and k not in drop)
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(keys)
+    for row in rows:
+        writer.writerow([_csv_value(row.get(k)) for k in keys])
+    return out.getvalue()
+
+
+def _csv_value(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"))
+    return value
+
+
+_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|min|h|d)$")
+_SPANS: Dict[str, float] = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+
+
+def parse_since(text: str, now: Optional[float] = None) -> float:
+    """'30s', '10m', '2h', '1d' back from now; seconds since the epoch; or an ISO 8601 time (UTC if no zone)."""
+    value = text.strip()
+    match = _RELATIVE.match(value.lower())
+    if match:
+        return (time.time() if now is None else now) - float(match.group(1)) * _SPANS[match.group(2)]
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise UserError(f"--since '{text}' is not a time: use 30s, 10m, 2h, 1d, seconds since the epoch, "
+                        "or an ISO time such as 2024-05-01T12:00:00") from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=timezone.utc)
+    return parsed.timestamp()

@@ -1,0 +1,93 @@
+"""What a report is made from, and where it comes from: the fleet store and/or a manifest."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Union
+
+from ..errors import UserError
+
+MANIFEST = "manifest.json"
+MANIFEST_SCHEMA_PREFIX = "edgeopt.manifest/"
+
+
+@dataclass
+class ReportData:
+    """Rows shaped like the fleet store's answers (see edgeopt.fleet.store) plus a manifest."""
+
+    results: List[Dict[str, Any]] = field(default_factory=list)
+    devices: List[Dict[str, Any]] = field(default_factory=list)
+    telemetry: List[Dict[str, Any]] = field(default_factory=list)
+    gaps: List[Dict[str, Any]] = field(default_factory=list)
+    stats: Dict[str, Any] = field(default_factory=dict)
+    manifest: Optional[Dict[str, Any]] = None
+    sources: List[str] = field(default_factory=list)  # shown in the header, e.g. "fleet store sqlite:///…"
+    generated_at: float = field(default_factory=time.time)
+
+    @property
+    def empty(self) -> bool:
+        artifacts = self.manifest.get("artifacts") if self.manifest else None
+        return not (self.results or self.devices or self.telemetry or artifacts)
+
+
+def load_report_data(db: Optional[str] = None, outdir: Union[str, Path, None] = None,
+                     telemetry_since: Optional[float] = None) -> ReportData:
+    """Read the fleet store at URL `db` and/or the manifest in `outdir`.
+
+    With neither, the fleet's default database (edgeopt.fleet.store.default_db_url()).
+    telemetry_since: only telemetry at or after this epoch time (None: all of it).
+    """
+    data = ReportData()
+    if outdir is not None:
+        path = manifest_path(outdir)
+        data.manifest = read_manifest(path)
+        data.sources.append(f"conversion {path}")
+    if db is not None or outdir is None:
+        from edgeopt.fleet.store import open_store
+
+        # A report only reads: a mistyped SQLite path must not quietly create an empty database.
+        store = open_store(db, create=False)
+        try:
+            fill_from_store(data, store, telemetry_since)
+            data.sources.append(f"fleet store {store.url}")
+        finally:
+            store.close()
+    return data
+
+
+def fill_from_store(data: ReportData, store: Any, telemetry_since: Optional[float] = None) -> ReportData:
+    """Copy everything the report shows out of an open store."""
+    data.results = list(store.results())
+    data.devices = list(store.devices())
+    data.telemetry = list(store.telemetry(since=telemetry_since))
+    data.gaps = list(store.gaps())
+    data.stats = dict(store.stats())
+    return data
+
+
+def manifest_path(outdir: Union[str, Path]) -> Path:
+    """OUTDIR/manifest.json; a path to the manifest file itself works too."""
+    path = Path(outdir)
+    if path.is_dir():
+        path = path / MANIFEST
+        if not path.is_file():
+            raise UserError(f"{outdir} has no {MANIFEST}; give the output folder of `edgeopt convert`")
+    elif not path.is_file():
+        raise UserError(f"conversion output not found: {outdir}; give the output folder of `edgeopt convert`")
+    return path
+
+
+def read_manifest(path: Path) -> Dict[str, Any]:
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UserError(f"cannot read {path}: {exc}") from None
+    schema = manifest.get("schema") if isinstance(manifest, dict) else None
+    if not isinstance(schema, str) or not schema.startswith(MANIFEST_SCHEMA_PREFIX):
+        raise UserError(f"{path} is not an edgeopt manifest (its \"schema\" is {schema!r}, "
+                        f"expected {MANIFEST_SCHEMA_PREFIX}N); give the output folder of `edgeopt convert`")
+    if not isinstance(manifest.get("artifacts"), list):
+        raise UserError(f"{path} has no \"artifacts\" list; re-run `edgeopt convert`")
+    return manifest

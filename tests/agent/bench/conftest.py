@@ -1,0 +1,62 @@
+"""Small real models for the benchmark engine tests (onnx helper API, litert-torch)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+WEIGHTS = np.random.default_rng(7).standard_normal((16, 8)).astype(np.float32)
+
+
+def save_matmul_relu(path, batch_dim):
+    """y = relu(x @ W): x [batch_dim, 16] -> y [batch_dim, 8]; batch_dim an int (fixed) or a name."""
+    onnx = pytest.importorskip("onnx", reason="building test models needs the onnx package")
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+        "matmul_relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch_dim, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch_dim, 8])],
+        [numpy_helper.from_array(WEIGHTS, "W")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def dynamic_onnx(tmp_path_factory):
+    return save_matmul_relu(tmp_path_factory.mktemp("models") / "dynamic.onnx", "N")
+
+
+@pytest.fixture(scope="session")
+def fixed_onnx(tmp_path_factory):
+    return save_matmul_relu(tmp_path_factory.mktemp("models") / "fixed.onnx", 1)
+
+
+@pytest.fixture(scope="session")
+def int8_tflite(tmp_path_factory):
+    """A small CNN quantized to int8 (int8 input and output) by litert-torch's PT2E quantizer."""
+    torch = pytest.importorskip("torch", reason="building the int8 TFLite model needs torch")
+    litert_torch = pytest.importorskip("litert_torch", reason="building the int8 TFLite model needs litert-torch")
+    from litert_torch.quantize import pt2e_quantizer, quant_config
+    from torchao.quantization.pt2e import quantize_pt2e
+
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(4 * 6 * 6, 5)
+    ).eval()
+    example = (torch.rand(1, 3, 8, 8),)
+    quantizer = pt2e_quantizer.PT2EQuantizer().set_global(
+        pt2e_quantizer.get_symmetric_quantization_config(is_per_channel=False)
+    )
+    prepared = quantize_pt2e.prepare_pt2e(torch.export.export(module, example).module(), quantizer)
+    for _ in range(8):
+        prepared(torch.rand(1, 3, 8, 8))
+    quantized = quantize_pt2e.convert_pt2e(prepared, fold_quantize=False)
+    edge = litert_torch.convert(quantized, example, quant_config=quant_config.QuantConfig(pt2e_quantizer=quantizer))
+    path = tmp_path_factory.mktemp("models") / "cnn_int8.tflite"
+    edge.export(str(path))
+    return path

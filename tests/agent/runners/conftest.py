@@ -1,0 +1,89 @@
+"""Small real models for the runner tests, built here with the onnx helper API and litert-torch."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+WEIGHTS = np.random.default_rng(7).standard_normal((16, 8)).astype(np.float32)
+
+
+def save_matmul_relu(path, batch_dim):
+    """y = relu(x @ W): x [batch_dim, 16] -> y [batch_dim, 8]; batch_dim an int (fixed) or a name."""
+    onnx = pytest.importorskip("onnx", reason="building test models needs the onnx package")
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+        "matmul_relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch_dim, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch_dim, 8])],
+        [numpy_helper.from_array(WEIGHTS, "W")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def matmul_weights():
+    return WEIGHTS
+
+
+@pytest.fixture(scope="session")
+def dynamic_onnx(tmp_path_factory):
+    return save_matmul_relu(tmp_path_factory.mktemp("models") / "dynamic.onnx", "N")
+
+
+@pytest.fixture(scope="session")
+def fixed_onnx(tmp_path_factory):
+    return save_matmul_relu(tmp_path_factory.mktemp("models") / "fixed.onnx", 1)
+
+
+@pytest.fixture(scope="session")
+def int8_tflite(tmp_path_factory):
+    """(path, float torch module, example input) of a small CNN quantized to int8 with int8 input/output."""
+    torch = pytest.importorskip("torch", reason="building the int8 TFLite model needs torch")
+    litert_torch = pytest.importorskip("litert_torch", reason="building the int8 TFLite model needs litert-torch")
+    from litert_torch.quantize import pt2e_quantizer, quant_config
+    from torchao.quantization.pt2e import quantize_pt2e
+
+    class SmallCnn(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3)
+            self.fc = torch.nn.Linear(4 * 6 * 6, 5)
+
+        def forward(self, x):
+            return self.fc(torch.relu(self.conv(x)).flatten(1))
+
+    torch.manual_seed(0)
+    module = SmallCnn().eval()
+    example = (torch.rand(1, 3, 8, 8),)
+    quantizer = pt2e_quantizer.PT2EQuantizer().set_global(
+        pt2e_quantizer.get_symmetric_quantization_config(is_per_channel=False)
+    )
+    prepared = quantize_pt2e.prepare_pt2e(torch.export.export(module, example).module(), quantizer)
+    for _ in range(8):
+        prepared(torch.rand(1, 3, 8, 8))
+    quantized = quantize_pt2e.convert_pt2e(prepared, fold_quantize=False)
+    edge = litert_torch.convert(quantized, example, quant_config=quant_config.QuantConfig(pt2e_quantizer=quantizer))
+    path = tmp_path_factory.mktemp("models") / "cnn_int8.tflite"
+    edge.export(str(path))
+    return path, module, example[0]
+
+
+@pytest.fixture(scope="session")
+def dynamic_batch_tflite(tmp_path_factory):
+    """A float conv net whose TFLite input has a dynamic batch axis (shape_signature -1)."""
+    torch = pytest.importorskip("torch", reason="building the TFLite model needs torch")
+    litert_torch = pytest.importorskip("litert_torch", reason="building the TFLite model needs litert-torch")
+
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
+    batch = torch.export.Dim("batch", min=1, max=64)
+    edge = litert_torch.convert(module, (torch.rand(2, 3, 8, 8),), dynamic_shapes=({0: batch},))
+    path = tmp_path_factory.mktemp("models") / "conv_dynamic.tflite"
+    edge.export(str(path))
+    return path
