@@ -15,7 +15,6 @@ import argparse
 import os
 import platform
 import re
-import statistics
 import sys
 import tempfile
 import time
@@ -26,6 +25,7 @@ import torch
 from torch import nn
 
 import edgeopt
+from edgeopt_converters.host_timing import time_interleaved
 from edgeopt_agent.runners import open_runner
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,35 +111,29 @@ def smooth_images(n, seed):
     return nn.functional.interpolate(coarse, size=224, mode="bilinear", align_corners=False).numpy().astype(np.float32)
 
 
-def build(cls, seed=0):
-    """Random weights, with BatchNorm statistics settled on image-like data so activations are realistic."""
+def build(cls, seed=0, logit_std=4.0):
+    """Random weights shaped to behave like a trained classifier's.
+
+    BatchNorm statistics are settled on image-like data so activations have realistic ranges, and
+    the last layer is scaled so logits spread across classes (std ~4) as a trained net's do; an
+    untrained head gives near-equal logits whose argmax flips on any rounding, which would make
+    top-1 agreement measure noise instead of quantization error.
+    """
     torch.manual_seed(seed)
     model = cls()
     model.train()
     with torch.no_grad():
         for i in range(6):
             model(torch.from_numpy(smooth_images(8, 100 + i)))
-    return model.eval()
+        model.eval()
+        head = [m for m in model.modules() if isinstance(m, nn.Linear)][-1]
+        logits = model(torch.from_numpy(smooth_images(16, 200)))
+        centred = logits - logits.mean(dim=1, keepdim=True)
+        head.weight.mul_(logit_std / float(centred.std()))
+    return model
 
 
 # --- timing ------------------------------------------------------------------------------------
-def interleaved_medians(calls, rounds, min_round_s):
-    samples = {k: [] for k in calls}
-    for call in calls.values():
-        call(), call()
-    for _ in range(rounds):
-        for key, call in calls.items():
-            t_round = time.perf_counter()
-            while True:
-                t0 = time.perf_counter()
-                call()
-                t1 = time.perf_counter()
-                samples[key].append((t1 - t0) * 1e3)
-                if t1 - t_round >= min_round_s:
-                    break
-    return {k: statistics.median(v) for k, v in samples.items()}
-
-
 def runner_call(path, feed, threads):
     runner = open_runner(path, threads=threads).load()
     name = runner.inputs()[0].name
@@ -183,7 +177,8 @@ def bench_model(name, cls, threads, rounds, out_root):
             else:
                 calls[artifact["key"]] = call
                 keep.append(runner)
-        medians = interleaved_medians(calls, rounds, min_round_s=0.3)
+        timings = time_interleaved(calls, rounds=rounds, min_round_s=0.3, warmup=2)
+        medians = {key: t.p50_ms for key, t in timings.items()}
         for r in keep:
             r.close()
         rows[batch] = (medians, notes)

@@ -18,3 +18,12 @@ if ! .venv/bin/python -c "import torch, sys; sys.exit(0 if torch.__version__.spl
 fi
 echo "installing edgeopt[$EXTRAS] (editable)"
 .venv/bin/python -m pip install --quiet -e ".[$EXTRAS]"
+
+# The HTML report's screenshot test drives a headless Chromium (Debian's package); without it
+# that one test skips and says why. Installed only where this script may use apt-get.
+if ! command -v chromium >/dev/null 2>&1 && [ "${EDGEOPT_SKIP_BROWSER:-0}" != 1 ] \
+        && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing chromium for the report screenshot test"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+        || echo "warning: chromium could not be installed; the report screenshot test will skip" >&2
+fi

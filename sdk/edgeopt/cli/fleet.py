@@ -1,17 +1,20 @@
 """`edgeopt fleet`: run the collector, and look at what the fleet sent."""
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
 import time
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
 import click
 
 from .output import console, table
 
+PASSWORD_ENV = "EDGEOPT_FLEET_PASSWORD"
 DB_HELP = "Fleet database: sqlite:///PATH (default: $EDGEOPT_FLEET_DB or sqlite:///fleet.db) or postgresql://USER@HOST:PORT/DB."
 
 
@@ -36,24 +39,34 @@ def fleet():
                    "(default: edgeopt-collector[-GROUP]-HOSTNAME).")
 @click.option("--max-batch", type=click.IntRange(min=1), default=500, show_default=True,
               help="Most messages committed (and then acknowledged) in one transaction.")
-def serve(broker, db_url, group, client_id, max_batch):
+@click.option("--tls", is_flag=True, help="Connect with TLS (system CA store unless --tls-ca).")
+@click.option("--tls-ca", type=click.Path(exists=True, dir_okay=False), help="CA certificate(s) for the broker.")
+@click.option("--username", help="Broker user name.")
+@click.option("--password-file", type=click.Path(exists=True, dir_okay=False),
+              help=f"File holding the broker password (or set ${PASSWORD_ENV}).")
+def serve(broker, db_url, group, client_id, max_batch, tls, tls_ca, username, password_file):
     """Store every device's status, telemetry and results until Ctrl-C or SIGTERM."""
-    from edgeopt_agent.daemon.config import DEFAULT_PORT, BrokerSettings, parse_broker
+    from edgeopt_agent.daemon.config import DEFAULT_PORT, DEFAULT_TLS_PORT, BrokerSettings, parse_broker
     from edgeopt_agent.protocol import shared_subscription
 
+    from ..errors import UserError
     from ..fleet.collector import Collector
     from ..fleet.store import open_store
 
     host, port = parse_broker(broker)
     if group is not None:
         shared_subscription(group)  # a bad group name fails here, as a user error
-    settings = BrokerSettings(host=host, port=port or DEFAULT_PORT)
+    password = Path(password_file).read_text(encoding="utf-8").strip() if password_file else os.environ.get(PASSWORD_ENV)
+    if password and not username:
+        raise UserError("a broker password needs --username too")
+    tls = tls or tls_ca is not None
+    settings = BrokerSettings(host=host, port=port or (DEFAULT_TLS_PORT if tls else DEFAULT_PORT), tls=tls,
+                              tls_ca=Path(tls_ca) if tls_ca else None, username=username, password=password)
     store = open_store(db_url)
     try:
         collector = Collector(store, settings, client_id=client_id, shared_group=group, max_batch=max_batch)
-        err = console(stderr=True)
-        err.print(f"collecting from {settings.address} into {store.url} as '{collector.client_id}'"
-                  + (f" in share group '{group}'" if group else "") + "; Ctrl-C to stop")
+        click.echo(f"collecting from {settings.address} into {store.url} as '{collector.client_id}'"
+                   + (f" in share group '{group}'" if group else "") + "; Ctrl-C to stop", err=True)
         line = ProgressLine(sys.stderr)
         stop = threading.Event()
         with _stop_on_signals(stop):
@@ -84,7 +97,8 @@ class ProgressLine:
         c = collector.counters
         rate = (c.stored - self._last_count) / max(now - self._last_time, 1e-9)
         self._last_count, self._last_time, self._last_line = c.stored, now, now
-        text = self.describe(collector, rate)
+        state = "connected" if collector.connected else f"not connected to {collector.broker.address} (retrying; -v says why)"
+        text = f"{state} · {self.describe(collector, rate)}"
         if self._tty:
             self._stream.write("\r\033[K" + text)
         else:
@@ -105,8 +119,7 @@ class ProgressLine:
                  f"{c.missing:,} missing in {c.new_gaps:,} new gaps ({c.filled:,} filled late)"]
         if c.failed_commits:
             parts.append(f"{c.failed_commits:,} failed commits, last: {c.last_error}")
-        state = "connected" if collector.connected else "not connected"
-        return f"{state} · " + " · ".join(parts)
+        return " · ".join(parts)
 
 
 @contextmanager

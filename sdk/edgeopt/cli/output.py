@@ -28,7 +28,10 @@ def console(stderr: bool = False):
         from rich.console import Console
     except ImportError:
         return _PlainConsole()
-    return Console(stderr=stderr)
+    stream = sys.stderr if stderr else sys.stdout
+    # Piped into a file or another program, a table must not be cut to 80 columns.
+    width = None if stream.isatty() else 1000
+    return Console(stderr=stderr, width=width)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], title: str = ""):
@@ -40,7 +43,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], title: str = ""
     # Cells are data (device ids, model names): Text keeps rich from reading "[...]" as markup.
     t = Table(title=Text(title) if title else None)
     for h in headers:
-        t.add_column(h)
+        t.add_column(h, overflow="fold")
     for r in rows:
         t.add_row(*(Text(str(c)) for c in r))
     return t

@@ -16,7 +16,8 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 @click.command()
 @click.argument("outdir", required=False, type=click.Path(path_type=Path))
 @click.option("--db", "db", metavar="URL",
-              help="Fleet store: sqlite:///path/fleet.db or postgresql://user@host:port/db.")
+              help="Fleet store: sqlite:///path/fleet.db or postgresql://user@host:port/db "
+                   "(without OUTDIR the default: $EDGEOPT_FLEET_DB, else sqlite:///fleet.db).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default="report.html",
               show_default=True, help="The HTML file to write.")
 @click.option("--since", metavar="AGE", help="Only telemetry of the last AGE, e.g. 30m, 6h, 2d (default: all).")
@@ -33,10 +34,16 @@ def report(outdir: Optional[Path], db: Optional[str], output: Path, since: Optio
     telemetry_since = time.time() - parse_age(since) if since else None
     data = load_report_data(db=db, outdir=outdir, telemetry_since=telemetry_since)
     path = write_report(data, output, title=title)
-    what = "nothing to report yet" if data.empty else (
-        f"{len(data.results)} results, {len(data.devices)} devices, {len(data.telemetry)} telemetry samples"
-        + (", conversion manifest" if data.manifest else ""))
-    click.echo(f"report: {path} ({what})")
+    click.echo(f"report: {path} ({summary(data)})")
+
+
+def summary(data) -> str:
+    if data.empty:
+        return "nothing to report yet"
+    parts = [f"{len(data.results)} results", f"{len(data.devices)} devices", f"{len(data.telemetry)} telemetry samples"]
+    if data.manifest:
+        parts.append(f"{len(data.manifest['artifacts'])} converted artifacts")
+    return ", ".join(parts)
 
 
 def parse_age(value: str) -> float:

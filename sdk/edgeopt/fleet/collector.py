@@ -181,7 +181,6 @@ class Collector:
     def _deliver(self, client: Any, message: Any) -> None:
         self._pending.append(Delivery(message.topic, bytes(message.payload), message.mid, message.qos,
                                       self._connection, time.monotonic()))
-        client.ack(message.mid, message.qos)
         if len(self._pending) >= self.max_batch or not _more_waiting(client):
             self._flush(force=True)
 

@@ -79,7 +79,11 @@ class Transaction:
 
 
 class Database:
-    """`transaction()` opens a write transaction (or joins the open one); `read()` a read-only view."""
+    """`transaction()` opens a transaction, or joins the one already open on this connection.
+
+    `write=False` is for readers: on SQLite it takes no write lock, so views never hold up a
+    collector (WAL gives the reader a consistent snapshot).
+    """
 
     dialect: Dialect
 
@@ -93,7 +97,7 @@ class Database:
         return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", self.url)
 
     @contextmanager
-    def transaction(self) -> Iterator[Transaction]:
+    def transaction(self, write: bool = True) -> Iterator[Transaction]:
         raise NotImplementedError
 
     def run(self, work, retries: int = RETRIES):
@@ -136,7 +140,7 @@ class SqliteDatabase(Database):
         self._depth = 0
 
     @contextmanager
-    def transaction(self) -> Iterator[Transaction]:
+    def transaction(self, write: bool = True) -> Iterator[Transaction]:
         with self._lock:
             if self._depth:
                 self._depth += 1
@@ -145,7 +149,7 @@ class SqliteDatabase(Database):
                 finally:
                     self._depth -= 1
                 return
-            self._db.execute("BEGIN IMMEDIATE")
+            self._db.execute("BEGIN IMMEDIATE" if write else "BEGIN DEFERRED")
             self._depth = 1
             try:
                 yield Transaction(self._db.cursor(), "?")
@@ -178,7 +182,7 @@ class PostgresDatabase(Database):
             raise UserError(f"cannot connect to PostgreSQL at {self.display_url}: {reason}") from exc
 
     @contextmanager
-    def transaction(self) -> Iterator[Transaction]:
+    def transaction(self, write: bool = True) -> Iterator[Transaction]:
         errors = self._psycopg.errors
         with self._lock:
             if self._depth:

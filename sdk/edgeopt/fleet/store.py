@@ -238,7 +238,7 @@ class FleetStore:
 
     def devices(self) -> List[Dict[str, Any]]:
         """Every device seen: state is "online", "offline" or "unknown" (no status message yet)."""
-        with self.db.transaction() as tx:
+        with self.db.transaction(write=False) as tx:
             rows = tx.rows(f"SELECT device_id, {', '.join(_DEVICE_COLUMNS)} FROM devices ORDER BY device_id")
             missing = {
                 r["device_id"]: int(r["missing"])
@@ -287,7 +287,7 @@ class FleetStore:
         sql = f"SELECT {columns}, d.profile AS profile FROM results r LEFT JOIN devices d ON d.device_id = r.device_id"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        with self.db.transaction() as tx:
+        with self.db.transaction(write=False) as tx:
             rows = tx.rows(sql, params)
         if latest:
             newest: Dict[Tuple[Any, ...], Dict[str, Any]] = {}
@@ -327,7 +327,7 @@ class FleetStore:
             if limit < 1:
                 raise ValueError(f"limit must be positive, got {limit}")
             sql += f" LIMIT {int(limit)}"
-        with self.db.transaction() as tx:
+        with self.db.transaction(write=False) as tx:
             rows = tx.rows(sql, params)
         rows.reverse()
         for r in rows:
@@ -345,7 +345,7 @@ class FleetStore:
         if open_only:
             sql += " AND filled_at IS NULL"
         sql += " ORDER BY device_id, kind, first_missing_seq"
-        with self.db.transaction() as tx:
+        with self.db.transaction(write=False) as tx:
             rows = tx.rows(sql, params)
         for r in rows:
             r["filled"] = r["filled_at"] is not None
@@ -353,7 +353,7 @@ class FleetStore:
 
     def rejected(self, limit: int = 20) -> List[Dict[str, Any]]:
         """The most recent rejected messages, newest first."""
-        with self.db.transaction() as tx:
+        with self.db.transaction(write=False) as tx:
             return tx.rows(
                 "SELECT received_at, topic, reason, detail, device_id, message_id, payload_bytes, excerpt "
                 f"FROM rejected ORDER BY id DESC LIMIT {int(limit)}"
@@ -361,7 +361,7 @@ class FleetStore:
 
     def stats(self) -> Dict[str, Any]:
         """Counts: stored and duplicate by topic kind, rejected by reason, gaps open and filled."""
-        with self.db.transaction() as tx:
+        with self.db.transaction(write=False) as tx:
             stored = {r["kind"]: int(r["n"]) for r in tx.rows("SELECT kind, COUNT(*) AS n FROM messages GROUP BY kind")}
             counters = {r["name"]: int(r["value"]) for r in tx.rows("SELECT name, value FROM counters")}
             rejected = {r["reason"]: int(r["n"]) for r in tx.rows("SELECT reason, COUNT(*) AS n FROM rejected GROUP BY reason")}

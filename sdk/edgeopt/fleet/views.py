@@ -100,9 +100,7 @@ RESULTS = (
     Column("device", _text("device_id")),
     Column("profile", _text("profile")),
     Column("artifact", _text("artifact_key")),
-    Column("format", _text("format")),
-    Column("precision", _text("precision")),
-    Column("runtime", _text("runtime")),
+    Column("format", lambda r: " ".join(r[k] for k in ("format", "precision") if r.get(k)) or DASH),
     Column("p50 ms", _number("p50_ms", 2)),
     Column("p90 ms", _number("p90_ms", 2)),
     Column("p99 ms", _number("p99_ms", 2)),
@@ -110,7 +108,7 @@ RESULTS = (
     Column("peak MB", _number("peak_rss_mb", 0)),
     Column("mJ/inf", _number("energy_per_inference_mj", 2)),
     Column("acc drop pts", _drop),
-    Column("validity", _validity),
+    Column("valid", _validity),
 )
 
 TELEMETRY = (

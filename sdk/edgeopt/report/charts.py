@@ -117,7 +117,8 @@ def scatter_chart(points: Sequence[Point], title: str, x_title: str, y_title: st
     if y_ref is not None:
         body.append(element("line", x1=left, x2=WIDTH - right, y1=y(y_ref), y2=y(y_ref), stroke=MUTED,
                             stroke_dasharray="4 4", stroke_width=1))
-    placed: List[Tuple[float, float, float, float]] = []
+    # Labels avoid every marker and each other.
+    placed: List[Tuple[float, float, float, float]] = [(x(p.x) - 6, y(p.y) - 6, x(p.x) + 6, y(p.y) + 6) for p in points]
     labels, labelled = [], []
     for p in points:
         px, py = x(p.x), y(p.y)
@@ -154,7 +155,8 @@ def _overlaps(a, b) -> bool:
 # --- time series ------------------------------------------------------------------------------
 
 MAX_POINTS = 300
-TIME_STEPS = (1, 5, 15, 30, 60, 300, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 2 * 86400, 7 * 86400)
+TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 2 * 3600, 3 * 3600, 6 * 3600, 12 * 3600,
+              86400, 2 * 86400, 7 * 86400, 14 * 86400, 28 * 86400)
 
 
 def time_chart(series: Sequence[Series], title: str, y_title: str, t_range: Tuple[float, float], zero: bool = True,
@@ -208,7 +210,7 @@ def _segments(points: List[Tuple[float, float]]) -> List[List[Tuple[float, float
 
 def _time_axis(t: Scale, top: float, base: float) -> List[str]:
     span = t.hi - t.lo
-    step = next((s for s in TIME_STEPS if span / s <= 7), TIME_STEPS[-1])
+    step = next((s for s in TIME_STEPS if span / s <= 8), TIME_STEPS[-1])
     first = (int(t.lo) // step + 1) * step
     parts = [element("line", x1=t.start, x2=t.end, y1=base, y2=base, stroke=MUTED, stroke_width=1)]
     last_day = None

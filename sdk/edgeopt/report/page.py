@@ -1,18 +1,16 @@
 """The report page: one self-contained HTML file (inline CSS and SVG, no script, no network)."""
 from __future__ import annotations
 
-from collections import OrderedDict
 from importlib import metadata, resources
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .charts import LatencyRow, Point, Series, latency_chart, legend, scatter_chart, time_chart
 from .compare import ArtifactView, ResultView, artifact_views, colors, format_marker, result_views
 from .data import ReportData
-from .svg import PALETTE
 from .text import esc, fixed, number, short, signed, size, text, when, whole
 
 # Nothing may load from anywhere, and nothing may run, even if a value slipped past escaping.
-CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+CSP = "default-src 'none'; style-src 'unsafe-inline'"
 HOST_COLOR = "#52606d"
 TELEMETRY_METRICS = (  # (row key, name, unit, axis starts at zero)
     ("temperature_c", "Temperature", "°C", False),
@@ -24,20 +22,22 @@ TELEMETRY_METRICS = (  # (row key, name, unit, axis starts at zero)
 def render_report(data: ReportData, title: str = "edgeopt report") -> str:
     """The whole page as a string."""
     results = result_views(data.results, data.manifest)
+    # One colour per board for the whole page, so a board looks the same in every chart.
+    palette = colors([r.device for r in results] + [_device(t) for t in data.telemetry] + [_device(d) for d in data.devices])
     sections: List[Tuple[str, str, str]] = []  # (anchor, heading, html)
     if data.empty:
         sections.append(("nothing", "Nothing to report yet", _nothing_yet(data)))
     else:
         if results:
             sections.append(("results", "Benchmark results", _results_section(results)))
-            sections.append(("latency", "Latency distribution", _latency_section(results)))
-            sections.append(("energy", "Energy vs latency", _energy_section(results)))
+            sections.append(("latency", "Latency distribution", _latency_section(results, palette)))
+            sections.append(("energy", "Energy vs latency", _energy_section(results, palette)))
         if results or data.manifest:
-            sections.append(("accuracy", "Accuracy drop vs speed-up", _accuracy_section(results, data.manifest)))
+            sections.append(("accuracy", "Accuracy drop vs speed-up", _accuracy_section(results, data.manifest, palette)))
         if data.manifest:
             sections.append(("conversion", "Conversion", _conversion_section(data.manifest)))
         if data.telemetry:
-            sections.append(("telemetry", "Telemetry over time", _telemetry_section(data.telemetry)))
+            sections.append(("telemetry", "Telemetry over time", _telemetry_section(data.telemetry, palette)))
         if data.devices:
             sections.append(("devices", "Devices", _devices_section(data.devices)))
         if data.gaps or data.stats:
@@ -95,8 +95,8 @@ def _summary(data: ReportData, results: Sequence[ResultView]) -> str:
         rejected = _total(data.stats.get("rejected")) if isinstance(data.stats, Mapping) else 0
         cards.append(("messages missing", whole(missing), f"{rejected} rejected"))
     return '<div class="cards">' + "".join(
-        f'<div class="card"><div class="value">{esc(v)}</div><div class="name">{esc(n)}</div>'
-        f'<div class="detail">{esc(d)}</div></div>' for n, v, d in cards) + "</div>"
+        f'<div class="card"><div class="value{"" if v.isdigit() else " word"}">{esc(v)}</div>'
+        f'<div class="name">{esc(n)}</div><div class="detail">{esc(d)}</div></div>' for n, v, d in cards) + "</div>"
 
 
 def _nothing_yet(data: ReportData) -> str:
@@ -177,11 +177,10 @@ def _fastest_per_board(rows: Sequence[ResultView]) -> List[ResultView]:
 # --- plots -------------------------------------------------------------------------------------
 
 
-def _latency_section(results: Sequence[ResultView]) -> str:
+def _latency_section(results: Sequence[ResultView], palette: Mapping[str, str]) -> str:
     measured = [r for r in results if r.measured]
     if not measured:
         return _missing("No successful measurements to plot.")
-    palette = colors(r.device for r in measured)
     charts = []
     for model, group in _by_model(measured).items():
         group = sorted(group, key=lambda r: (r.device, r.p50))
@@ -190,7 +189,7 @@ def _latency_section(results: Sequence[ResultView]) -> str:
             p90=r.latency["p90"], p99=r.latency["p99"], max=r.latency["max"], tip=_latency_tip(r),
         ) for r in group]
         charts.append(f"<h3>{esc(model)}</h3>" + latency_chart(rows, f"Latency of {model} per board and artifact"))
-    key = legend([(d, c, "circle", False) for d, c in palette.items()])
+    key = _board_legend(palette, {r.device for r in measured})
     note = ('<p class="note">Thin line: min to max · box: p50 to p90 · black bar: p50 · ◆: p99. '
             "Hover a row for the numbers.</p>")
     return note + key + "".join(charts)
@@ -202,13 +201,12 @@ def _latency_tip(r: ResultView) -> str:
             f"p90 {short(lat['p90'])}, p99 {short(lat['p99'])}, max {short(lat['max'])} ms")
 
 
-def _energy_section(results: Sequence[ResultView]) -> str:
+def _energy_section(results: Sequence[ResultView], palette: Mapping[str, str]) -> str:
     with_energy = [r for r in results if r.measured and r.energy_mj is not None]
     if not with_energy:
         boards = sorted({r.device for r in results})
         return _missing("No energy figures yet: no board reported a power measurement with its results "
                         f"({', '.join(boards)}). Boards need a power sensor (RPi 5 PMIC, Jetson INA3221, x86 RAPL, NVML).")
-    palette = colors(r.device for r in with_energy)
     several = len({r.model for r in with_energy}) > 1
     points = [Point(
         x=r.p50, y=r.energy_mj, color=palette[r.device], shape=format_marker(r.format),
@@ -219,12 +217,13 @@ def _energy_section(results: Sequence[ResultView]) -> str:
     chart = scatter_chart(points, "Energy per inference against median latency", "p50 latency (ms)",
                           "energy per inference (mJ)", zero=True)
     note = '<p class="note">Lower left is better: faster and cheaper. Colour: board · marker: format.</p>'
-    return note + _board_format_legend(palette, with_energy) + chart
+    key = legend(_board_keys(palette, {r.device for r in with_energy}) + _format_keys({r.format for r in with_energy}))
+    return note + key + chart
 
 
-def _accuracy_section(results: Sequence[ResultView], manifest: Optional[Mapping[str, Any]]) -> str:
+def _accuracy_section(results: Sequence[ResultView], manifest: Optional[Mapping[str, Any]],
+                      palette: Mapping[str, str]) -> str:
     fleet = [r for r in results if r.measured and r.speedup is not None and r.accuracy_drop is not None]
-    palette = colors(r.device for r in fleet)
     several = len({r.model for r in fleet}) > 1
     host = [a for a in artifact_views(manifest) if a.speedup is not None and a.drop is not None]
     points = [Point(
@@ -245,7 +244,7 @@ def _accuracy_section(results: Sequence[ResultView], manifest: Optional[Mapping[
         return _missing(f"Nothing to plot: {why}.")
     chart = scatter_chart(points, "Accuracy drop against speed-up over FP32", "speed-up over FP32 (×)",
                           "accuracy drop (points)", x_ref=1.0, y_ref=0.0)
-    keys = [(d, c, "circle", False) for d, c in palette.items()]
+    keys = _board_keys(palette, {r.device for r in fleet})
     if host:
         keys.append(("conversion host (manifest timing)", HOST_COLOR, "circle", True))
     keys += _format_keys({r.format for r in fleet} | {a.format for a in host})
@@ -259,14 +258,13 @@ def _accuracy_section(results: Sequence[ResultView], manifest: Optional[Mapping[
     return note + legend(keys) + chart
 
 
-def _telemetry_section(rows: Sequence[Mapping[str, Any]]) -> str:
+def _telemetry_section(rows: Sequence[Mapping[str, Any]], palette: Mapping[str, str]) -> str:
     stamps = [t for t in (number(r.get("ts")) for r in rows) if t is not None]
     if not stamps:
         return _missing("Telemetry rows carry no timestamps.")
-    palette = colors(_device(r) for r in rows)
     charts = []
     for key, name, unit, zero in TELEMETRY_METRICS:
-        series: "OrderedDict[str, Series]" = OrderedDict()
+        series: Dict[str, Series] = {}
         for r in rows:
             ts, value = number(r.get("ts")), number(r.get(key))
             if ts is not None and value is not None:
@@ -280,7 +278,7 @@ def _telemetry_section(rows: Sequence[Mapping[str, Any]]) -> str:
             charts.append(f"<h3>{esc(name)} ({esc(unit)})</h3>" + _missing(f"No device reported {name.lower()}."))
     span = f"{when(min(stamps))} to {when(max(stamps))}"
     return f'<p class="note">{len(rows)} samples from {esc(span)}. Gaps in a line: the device sent nothing.</p>' + \
-        legend([(d, c, "circle", False) for d, c in palette.items()]) + "".join(charts)
+        _board_legend(palette, {_device(r) for r in rows}) + "".join(charts)
 
 
 # --- conversion, devices, ingest ------------------------------------------------------------------
@@ -299,19 +297,23 @@ def _conversion_section(manifest: Mapping[str, Any]) -> str:
                   f"{esc(text(rec.get('reason')))}</p>")
     headers = ("artifact", "format", "precision", "scheme", "size", "top-1 %", "agree %", "acc. drop", "host p50 ms",
                "host p90 ms", "vs FP32")
-    table = _table(headers, [_artifact_row(a) for a in artifact_views(manifest)])
-    timed = [a for a in artifact_views(manifest) if a.host_p50 is not None]
-    if timed:
-        palette = colors(a.format for a in timed)
-        rows_ = [LatencyRow(label=a.key, color=palette[a.format], p50=a.host_p50, p90=a.host_p90,
-                            tip=f"{a.key} on the conversion host: p50 {short(a.host_p50)} ms, p90 {short(a.host_p90)} ms")
-                 for a in sorted(timed, key=lambda a: a.host_p50)]
-        table += ("<h3>Host latency</h3><p class=\"note\">Box: p50 to p90 on the conversion host; boards are "
-                  "measured by deploying.</p>" + legend([(f, c, "square", False) for f, c in palette.items()])
-                  + latency_chart(rows_, "Latency per artifact on the conversion host"))
+    artifacts = artifact_views(manifest)
     notes = "".join(f'<p class="note">note: {esc(n)}</p>' for n in _strings(manifest.get("notes")))
     notes += "".join(f'<p class="warn">warning: {esc(w)}</p>' for w in _strings(manifest.get("warnings")))
-    return intro + table + notes
+    return intro + _table(headers, [_artifact_row(a) for a in artifacts]) + _host_latency(artifacts) + notes
+
+
+def _host_latency(artifacts: Sequence[ArtifactView]) -> str:
+    timed = sorted((a for a in artifacts if a.host_p50 is not None), key=lambda a: a.host_p50)
+    if not timed:
+        return ""
+    by_format = colors(a.format for a in timed)
+    rows = [LatencyRow(label=a.key, color=by_format[a.format], p50=a.host_p50, p90=a.host_p90,
+                       tip=f"{a.key} on the conversion host: p50 {short(a.host_p50)} ms, p90 {short(a.host_p90)} ms")
+            for a in timed]
+    return ('<h3>Host latency</h3><p class="note">Box: p50 to p90 on the conversion host; boards are measured by '
+            "deploying.</p>" + legend([(f, c, "square", False) for f, c in by_format.items()])
+            + latency_chart(rows, "Latency per artifact on the conversion host"))
 
 
 def _artifact_row(a: ArtifactView) -> str:
@@ -398,15 +400,19 @@ def _missing(message: str) -> str:
     return f'<p class="missing">{esc(message)}</p>'
 
 
-def _by_model(rows: Iterable[ResultView]) -> "OrderedDict[str, List[ResultView]]":
-    groups: "OrderedDict[str, List[ResultView]]" = OrderedDict()
+def _by_model(rows: Iterable[ResultView]) -> Dict[str, List[ResultView]]:
+    groups: Dict[str, List[ResultView]] = {}
     for r in rows:
         groups.setdefault(r.model, []).append(r)
     return groups
 
 
-def _board_format_legend(palette: Mapping[str, str], rows: Sequence[ResultView]) -> str:
-    return legend([(d, c, "circle", False) for d, c in palette.items()] + _format_keys({r.format for r in rows}))
+def _board_keys(palette: Mapping[str, str], boards: Iterable[str]) -> List[Tuple[str, str, str, bool]]:
+    return [(board, palette[board], "circle", False) for board in sorted(boards)]
+
+
+def _board_legend(palette: Mapping[str, str], boards: Iterable[str]) -> str:
+    return legend(_board_keys(palette, boards))
 
 
 def _format_keys(formats: Iterable[str]) -> List[Tuple[str, str, str, bool]]:

@@ -1,0 +1,140 @@
+"""`edgeopt fleet serve` and a real agent, both as subprocesses: the agent's status, telemetry and a
+benchmark result land in the database, and the views show them."""
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import paho.mqtt.client as mqtt
+import pytest
+
+from edgeopt.fleet.store import open_store
+from edgeopt_agent import protocol
+
+pytestmark = pytest.mark.slow
+
+DEVICE = "fleet-e2e-dev"
+WAIT_S = 60.0
+QUICK_BENCH = {"runs": 5, "duration_s": 0, "warmup_runs": 1, "warmup_s": 0, "idle_s": 0, "timeout_s": 60}
+
+
+def tiny_onnx() -> bytes:
+    """y = relu(x) on float[1, 4], built with the onnx helper API."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+class Process:
+    def __init__(self, args, log_path, env=None):
+        self.log_path = log_path
+        with open(log_path, "ab") as log:
+            self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+    def log(self):
+        return self.log_path.read_text(errors="replace")
+
+    def terminate(self, timeout=30):
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout)
+
+    def close(self):
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+
+@pytest.fixture
+def processes():
+    started = []
+    yield started
+    for process in started:
+        process.close()
+
+
+def wait_for(read, predicate, what, process=None, timeout=WAIT_S):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = read()
+        if predicate(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}; last: {value}"
+                                 + (f"\n{process.log()}" if process else ""))
+        time.sleep(0.1)
+
+
+def edgeopt(*args):
+    result = subprocess.run([sys.executable, "-m", "edgeopt.cli.main", *args], capture_output=True, text=True,
+                            timeout=60, env={**os.environ, "COLUMNS": "200"})
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def send_job(broker, envelope):
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"test-deploy-{uuid.uuid4().hex[:6]}",
+                         protocol=mqtt.MQTTv5 if broker.mqtt_v5 else mqtt.MQTTv311)
+    client.connect(broker.host, broker.port, 30)
+    client.loop_start()
+    try:
+        client.publish(protocol.jobs_topic(DEVICE), envelope.encode(), qos=1).wait_for_publish(20)
+    finally:
+        client.disconnect()
+        client.loop_stop()
+
+
+def test_agent_status_telemetry_and_result_reach_the_fleet_views(mqtt_broker, tmp_path, processes):
+    url = f"sqlite:///{tmp_path}/fleet.db"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    collector = Process([sys.executable, "-m", "edgeopt.cli.main", "fleet", "serve", "--broker", mqtt_broker.address,
+                         "--db", url, "--client-id", "e2e-collector"], tmp_path / "collector.log", env)
+    processes.append(collector)
+    wait_for(lambda: collector.log(), lambda text: "collecting from" in text, "the collector to start", collector)
+    agent = Process([sys.executable, "-m", "edgeopt_agent.daemon", "--broker", mqtt_broker.address,
+                     "--device-id", DEVICE, "--profile", "x86-64", "--data-dir", str(tmp_path / "agent"),
+                     "--telemetry-interval", "0.5", "--reconnect-min", "0.5", "--reconnect-max", "1"],
+                    tmp_path / "agent.log", env)
+    processes.append(agent)
+
+    store = open_store(url, create=False)  # the collector created it before saying "collecting from"
+    try:
+        [device] = wait_for(lambda: store.devices(),
+                            lambda rows: rows and rows[0]["state"] == "online" and rows[0]["runtimes"],
+                            "the agent's status and telemetry", agent)
+        assert device["device_id"] == DEVICE and device["profile"] == "x86-64"
+        assert device["runtimes"]["onnxruntime"] and device["agent_version"]
+
+        model = tiny_onnx()
+        job = protocol.benchmark_job(DEVICE, 1, "e2e-job-1", hashlib.sha256(model).hexdigest(), "onnx",
+                                     data=model, **QUICK_BENCH)
+        send_job(mqtt_broker, job)
+        [result] = wait_for(lambda: store.results(), bool, "the benchmark result", agent)
+        assert result["ok"], result
+        assert result["job_id"] == "e2e-job-1" and result["runtime"] == "onnxruntime" and result["p50_ms"] > 0
+        assert result["profile"] == "x86-64" and result["format"] == "onnx"
+
+        shown = json.loads(edgeopt("fleet", "results", "--db", url, "--json"))
+        assert [(r["device_id"], r["job_id"]) for r in shown] == [(DEVICE, "e2e-job-1")]
+        table = edgeopt("fleet", "devices", "--db", url)
+        assert DEVICE in table and "x86-64" in table and "online" in table
+
+        assert agent.terminate() == 0
+        wait_for(lambda: store.devices()[0]["state"], lambda state: state == "offline", "the offline status", agent)
+        assert store.devices()[0]["state_reason"] == "shutdown"
+        assert collector.terminate() == 0
+        assert "stopped:" in collector.log() and "internal error" not in collector.log()
+        assert store.gaps(open_only=True) == []
+        assert store.stats()["totals"]["rejected"] == 0
+    finally:
+        store.close()

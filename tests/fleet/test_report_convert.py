@@ -1,0 +1,66 @@
+"""The report of a real conversion, alone and next to fleet results for its artifacts."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import edgeopt
+from edgeopt.cli.main import main
+from edgeopt.fleet.store import open_store
+from edgeopt.report import load_report_data, render_report
+from edgeopt.report.text import signed
+from edgeopt_agent import protocol
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def converted(tmp_path_factory):
+    """OUTDIR and manifest of example:digits-cnn for x86-64, timed on this host (~15 s)."""
+    pytest.importorskip("torch", reason="converting needs the convert extra (torch)")
+    outdir = tmp_path_factory.mktemp("digits")
+    manifest = edgeopt.convert("example:digits-cnn", device="x86-64", output_dir=outdir, time_on_host=True)
+    return outdir, manifest
+
+
+def test_report_of_a_conversion_alone(converted, tmp_path, capsys):
+    outdir, manifest = converted
+    target = tmp_path / "report.html"
+    assert main(["report", str(outdir), "-o", str(target)]) == 0
+    page = target.read_text(encoding="utf-8")
+    conversion = re.search(r'<section id="conversion">(.*?)</section>', page, re.S).group(1)
+    keys = [a["key"] for a in manifest["artifacts"]]
+    for key in keys:
+        assert f">{key}<" in conversion or f">★ {key}<" in conversion
+    assert f">★ {manifest['recommended']}<" in conversion
+    assert "Host latency" in conversion  # timed on this host: p50–p90 per artifact
+    accuracy = re.search(r'<section id="accuracy">(.*?)</section>', page, re.S).group(1)
+    assert accuracy.count("conversion host · ") == len(keys)
+    assert 'id="results"' not in page
+
+
+def test_fleet_results_take_their_accuracy_drop_from_the_manifest(converted, tmp_path):
+    outdir, manifest = converted
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    source = manifest["model"]["source"]
+    store = open_store(url)
+    try:
+        for seq, entry in enumerate(manifest["artifacts"], start=1):
+            result = {"ok": True, "runtime": "onnxruntime", "latency_ms": {"p50": 1.0 / seq, "p90": 1.2 / seq},
+                      "valid": True, "invalid_reasons": []}
+            body = protocol.result_body(f"job-{seq}", protocol.BENCHMARK_JOB, protocol.new_message_id(), result=result)
+            # No accuracy figure in the job's meta: the report looks it up in the manifest.
+            body["meta"] = {"model": source, "artifact_key": entry["key"], "format": entry["format"],
+                            "precision": entry["precision"], "accuracy_drop_points": None}
+            envelope = protocol.Envelope("x86-lab", seq, protocol.RESULT_TYPE, body)
+            assert store.ingest(protocol.results_topic("x86-lab"), envelope.encode()).status == "stored"
+    finally:
+        store.close()
+    data = load_report_data(db=url, outdir=outdir)
+    assert [s.split()[0] for s in data.sources] == ["conversion", "fleet"]
+    page = render_report(data)
+    results = re.search(r'<section id="results">(.*?)</section>', page, re.S).group(1)
+    drops = re.findall(r'<span title="from the conversion manifest">([^<]+)</span>', results)
+    assert len(drops) == len(manifest["artifacts"])
+    assert sorted(drops) == sorted(signed(a["accuracy"]["drop_points"]) for a in manifest["artifacts"])
