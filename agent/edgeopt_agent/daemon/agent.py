@@ -1,0 +1,145 @@
+"""The agent: wires state, sensors, MQTT session, job worker and the telemetry clock together.
+
+Threads: the caller's thread keeps the telemetry clock and waits for the stop signal; the MQTT
+session runs the network; the job worker runs benchmarks. They meet only in the SQLite store.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Dict, Optional
+
+from .. import protocol
+from ..profiles import load_profile
+from .backoff import Backoff
+from .config import AgentConfig
+from .inbox import Inbox
+from .jobs import JobHandler
+from .outbox import Outbox
+from .sender import OutboxSender
+from .store import STATE_FILE, Store, lock_data_dir
+from .telemetry import Telemetry
+from .transport import Message, MqttSession
+from .worker import JobWorker
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_TIMEOUT_S = 5.0
+
+
+class Agent:
+    def __init__(self, config: AgentConfig, sensors: Any = None):
+        """`sensors` is a SensorSuite; by default the board's sensors are discovered here, once."""
+        self.config = config
+        self.device_id = config.device_id
+        profile = load_profile(config.profile) if config.profile else None
+        if sensors is None:
+            from ..sensors import discover
+
+            sensors = discover(sysfs_root="/", profile=profile)
+        self._lock = lock_data_dir(config.data_dir)
+        self.store = Store(config.data_dir / STATE_FILE)
+        self.outbox = Outbox(self.store, self.device_id)
+        self.inbox = Inbox(self.store)
+        self.sender = OutboxSender(self.outbox)
+        self.telemetry = Telemetry(sensors, profile.name if profile else None)
+        self.jobs = JobHandler(self.device_id, config.data_dir, sensors)
+        self.worker = JobWorker(self.store, self.inbox, self.outbox, self.jobs)
+        self.session = MqttSession(
+            config.broker,
+            config.client_id,
+            before_connect=self._before_connect,
+            on_connect=self._on_connect,
+            on_message=self._on_message,
+            on_ack=self.sender.acknowledged,
+            on_tick=lambda session: self.sender.tick(session.publish),
+            on_new_client=self.sender.restart,
+            subscriptions=[protocol.jobs_topic(self.device_id)],
+            backoff=Backoff(config.reconnect_min_s, config.reconnect_max_s),
+        )
+        self._started_at = round(time.time(), 3)
+        self._online_seq: Optional[int] = None
+
+    def run(self, stop: threading.Event) -> None:
+        """Serve until `stop` is set, then shut down cleanly."""
+        log.info("edgeopt-agent %s: device '%s', broker %s, data in %s", self.telemetry.agent_version,
+                 self.device_id, self.config.broker.address, self.config.data_dir)
+        self.worker.start()
+        self.session.start()
+        interval = self.config.telemetry_interval_s
+        due = time.monotonic()
+        try:
+            while not stop.is_set():
+                if time.monotonic() >= due:
+                    self.send_telemetry()
+                    # Skip ticks missed while suspended rather than sending a burst.
+                    due = max(due + interval, time.monotonic())
+                stop.wait(max(0.0, due - time.monotonic()))
+        finally:
+            self.shutdown()
+
+    def send_telemetry(self) -> None:
+        try:
+            body = self.telemetry.body(self._agent_state())
+        except Exception:  # a sensor bug must not stop the agent; the next tick tries again
+            log.exception("collecting telemetry failed")
+            return
+        self.outbox.add(protocol.TELEMETRY, protocol.TELEMETRY_TYPE, body)
+
+    def shutdown(self) -> None:
+        log.info("shutting down")
+        self.worker.stop()
+        offline = self._status(protocol.OFFLINE, "shutdown", self.store.next_seq(protocol.STATUS))
+        self.session.stop(final=offline, drained=self.sender.idle, timeout_s=SHUTDOWN_TIMEOUT_S)
+        self.sender.flush()
+        if self.worker.busy:
+            log.warning("a job was still running; it will run again after the next start")
+        else:
+            self.store.close()
+            self._lock.close()
+
+    # --- hooks, called on the MQTT thread ---------------------------------------------------------
+
+    def _before_connect(self) -> Message:
+        # The online message gets its number now, before the Will's, so that a Will fired later
+        # in this connection always carries a higher seq than the online it contradicts.
+        self._online_seq = self.store.next_seq(protocol.STATUS)
+        return self._status(protocol.OFFLINE, "connection_lost", self.store.next_seq(protocol.STATUS))
+
+    def _on_connect(self, session: MqttSession) -> None:
+        assert self._online_seq is not None, "_before_connect runs before every connection"
+        online = self._status(protocol.ONLINE, "connected", self._online_seq)
+        session.publish(online.topic, online.payload, online.retain)
+
+    def _on_message(self, topic: str, payload: bytes) -> None:
+        if topic != protocol.jobs_topic(self.device_id):
+            log.warning("ignoring a message on unexpected topic %s", topic)
+            return
+        # An oversized job is kept only as far as needed to answer that it is oversized.
+        if self.inbox.add(payload[: protocol.MAX_MESSAGE_BYTES + 1]):
+            self.worker.notify()
+        else:
+            log.info("ignoring a job message delivered twice")
+
+    # ---------------------------------------------------------------------------------------------
+
+    def _status(self, state: str, reason: str, seq: int) -> Message:
+        body = protocol.status_body(
+            state,
+            reason,
+            agent_version=self.telemetry.agent_version,
+            profile=self.config.profile,
+            started_at=self._started_at,
+            mqtt_protocol=self.session.protocol,
+        )
+        envelope = protocol.Envelope(device_id=self.device_id, seq=seq, type=protocol.STATUS_TYPE, body=body)
+        return Message(protocol.status_topic(self.device_id), envelope.encode(), retain=True)
+
+    def _agent_state(self) -> Dict[str, Any]:
+        return {
+            "outbox_queued": len(self.outbox),
+            "jobs_open": self.inbox.open_count(),
+            "job_running": self.worker.busy,
+            "mqtt": {"connected": self.session.connected, "protocol": self.session.protocol},
+        }

@@ -1,0 +1,96 @@
+"""`edgeopt-agent`: the on-device daemon's command line (console script and `python -m`)."""
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import List, Optional
+
+from ..errors import UserError
+from .config import DEFAULT_DATA_DIR, DEFAULT_TELEMETRY_INTERVAL_S, LOG_LEVELS, PASSWORD_ENV, build_config
+
+log = logging.getLogger("edgeopt_agent.daemon")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="edgeopt-agent",
+        description="Benchmark models on this board on request and report telemetry over MQTT.",
+        epilog="Every option can also be set in the --config TOML file, under its name with underscores "
+        "(device_id = \"rpi-01\"). Options given here win over the file.",
+    )
+    add = parser.add_argument
+    add("--config", type=Path, metavar="FILE", help="TOML config file (see scripts/agent.example.toml)")
+    add("--broker", metavar="HOST:PORT", help="MQTT broker (default localhost:1883, 8883 with TLS)")
+    add("--device-id", help="this board's id in topics (default: the host name)")
+    add("--profile", help="device profile, e.g. rpi5 or jetson-orin-nano (see `edgeopt devices`)")
+    add("--data-dir", help=f"where state and artifacts live (default {DEFAULT_DATA_DIR})")
+    add("--telemetry-interval", type=float, metavar="SECONDS",
+        help=f"seconds between telemetry messages (default {DEFAULT_TELEMETRY_INTERVAL_S:g})")
+    add("--tls", action="store_true", default=None, help="connect with TLS (system CA store unless --tls-ca)")
+    add("--tls-ca", metavar="FILE", help="CA certificate(s) to verify the broker with")
+    add("--tls-cert", metavar="FILE", help="client certificate for mutual TLS")
+    add("--tls-key", metavar="FILE", help="client private key for mutual TLS")
+    add("--tls-insecure", action="store_true", default=None, help="do not check the broker's host name (testing only)")
+    add("--username", help="broker user name")
+    add("--password", help=f"broker password (visible in the process list: prefer --password-file or ${PASSWORD_ENV})")
+    add("--password-file", metavar="FILE", help="file holding the broker password")
+    add("--keepalive", type=int, metavar="SECONDS", help="MQTT keep-alive (default 30)")
+    add("--reconnect-min", type=float, metavar="SECONDS", help="first reconnect delay (default 1)")
+    add("--reconnect-max", type=float, metavar="SECONDS", help="longest reconnect delay (default 60)")
+    add("--log-level", choices=LOG_LEVELS, help="default info")
+    add("-v", "--verbose", action="store_true", help="same as --log-level debug")
+    add("--version", action="store_true", help="print the version and exit")
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.version:
+        from .telemetry import versions
+
+        print(f"edgeopt-agent {versions()['edgeopt']}")
+        return 0
+    flags = {key: value for key, value in vars(args).items() if key not in ("config", "verbose", "version")}
+    if args.verbose:
+        flags["log_level"] = "debug"
+    try:
+        config = build_config(flags, args.config)
+        _configure_logging(config.log_level)
+        from .agent import Agent
+
+        agent = Agent(config)
+    except UserError as exc:
+        print(f"edgeopt-agent: error: {exc}", file=sys.stderr)
+        return 2
+    except Exception:
+        _configure_logging("info")
+        log.exception("internal error while starting")
+        return 1
+
+    stop = threading.Event()
+
+    def request_stop(signum, frame):
+        log.info("received %s", signal.Signals(signum).name)
+        stop.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, request_stop)
+    try:
+        agent.run(stop)
+    except UserError as exc:
+        print(f"edgeopt-agent: error: {exc}", file=sys.stderr)
+        return 2
+    except Exception:
+        log.exception("internal error; the agent stops")
+        return 1
+    return 0
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    # paho's own debug lines are packet traces; only wanted when asked for.
+    logging.getLogger("paho").setLevel(logging.DEBUG if level == "debug" else logging.WARNING)

@@ -1,0 +1,204 @@
+"""Agent settings: command-line flags over a TOML config file over defaults, validated once.
+
+The config file uses the flags' names with underscores (``device_id = "rpi-01"``); relative
+paths in it are relative to the file. See scripts/agent.example.toml.
+"""
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import socket
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from .. import protocol
+from ..errors import UserError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on boards with Python < 3.11
+    import tomli as tomllib
+
+DEFAULT_PORT = 1883
+DEFAULT_TLS_PORT = 8883
+DEFAULT_TELEMETRY_INTERVAL_S = 30.0
+DEFAULT_DATA_DIR = "~/.local/state/edgeopt-agent"
+PASSWORD_ENV = "EDGEOPT_AGENT_PASSWORD"
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+# key: (type, default); None default means "not set".
+KEYS: Dict[str, Tuple[type, Any]] = {
+    "broker": (str, "localhost"),
+    "device_id": (str, None),
+    "profile": (str, None),
+    "data_dir": (str, DEFAULT_DATA_DIR),
+    "telemetry_interval": (float, DEFAULT_TELEMETRY_INTERVAL_S),
+    "tls": (bool, False),
+    "tls_ca": (str, None),
+    "tls_cert": (str, None),
+    "tls_key": (str, None),
+    "tls_insecure": (bool, False),
+    "username": (str, None),
+    "password": (str, None),
+    "password_file": (str, None),
+    "keepalive": (int, 30),
+    "reconnect_min": (float, 1.0),
+    "reconnect_max": (float, 60.0),
+    "log_level": (str, "info"),
+}
+_PATH_KEYS = ("data_dir", "tls_ca", "tls_cert", "tls_key", "password_file")
+
+
+@dataclass(frozen=True)
+class BrokerSettings:
+    host: str
+    port: int
+    tls: bool = False
+    tls_ca: Optional[Path] = None
+    tls_cert: Optional[Path] = None
+    tls_key: Optional[Path] = None
+    tls_insecure: bool = False
+    username: Optional[str] = None
+    password: Optional[str] = None
+    keepalive_s: int = 30
+
+    @property
+    def address(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    broker: BrokerSettings
+    device_id: str
+    data_dir: Path
+    profile: Optional[str] = None
+    telemetry_interval_s: float = DEFAULT_TELEMETRY_INTERVAL_S
+    reconnect_min_s: float = 1.0
+    reconnect_max_s: float = 60.0
+    log_level: str = "info"
+
+    @property
+    def client_id(self) -> str:
+        return f"edgeopt-agent-{self.device_id}"
+
+
+def read_config_file(path: Path) -> Dict[str, Any]:
+    """The settings in a TOML file, with relative paths made relative to the file."""
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UserError(f"cannot read config file {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"config file {path} is not valid TOML: {exc}") from exc
+    for key in data:
+        if key not in KEYS:
+            close = difflib.get_close_matches(key.replace("-", "_"), KEYS, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else f"; known keys: {', '.join(KEYS)}"
+            raise UserError(f"config file {path}: unknown key '{key}'{hint}")
+    base = Path(path).resolve().parent
+    for key in _PATH_KEYS:
+        if isinstance(data.get(key), str):
+            data[key] = str(base / Path(data[key]).expanduser())
+    return data
+
+
+def build_config(flags: Mapping[str, Any], config_file: Optional[Path] = None) -> AgentConfig:
+    """Merge flags (None = not given) over the config file over defaults, then validate."""
+    values: Dict[str, Any] = {key: default for key, (_, default) in KEYS.items()}
+    if config_file is not None:
+        values.update(read_config_file(config_file))
+    values.update({key: value for key, value in flags.items() if value is not None})
+    for key, (kind, _) in KEYS.items():
+        values[key] = _coerce(key, kind, values[key])
+
+    host, port = parse_broker(values["broker"])
+    tls = bool(values["tls"] or values["tls_ca"] or values["tls_cert"] or values["tls_insecure"])
+    if port is None:
+        port = DEFAULT_TLS_PORT if tls else DEFAULT_PORT
+    if bool(values["tls_cert"]) != bool(values["tls_key"]):
+        raise UserError("a TLS client certificate needs both tls_cert and tls_key")
+    if values["password"] is not None and values["password_file"] is not None:
+        raise UserError("give the broker password once: password or password_file, not both")
+    password = values["password"] or _read_password(values["password_file"]) or os.environ.get(PASSWORD_ENV)
+    if password and not values["username"]:
+        raise UserError("a broker password needs a username too")
+    if values["telemetry_interval"] <= 0:
+        raise UserError(f"telemetry interval must be positive seconds, got {values['telemetry_interval']}")
+    if not 0 < values["reconnect_min"] <= values["reconnect_max"]:
+        raise UserError("reconnect delays need 0 < reconnect_min <= reconnect_max")
+    if values["keepalive"] < 5:
+        raise UserError(f"keepalive must be at least 5 seconds, got {values['keepalive']}")
+    if values["log_level"].lower() not in LOG_LEVELS:
+        raise UserError(f"log level '{values['log_level']}' is not one of {', '.join(LOG_LEVELS)}")
+
+    broker = BrokerSettings(
+        host=host,
+        port=port,
+        tls=tls,
+        tls_ca=_existing_file(values["tls_ca"], "tls_ca"),
+        tls_cert=_existing_file(values["tls_cert"], "tls_cert"),
+        tls_key=_existing_file(values["tls_key"], "tls_key"),
+        tls_insecure=values["tls_insecure"],
+        username=values["username"],
+        password=password,
+        keepalive_s=values["keepalive"],
+    )
+    return AgentConfig(
+        broker=broker,
+        device_id=protocol.validate_device_id(values["device_id"] or default_device_id()),
+        data_dir=Path(values["data_dir"]).expanduser(),
+        profile=values["profile"],
+        telemetry_interval_s=values["telemetry_interval"],
+        reconnect_min_s=values["reconnect_min"],
+        reconnect_max_s=values["reconnect_max"],
+        log_level=values["log_level"].lower(),
+    )
+
+
+def parse_broker(text: str) -> Tuple[str, Optional[int]]:
+    """'host', 'host:port', '[v6addr]' or '[v6addr]:port' -> (host, port or None)."""
+    match = re.match(r"^\[([^\]]+)\](?::(\d+))?$", text) or re.match(r"^([^:\[\]]+)(?::(\d+))?$", text)
+    if not match or not match.group(1).strip():
+        raise UserError(f"broker '{text}' is not HOST or HOST:PORT (IPv6 as [ADDR]:PORT)")
+    port = int(match.group(2)) if match.group(2) else None
+    if port is not None and not 0 < port < 65536:
+        raise UserError(f"broker port {port} is out of range 1-65535")
+    return match.group(1), port
+
+
+def default_device_id() -> str:
+    """The host name, reduced to the characters a device id allows."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname().split(".")[0]).strip("-._")
+    return name[:64] or "edgeopt-device"
+
+
+def _coerce(key: str, kind: type, value: Any) -> Any:
+    if value is None:
+        return None
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise UserError(f"setting '{key}' must be {kind.__name__}, got {value!r}")
+    return value
+
+
+def _existing_file(value: Optional[str], key: str) -> Optional[Path]:
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    if not path.is_file():
+        raise UserError(f"{key}: no such file {path}")
+    return path
+
+
+def _read_password(path: Optional[str]) -> Optional[str]:
+    if path is None:
+        return None
+    try:
+        return Path(path).expanduser().read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise UserError(f"cannot read password_file {path}: {exc.strerror}") from exc

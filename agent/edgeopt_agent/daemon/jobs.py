@@ -1,0 +1,88 @@
+"""Turns one job message into one result body. Bad input becomes an error result, never an exception.
+
+Checks run cheapest first and before anything is loaded: envelope, job schema, artifact path,
+artifact sha256. Only then is the benchmark engine imported and run; it loads the runtime and
+the model in a child process, so the daemon itself never holds numpy or onnxruntime.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple
+
+from .. import protocol
+from ..errors import UserError
+from .artifacts import confined_path, materialize
+
+log = logging.getLogger(__name__)
+
+# A job is started at most this often: a job that keeps killing the agent itself gets an error.
+MAX_ATTEMPTS = 2
+
+
+class JobHandler:
+    def __init__(self, device_id: str, data_dir: Path, sensors: Any = None):
+        self.device_id = device_id
+        self.data_dir = Path(data_dir)
+        self.sensors = sensors
+
+    def handle(self, payload: bytes, attempts: int = 1) -> Dict[str, Any]:
+        request_id, job_type = _peek(payload)
+        job_id: Optional[str] = None
+        meta: Optional[Dict[str, Any]] = None
+        try:
+            envelope = protocol.Envelope.decode(payload, expect_device=self.device_id)
+            job = protocol.parse_job(envelope)
+            job_id, meta = job.job_id, job.meta
+            if attempts > MAX_ATTEMPTS:
+                raise protocol.ProtocolError(
+                    f"job was interrupted {attempts - 1} times (agent restart or crash while it ran); "
+                    "not trying it again",
+                    kind="interrupted",
+                )
+            log.info("running job %s (%s)", job_id, job.artifact.path or f"inline {job.artifact.format}")
+            result = self._run_benchmark(job)
+            return protocol.result_body(job_id, job_type, request_id, result=result, meta=meta)
+        except protocol.ProtocolError as exc:
+            error = protocol.error_info(exc.kind, str(exc))
+            job_id = exc.job_id or job_id
+        except UserError as exc:  # refused by the engine before its child process started
+            from ..bench.failures import classify
+
+            error = classify(exc)
+        except OSError as exc:
+            error = protocol.error_info("io_error", f"{exc.strerror or exc}: {exc.filename}")
+        except Exception as exc:  # a bug in the agent: answer, log the traceback, keep running
+            log.exception("job %s failed inside the agent", job_id)
+            error = protocol.error_info("internal_error", f"{type(exc).__name__}: {exc}")
+        log.warning("job %s answered with error %s: %s", job_id or request_id or "?", error["kind"], error["message"])
+        return protocol.result_body(job_id, job_type, request_id, error=error, meta=meta)
+
+    def _run_benchmark(self, job: protocol.BenchmarkJob) -> Dict[str, Any]:
+        artifact = materialize(job.artifact, self.data_dir)
+        options = dict(job.bench)
+        if options.get("input_file"):
+            options["input_file"] = str(confined_path(self.data_dir, options["input_file"], "input file"))
+        from ..bench import BenchmarkSpec, run_benchmark
+
+        try:
+            spec = BenchmarkSpec.from_dict(dict(options, artifact=str(artifact)))
+        except UserError as exc:
+            raise protocol.ProtocolError(str(exc), kind="invalid_job") from None
+        return run_benchmark(spec, sensors=self.sensors)
+
+
+def _peek(payload: bytes) -> Tuple[Optional[str], Optional[str]]:
+    """The message id and type of a job, if it is readable at all (to address an error answer)."""
+    try:
+        data = json.loads(payload[: protocol.MAX_MESSAGE_BYTES].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None, None
+    if not isinstance(data, dict):
+        return None, None
+    message_id, message_type = data.get("id"), data.get("type")
+    return (
+        message_id if isinstance(message_id, str) and len(message_id) <= 64 else None,
+        message_type if isinstance(message_type, str) and len(message_type) <= 64 else None,
+    )

@@ -1,0 +1,117 @@
+"""The agent's state on disk: one SQLite file in the data dir.
+
+It holds the outbox (messages not yet acknowledged by the broker), the inbox (jobs received but
+not yet answered) and the per-topic sequence counters, so that all three survive a crash, a
+power cut or a restart together. WAL with synchronous=FULL: a committed row is on the disk.
+"""
+from __future__ import annotations
+
+import sqlite3
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Iterator
+
+from ..errors import UserError
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS sequences (
+    stream TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS outbox (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL,
+    topic TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    retain INTEGER NOT NULL,
+    created REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS outbox_kind ON outbox (kind, id);
+CREATE TABLE IF NOT EXISTS inbox (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    digest TEXT NOT NULL UNIQUE,
+    payload BLOB NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    done INTEGER NOT NULL DEFAULT 0,
+    received REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS inbox_open ON inbox (done, id);
+"""
+STATE_FILE = "agent.db"
+LOCK_FILE = "agent.lock"
+
+
+def lock_data_dir(folder: Path) -> IO[str]:
+    """Claim the data dir for this process (held while the returned file stays open).
+
+    Two agents on one data dir would share a client id and knock each other off the broker.
+    """
+    import fcntl
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = open(folder / LOCK_FILE, "a")
+    except OSError as exc:
+        raise UserError(f"cannot use data dir {folder}: {exc.strerror}; pass a writable --data-dir") from exc
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        raise UserError(f"another edgeopt-agent is already running with data dir {folder}; "
+                        "stop it, or give this one its own --data-dir") from None
+    return handle
+
+
+class Store:
+    """One SQLite connection shared by the agent's threads; `transaction()` nests."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._lock = threading.RLock()
+        self._depth = 0
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # isolation_level=None: transactions are begun and ended explicitly below.
+            self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=10)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(SCHEMA)
+        except OSError as exc:
+            raise UserError(f"cannot create the agent state in {self.path.parent}: {exc.strerror}; "
+                            "pass a writable --data-dir") from exc
+        except sqlite3.OperationalError as exc:
+            raise UserError(f"cannot open the agent state file {self.path}: {exc}; "
+                            "check that --data-dir is writable") from exc
+        except sqlite3.DatabaseError as exc:
+            raise UserError(f"cannot open the agent state file {self.path}: {exc}; "
+                            "move the file away to start with an empty state") from exc
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            if self._depth == 0:
+                self._db.execute("BEGIN IMMEDIATE")
+            self._depth += 1
+            try:
+                yield self._db
+            except BaseException:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._db.execute("ROLLBACK")
+                raise
+            self._depth -= 1
+            if self._depth == 0:
+                self._db.execute("COMMIT")
+
+    def next_seq(self, stream: str) -> int:
+        """The next number of a persistent counter: 1, 2, 3, ... across restarts."""
+        with self.transaction() as db:
+            # INSERT OR IGNORE + UPDATE rather than an upsert: boards still ship SQLite < 3.24.
+            db.execute("INSERT OR IGNORE INTO sequences (stream, value) VALUES (?, 0)", (stream,))
+            db.execute("UPDATE sequences SET value = value + 1 WHERE stream = ?", (stream,))
+            return db.execute("SELECT value FROM sequences WHERE stream = ?", (stream,)).fetchone()[0]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

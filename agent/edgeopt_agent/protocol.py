@@ -1,0 +1,489 @@
+"""The edgeopt wire protocol: MQTT topics, the message envelope and the job schema.
+
+Standard library only: the agent publishes with it and the host (fleet collector, deploy)
+imports the same definitions, so both sides agree by construction. docs/PROTOCOL.md is the
+human-readable version of this module.
+
+Topics, all under ``edgeopt/v1/<device_id>/``:
+
+    status     device -> host  retained; "online" on connect, "offline" on shutdown or Last Will
+    telemetry  device -> host  periodic load, memory, temperature, power, disk, versions
+    jobs       host -> device  work for the agent (type "benchmark")
+    results    device -> host  one message per job: the result, or an error
+
+Every message is one JSON object, the envelope::
+
+    {"id": "<uuid4 hex>", "device_id": "rpi-01", "seq": 17, "ts": 1712345678.123,
+     "schema": 1, "type": "telemetry", "body": {...}}
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from .errors import UserError
+
+SCHEMA_VERSION = 1
+TOPIC_ROOT = "edgeopt/v1"
+
+STATUS = "status"
+TELEMETRY = "telemetry"
+JOBS = "jobs"
+RESULTS = "results"
+TOPIC_KINDS = (STATUS, TELEMETRY, JOBS, RESULTS)
+
+# Envelope `type` of the messages a device sends; jobs carry their job type instead.
+STATUS_TYPE = "status"
+TELEMETRY_TYPE = "telemetry"
+RESULT_TYPE = "result"
+BENCHMARK_JOB = "benchmark"
+JOB_TYPES = (BENCHMARK_JOB,)
+
+ONLINE = "online"
+OFFLINE = "offline"
+
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+# Inline artifacts travel base64-encoded inside one job message; bigger files go by path
+# (copied to the board beforehand) until chunked transfer exists.
+MAX_INLINE_ARTIFACT_BYTES = 4 * 1024 * 1024
+ARTIFACT_FORMATS = ("onnx", "tflite")
+# Artifact keys a later protocol revision fills in (chunked transfer, Ed25519 signatures).
+RESERVED_ARTIFACT_KEYS = ("chunks", "signature")
+
+_DEVICE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_MESSAGE_ID = re.compile(r"^[0-9a-f]{32}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_ENVELOPE_KEYS = ("id", "device_id", "seq", "ts", "schema", "type", "body")
+
+
+class ProtocolError(UserError):
+    """A message that breaks the protocol; `kind` is the error kind reported back to the sender."""
+
+    def __init__(self, message: str, kind: str = "malformed_message", job_id: Optional[str] = None):
+        super().__init__(message)
+        self.kind = kind
+        self.job_id = job_id
+
+
+# --- topics -----------------------------------------------------------------------------------
+
+
+def validate_device_id(device_id: str) -> str:
+    """Device ids are topic levels: letters, digits, '.', '_' and '-', at most 64 characters."""
+    if not isinstance(device_id, str) or not _DEVICE_ID.match(device_id):
+        raise ProtocolError(
+            f"invalid device id {device_id!r}: use 1-64 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit",
+            kind="invalid_device_id",
+        )
+    return device_id
+
+
+def topic(device_id: str, kind: str) -> str:
+    """The topic of one device's message kind, e.g. ``edgeopt/v1/rpi-01/results``."""
+    if kind not in TOPIC_KINDS:
+        raise ProtocolError(f"unknown topic kind '{kind}'; known: {', '.join(TOPIC_KINDS)}")
+    return f"{TOPIC_ROOT}/{validate_device_id(device_id)}/{kind}"
+
+
+def status_topic(device_id: str) -> str:
+    return topic(device_id, STATUS)
+
+
+def telemetry_topic(device_id: str) -> str:
+    return topic(device_id, TELEMETRY)
+
+
+def jobs_topic(device_id: str) -> str:
+    return topic(device_id, JOBS)
+
+
+def results_topic(device_id: str) -> str:
+    return topic(device_id, RESULTS)
+
+
+def subscription(kind: Optional[str] = None, device_id: str = "+") -> str:
+    """A topic filter: one kind (or all with None) of one device (or every device with "+")."""
+    if device_id != "+":
+        validate_device_id(device_id)
+    if kind is None:
+        return f"{TOPIC_ROOT}/{device_id}/#"
+    if kind not in TOPIC_KINDS:
+        raise ProtocolError(f"unknown topic kind '{kind}'; known: {', '.join(TOPIC_KINDS)}")
+    return f"{TOPIC_ROOT}/{device_id}/{kind}"
+
+
+def shared_subscription(group: str, kind: Optional[str] = None) -> str:
+    """An MQTT v5 shared subscription, so several collectors split the devices' messages."""
+    if not group or any(c in group for c in "/+#"):
+        raise ProtocolError(f"invalid share group {group!r}: it may not be empty or contain '/', '+' or '#'")
+    return f"$share/{group}/{subscription(kind)}"
+
+
+def parse_topic(name: str) -> Tuple[str, str]:
+    """Split ``edgeopt/v1/<device_id>/<kind>`` into (device_id, kind)."""
+    prefix = TOPIC_ROOT + "/"
+    parts = name[len(prefix):].split("/") if name.startswith(prefix) else []
+    if len(parts) != 2 or parts[1] not in TOPIC_KINDS:
+        raise ProtocolError(f"'{name}' is not an edgeopt topic ({TOPIC_ROOT}/<device_id>/<kind>)")
+    return validate_device_id(parts[0]), parts[1]
+
+
+# --- envelope ---------------------------------------------------------------------------------
+
+
+def new_message_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """One protocol message. `seq` counts per device and topic kind, starting at 1."""
+
+    device_id: str
+    seq: int
+    type: str
+    body: Dict[str, Any]
+    id: str = field(default_factory=new_message_id)
+    ts: float = field(default_factory=lambda: round(time.time(), 3))
+    schema: int = SCHEMA_VERSION
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {key: getattr(self, key) for key in _ENVELOPE_KEYS}
+
+    def encode(self) -> bytes:
+        """Compact UTF-8 JSON. Non-finite floats (NaN, inf) become null: JSON has no such numbers."""
+        data = self.to_dict()
+        try:
+            text = json.dumps(data, separators=(",", ":"), allow_nan=False)
+        except ValueError:
+            text = json.dumps(_finite(data), separators=(",", ":"), allow_nan=False)
+        return text.encode("utf-8")
+
+    @classmethod
+    def decode(
+        cls,
+        payload: bytes,
+        expect_device: Optional[str] = None,
+        max_bytes: int = MAX_MESSAGE_BYTES,
+    ) -> "Envelope":
+        """Parse and validate one message; ProtocolError says what is wrong with it."""
+        if len(payload) > max_bytes:
+            raise ProtocolError(f"message of {len(payload)} bytes is over the {max_bytes}-byte limit", kind="oversized")
+        try:
+            data = json.loads(payload.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise ProtocolError(f"message is not valid UTF-8 JSON: {exc}") from None
+        return cls.from_dict(data, expect_device)
+
+    @classmethod
+    def from_dict(cls, data: Any, expect_device: Optional[str] = None) -> "Envelope":
+        if not isinstance(data, dict):
+            raise ProtocolError(f"message must be a JSON object, got {type(data).__name__}")
+        missing = [key for key in _ENVELOPE_KEYS if key not in data]
+        if missing:
+            raise ProtocolError(f"message lacks {', '.join(missing)}", job_id=_job_id_of(data.get("body")))
+        job_id = _job_id_of(data["body"])
+        schema = data["schema"]
+        if not _is_int(schema) or schema < 1:
+            raise ProtocolError(f"'schema' must be a positive integer, got {schema!r}", job_id=job_id)
+        if schema != SCHEMA_VERSION:
+            raise ProtocolError(
+                f"message schema {schema} is not the one this side speaks ({SCHEMA_VERSION}); "
+                "upgrade the older side",
+                kind="unsupported_schema",
+                job_id=job_id,
+            )
+        if not isinstance(data["id"], str) or not _MESSAGE_ID.match(data["id"]):
+            raise ProtocolError(f"'id' must be 32 lowercase hex digits, got {data['id']!r}", job_id=job_id)
+        device_id = data["device_id"]
+        try:
+            validate_device_id(device_id)
+        except ProtocolError as exc:
+            raise ProtocolError(str(exc), job_id=job_id) from None
+        if expect_device is not None and device_id != expect_device:
+            raise ProtocolError(
+                f"message is addressed to device '{device_id}' but arrived for '{expect_device}'",
+                kind="wrong_device",
+                job_id=job_id,
+            )
+        if not _is_int(data["seq"]) or data["seq"] < 0:
+            raise ProtocolError(f"'seq' must be a non-negative integer, got {data['seq']!r}", job_id=job_id)
+        if not _is_number(data["ts"]):
+            raise ProtocolError(f"'ts' must be seconds since the Unix epoch, got {data['ts']!r}", job_id=job_id)
+        if not isinstance(data["type"], str) or not data["type"]:
+            raise ProtocolError(f"'type' must be a non-empty string, got {data['type']!r}", job_id=job_id)
+        if not isinstance(data["body"], dict):
+            raise ProtocolError(f"'body' must be a JSON object, got {type(data['body']).__name__}", job_id=job_id)
+        return cls(
+            device_id=device_id,
+            seq=data["seq"],
+            type=data["type"],
+            body=data["body"],
+            id=data["id"],
+            ts=float(data["ts"]),
+            schema=schema,
+        )
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
+
+
+def _job_id_of(body: Any) -> Optional[str]:
+    job_id = body.get("job_id") if isinstance(body, dict) else None
+    return job_id if isinstance(job_id, str) else None
+
+
+# --- device messages --------------------------------------------------------------------------
+
+
+def status_body(state: str, reason: str, **details: Any) -> Dict[str, Any]:
+    """Body of a status message: `state` is "online" or "offline", `reason` says why."""
+    if state not in (ONLINE, OFFLINE):
+        raise ProtocolError(f"status state must be '{ONLINE}' or '{OFFLINE}', got {state!r}")
+    return {"state": state, "reason": reason, **details}
+
+
+def result_body(
+    job_id: Optional[str],
+    job_type: Optional[str],
+    request_id: Optional[str],
+    result: Optional[Mapping[str, Any]] = None,
+    error: Optional[Mapping[str, Any]] = None,
+    meta: Optional[Mapping[str, Any]] = None,
+) -> Dict[str, Any]:
+    """Body of a results message: the engine's result and/or an error {kind, message}.
+
+    `request_id` is the envelope id of the job message, so the sender can match the answer even
+    when the job was too broken to carry a job_id. A result whose "ok" is not true brings its
+    own error. `meta` is the job's `meta`, echoed unchanged.
+    """
+    if result is None and error is None:
+        raise ValueError("a result body needs a result or an error")
+    if error is None and result is not None and result.get("ok") is not True:
+        error = result.get("error") or error_info("failed", "the job failed without saying why")
+    return {
+        "job_id": job_id,
+        "job_type": job_type,
+        "request_id": request_id,
+        "ok": error is None,
+        "error": dict(error) if error is not None else None,
+        "result": dict(result) if result is not None else None,
+        "meta": dict(meta) if meta is not None else None,
+    }
+
+
+def error_info(kind: str, message: str) -> Dict[str, str]:
+    return {"kind": kind, "message": message}
+
+
+# --- jobs -------------------------------------------------------------------------------------
+
+# Benchmark options a job may set, with their JSON types; they map one to one onto the fields of
+# edgeopt_agent.bench.BenchmarkSpec (the agent fills in the artifact itself).
+BENCH_OPTIONS: Dict[str, Tuple[str, bool]] = {
+    # name: (kind, nullable)
+    "runs": ("positive", False),
+    "duration_s": ("number", False),
+    "warmup_runs": ("count", False),
+    "warmup_s": ("number", False),
+    "max_duration_s": ("number", False),
+    "threads": ("positive", True),
+    "batch_sizes": ("batch_sizes", True),
+    "latency_budget_ms": ("number", True),
+    "input_file": ("path", True),
+    "seed": ("integer", False),
+    "timeout_s": ("number", False),
+    "memory_limit_mb": ("positive", True),
+    "runtime": ("name", True),
+    "idle_s": ("number", False),
+}
+
+
+@dataclass(frozen=True)
+class ArtifactRef:
+    """The model a job runs: a file already under the agent's data dir, or the bytes inline."""
+
+    sha256: str
+    format: str
+    path: Optional[str] = None
+    data_b64: Optional[str] = None
+
+    def inline_bytes(self) -> bytes:
+        """The decoded inline artifact (ProtocolError if it is not valid base64)."""
+        if self.data_b64 is None:
+            raise ValueError("this artifact is referenced by path, not inline")
+        try:
+            return base64.b64decode(self.data_b64, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise ProtocolError(f"artifact data_b64 is not valid base64: {exc}", kind="invalid_job") from None
+
+
+@dataclass(frozen=True)
+class BenchmarkJob:
+    job_id: str
+    artifact: ArtifactRef
+    bench: Dict[str, Any]
+    request_id: str
+    # The sender's own facts about the job (model, manifest, precision...): not interpreted by
+    # the agent, echoed in the result so the fleet can file it.
+    meta: Optional[Dict[str, Any]] = None
+
+
+def parse_job(envelope: Envelope) -> BenchmarkJob:
+    """Validate the body of a job message. Unknown job types raise kind "unknown_job_type"."""
+    body = envelope.body
+    job_id = body.get("job_id")
+    if not isinstance(job_id, str) or not 1 <= len(job_id) <= 128:
+        raise ProtocolError("job body needs 'job_id', a string of 1-128 characters", kind="invalid_job")
+    if envelope.type not in JOB_TYPES:
+        raise ProtocolError(
+            f"unknown job type '{envelope.type}'; this agent runs: {', '.join(JOB_TYPES)}",
+            kind="unknown_job_type",
+            job_id=job_id,
+        )
+    try:
+        unknown = sorted(set(body) - {"job_id", "artifact", "bench", "meta"})
+        if unknown:
+            raise ProtocolError(f"unknown job field(s): {', '.join(unknown)}; known: job_id, artifact, bench, meta")
+        artifact = _parse_artifact(body.get("artifact"))
+        bench = _parse_bench(body.get("bench", {}))
+        meta = body.get("meta")
+        if meta is not None and not isinstance(meta, dict):
+            raise ProtocolError(f"job 'meta' must be an object, got {type(meta).__name__}")
+    except ProtocolError as exc:
+        kind = "invalid_job" if exc.kind == "malformed_message" else exc.kind
+        raise ProtocolError(str(exc), kind=kind, job_id=job_id) from None
+    return BenchmarkJob(job_id=job_id, artifact=artifact, bench=bench, request_id=envelope.id, meta=meta)
+
+
+def benchmark_job(
+    device_id: str,
+    seq: int,
+    job_id: str,
+    sha256: str,
+    fmt: str,
+    path: Optional[str] = None,
+    data: Optional[bytes] = None,
+    meta: Optional[Mapping[str, Any]] = None,
+    **bench: Any,
+) -> Envelope:
+    """Build a benchmark job for a device (host side). Give `path` or the artifact's `data`.
+
+    `bench` holds BENCH_OPTIONS; `meta` is anything the sender wants echoed in the result.
+    """
+    artifact: Dict[str, Any] = {"sha256": sha256, "format": fmt}
+    if path is not None:
+        artifact["path"] = path
+    if data is not None:
+        artifact["data_b64"] = base64.b64encode(data).decode("ascii")
+    body: Dict[str, Any] = {
+        "job_id": job_id,
+        "artifact": artifact,
+        "bench": {k: list(v) if isinstance(v, tuple) else v for k, v in bench.items()},
+    }
+    if meta is not None:
+        body["meta"] = dict(meta)
+    envelope = Envelope(device_id=validate_device_id(device_id), seq=seq, type=BENCHMARK_JOB, body=body)
+    parse_job(envelope)  # the sender finds a broken job before the device does
+    return envelope
+
+
+def _parse_artifact(data: Any) -> ArtifactRef:
+    if not isinstance(data, dict):
+        raise ProtocolError("job needs 'artifact', an object with sha256, format and path or data_b64")
+    reserved = [key for key in RESERVED_ARTIFACT_KEYS if key in data]
+    if reserved:
+        raise ProtocolError(
+            f"artifact field(s) {', '.join(reserved)} need a newer agent; send the file by path or data_b64",
+            kind="unsupported",
+        )
+    unknown = sorted(set(data) - {"sha256", "format", "path", "data_b64"})
+    if unknown:
+        raise ProtocolError(f"unknown artifact field(s): {', '.join(unknown)}; known: sha256, format, path, data_b64")
+    sha256 = data.get("sha256")
+    if not isinstance(sha256, str) or not _SHA256.match(sha256):
+        raise ProtocolError("artifact 'sha256' must be 64 lowercase hex digits")
+    fmt = data.get("format")
+    if fmt not in ARTIFACT_FORMATS:
+        raise ProtocolError(f"artifact 'format' must be one of {', '.join(ARTIFACT_FORMATS)}, got {fmt!r}")
+    path, data_b64 = data.get("path"), data.get("data_b64")
+    if (path is None) == (data_b64 is None):
+        raise ProtocolError("artifact needs exactly one of 'path' (a file on the device) or 'data_b64'")
+    if path is not None and (not isinstance(path, str) or not path):
+        raise ProtocolError("artifact 'path' must be a non-empty string relative to the agent's data dir")
+    if data_b64 is not None:
+        if not isinstance(data_b64, str):
+            raise ProtocolError("artifact 'data_b64' must be a base64 string")
+        # base64 grows data by 4/3; checking the text length avoids decoding an oversized file.
+        if len(data_b64) > (MAX_INLINE_ARTIFACT_BYTES + 2) // 3 * 4:
+            raise ProtocolError(
+                f"inline artifact is over {MAX_INLINE_ARTIFACT_BYTES} bytes; copy it to the device and send its path",
+                kind="artifact_too_large",
+            )
+    return ArtifactRef(sha256=sha256, format=fmt, path=path, data_b64=data_b64)
+
+
+def _parse_bench(data: Any) -> Dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ProtocolError("job 'bench' must be an object of benchmark options")
+    unknown = sorted(set(data) - set(BENCH_OPTIONS))
+    if unknown:
+        raise ProtocolError(
+            f"unknown bench option(s): {', '.join(unknown)}; known: {', '.join(sorted(BENCH_OPTIONS))}"
+        )
+    options: Dict[str, Any] = {}
+    for name, value in data.items():
+        kind, nullable = BENCH_OPTIONS[name]
+        if value is None:
+            if not nullable:
+                raise ProtocolError(f"bench option '{name}' may not be null")
+            options[name] = None
+            continue
+        options[name] = _check_option(name, kind, value)
+    return options
+
+
+def _check_option(name: str, kind: str, value: Any) -> Any:
+    if kind == "integer":
+        if not _is_int(value):
+            raise ProtocolError(f"bench option '{name}' must be an integer, got {value!r}")
+    elif kind == "count":
+        if not _is_int(value) or value < 0:
+            raise ProtocolError(f"bench option '{name}' must be a non-negative integer, got {value!r}")
+    elif kind == "positive":
+        if not _is_int(value) or value < 1:
+            raise ProtocolError(f"bench option '{name}' must be a positive integer, got {value!r}")
+    elif kind == "number":
+        if not _is_number(value) or value < 0:
+            raise ProtocolError(f"bench option '{name}' must be a non-negative number, got {value!r}")
+    elif kind == "batch_sizes":
+        if not isinstance(value, list) or not value or not all(_is_int(v) and v >= 1 for v in value):
+            raise ProtocolError(f"bench option '{name}' must be a non-empty list of positive integers, got {value!r}")
+        return tuple(value)
+    elif kind in ("path", "name"):
+        if not isinstance(value, str) or not value:
+            raise ProtocolError(f"bench option '{name}' must be a non-empty string, got {value!r}")
+    return value

@@ -1,0 +1,181 @@
+"""Test helpers: the agent as a real subprocess, and a listening MQTT client on the host side."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from edgeopt_agent import protocol
+
+WAIT_S = 20.0
+
+
+class Listener:
+    """Records every message of one device, with a persistent session so a broker restart loses nothing."""
+
+    def __init__(self, broker, device_id: str):
+        self.device_id = device_id
+        self.messages: List[Dict[str, Any]] = []
+        self._cond = threading.Condition()
+        self._v5 = broker.mqtt_v5
+        client_id = f"test-listener-{uuid.uuid4().hex[:8]}"
+        if self._v5:
+            self._client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5)
+            properties = Properties(PacketTypes.CONNECT)
+            properties.SessionExpiryInterval = 3600
+            self._client.connect(broker.host, broker.port, 30, clean_start=False, properties=properties)
+        else:
+            self._client = mqtt.Client(
+                mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv311, clean_session=False
+            )
+            self._client.connect(broker.host, broker.port, 30)
+        self._client.reconnect_delay_set(0.1, 0.5)
+        self._client.on_connect = self._on_connect
+        self._client.on_message = self._on_message
+        self.subscribed = 0  # SUBACKs so far: one per (re)connection
+        self._client.on_subscribe = self._on_subscribe
+        self._client.loop_start()
+        self.wait_subscribed(1)
+
+    def _on_connect(self, client, userdata, flags, reason_code, properties):
+        client.subscribe(protocol.subscription(None, self.device_id), qos=1)
+
+    def _on_subscribe(self, client, userdata, mid, reason_codes, properties):
+        with self._cond:
+            self.subscribed += 1
+            self._cond.notify_all()
+
+    def wait_subscribed(self, count: int, timeout: float = WAIT_S) -> None:
+        with self._cond:
+            if not self._cond.wait_for(lambda: self.subscribed >= count, timeout):
+                raise AssertionError(f"listener did not subscribe (again) within {timeout:.0f} s")
+
+    def _on_message(self, client, userdata, message):
+        record = {"topic": message.topic, "retain": bool(message.retain), "raw": message.payload}
+        try:
+            record["kind"] = protocol.parse_topic(message.topic)[1]
+            record["envelope"] = json.loads(message.payload)
+        except ValueError:
+            record["kind"] = None
+        with self._cond:
+            self.messages.append(record)
+            self._cond.notify_all()
+
+    def of(self, kind: str) -> List[Dict[str, Any]]:
+        with self._cond:
+            return [m["envelope"] for m in self.messages if m["kind"] == kind]
+
+    def wait_for(self, kind: str, predicate: Callable[[Dict[str, Any]], bool] = lambda e: True,
+                 timeout: float = WAIT_S) -> Dict[str, Any]:
+        """The first message of `kind` matching `predicate`, waiting for it if needed."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for message in self.messages:
+                    if message["kind"] == kind and predicate(message["envelope"]):
+                        return message["envelope"]
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    seen = [(m["kind"], m["envelope"].get("seq"), m["envelope"].get("body", {}).get("state"))
+                            for m in self.messages]
+                    raise AssertionError(f"no matching {kind} message within {timeout:.0f} s; seen {seen}")
+                self._cond.wait(left)
+
+    def send_job(self, payload: bytes) -> None:
+        info = self._client.publish(protocol.jobs_topic(self.device_id), payload, qos=1)
+        info.wait_for_publish(WAIT_S)
+
+    def close(self) -> None:
+        self._client.loop_stop()
+        self._client.disconnect()
+
+
+class AgentProcess:
+    """`python -m edgeopt_agent.daemon` against the test broker."""
+
+    def __init__(self, broker, data_dir: Path, device_id: str = "test-dev", telemetry_interval: float = 60.0,
+                 extra_args: Optional[List[str]] = None):
+        self.device_id = device_id
+        self.data_dir = Path(data_dir)
+        self.log_path = self.data_dir.parent / f"agent-{device_id}.log"
+        self.args = [
+            sys.executable, "-m", "edgeopt_agent.daemon",
+            "--broker", broker.address,
+            "--device-id", device_id,
+            "--data-dir", str(self.data_dir),
+            "--telemetry-interval", str(telemetry_interval),
+            "--reconnect-min", "0.5",
+            "--reconnect-max", "1",
+            "--log-level", "debug",
+            *(extra_args or []),
+        ]
+        self.process: Optional[subprocess.Popen] = None
+
+    def start(self) -> "AgentProcess":
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT)
+        return self
+
+    def terminate(self, timeout: float = 15.0) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout)
+
+    def pause(self) -> None:
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.process.send_signal(signal.SIGCONT)
+
+    def kill(self) -> int:
+        self.process.kill()
+        return self.process.wait(10)
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def cleanup(self) -> None:
+        if self.alive():
+            self.kill()
+
+
+def job(device_id: str, body: Dict[str, Any], job_type: str = protocol.BENCHMARK_JOB, seq: int = 1) -> protocol.Envelope:
+    """A job envelope exactly as given (no client-side validation, to send broken ones too)."""
+    return protocol.Envelope(device_id=device_id, seq=seq, type=job_type, body=body)
+
+
+def write_tiny_onnx(path: Path) -> str:
+    """A one-node ONNX model (y = relu(x), x: float[1, 4]) built with the onnx helper API; returns its sha256."""
+    import hashlib
+
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# Quick benchmark settings for tests: a few runs, no idle-power baseline.
+QUICK_BENCH = {"runs": 5, "duration_s": 0, "warmup_runs": 1, "warmup_s": 0, "idle_s": 0, "timeout_s": 60}
