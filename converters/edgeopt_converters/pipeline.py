@@ -16,7 +16,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-import numpy as np
 
 from edgeopt_agent.errors import UserError
 from edgeopt_agent.profiles import DeviceProfile, load_profile

@@ -11,6 +11,7 @@ acknowledged only after `on_message` returned, i.e. after the agent stored them.
 from __future__ import annotations
 
 import logging
+import select
 import threading
 import time
 from dataclasses import dataclass
@@ -42,6 +43,16 @@ class Message:
     retain: bool = False
 
 
+@dataclass(frozen=True)
+class Received:
+    """A message handed to an `on_receive` owner, who acknowledges it with `session.ack(mid, qos)`."""
+
+    topic: str
+    payload: bytes
+    mid: int
+    qos: int
+
+
 class MqttSession:
     def __init__(
         self,
@@ -50,11 +61,12 @@ class MqttSession:
         *,
         before_connect: Callable[[], Message],
         on_connect: Callable[["MqttSession"], None],
-        on_message: Callable[[str, bytes], None],
+        on_message: Optional[Callable[[str, bytes], None]],
         on_ack: Callable[[int, bool], None],
         on_tick: Callable[["MqttSession"], None],
         on_new_client: Callable[[], None],
         subscriptions: Sequence[str] = (),
+        on_receive: Optional[Callable[[Received], None]] = None,
         backoff: Optional[Backoff] = None,
         session_expiry_s: int = SESSION_EXPIRY_S,
     ):
@@ -63,6 +75,8 @@ class MqttSession:
         before_connect() -> the Last Will for the next connection attempt;
         on_connect(session) after each accepted connection, subscriptions sent;
         on_message(topic, payload) per received message, acknowledged once it returns;
+        on_receive(received), given instead of on_message, takes each message unacknowledged:
+        its owner calls `ack(mid, qos)` later (e.g. once a batch is committed);
         on_ack(packet_id, accepted) per PUBACK;
         on_tick(session) every TICK_S while connected: the place to publish;
         on_new_client() after the paho client was replaced (protocol fallback), which drops
@@ -73,7 +87,10 @@ class MqttSession:
         self.client_id = client_id
         self._before_connect = before_connect
         self._on_connect = on_connect
+        if (on_message is None) == (on_receive is None):
+            raise ValueError("give exactly one of on_message and on_receive")
         self._on_message = on_message
+        self._on_receive = on_receive
         self._on_ack = on_ack
         self._on_tick = on_tick
         self._on_new_client = on_new_client
@@ -269,7 +286,24 @@ class MqttSession:
     def _handle_disconnect(self, client, userdata, flags, reason_code, properties) -> None:
         self._connected = False
 
+    def more_waiting(self) -> bool:
+        """Whether another packet can be read right away (network thread only)."""
+        sock = self._client.socket()
+        if sock is None:
+            return False
+        pending = getattr(sock, "pending", None)  # bytes TLS has already decrypted
+        if pending is not None and pending() > 0:
+            return True
+        try:
+            readable, _, _ = select.select([sock], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return bool(readable)
+
     def _handle_message(self, client, userdata, message) -> None:
+        if self._on_receive is not None:
+            self._on_receive(Received(message.topic, bytes(message.payload), message.mid, message.qos))
+            return
         try:
             self._on_message(message.topic, message.payload)
         except Exception:

@@ -14,17 +14,16 @@ from __future__ import annotations
 
 import json
 import logging
-import select
 import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional
+from typing import Callable, List, Optional
 
 from edgeopt_agent import protocol
 from edgeopt_agent.daemon.backoff import Backoff
 from edgeopt_agent.daemon.config import BrokerSettings
-from edgeopt_agent.daemon.transport import V5, Message, MqttSession
+from edgeopt_agent.daemon.transport import V5, Message, MqttSession, Received
 
 from ..errors import UserError
 from .store import DUPLICATE, REJECTED, STORED, FleetStore
@@ -72,18 +71,6 @@ class Counters:
     last_error: Optional[str] = None
 
 
-class _DeferredAckSession(MqttSession):
-    """An MqttSession that hands each message over with what is needed to acknowledge it later."""
-
-    deliver: Callable[[Any, Any], None]
-
-    def _handle_message(self, client, userdata, message) -> None:
-        self.deliver(client, message)
-
-    def ack(self, mid: int, qos: int) -> None:
-        self._client.ack(mid, qos)
-
-
 class Collector:
     def __init__(
         self,
@@ -112,19 +99,19 @@ class Collector:
         self._retry_at = 0.0
         self._retry = Backoff(0.5, 30.0)
         self._stop = threading.Event()
-        self.session = _DeferredAckSession(
+        self.session = MqttSession(
             broker,
             self.client_id,
             before_connect=lambda: self._presence("offline", "connection_lost"),
             on_connect=self._on_connect,
-            on_message=self._not_used,
+            on_message=None,
+            on_receive=self._deliver,
             on_ack=lambda mid, accepted: None,
             on_tick=lambda session: self._flush(),
             on_new_client=self._on_new_client,
             subscriptions=subscriptions(shared_group),
             backoff=backoff,
         )
-        self.session.deliver = self._deliver
 
     @property
     def connected(self) -> bool:
@@ -178,10 +165,10 @@ class Collector:
     def _on_new_client(self) -> None:
         self._connection += 1  # PUBACKs for the old client's messages can no longer be sent
 
-    def _deliver(self, client: Any, message: Any) -> None:
-        self._pending.append(Delivery(message.topic, bytes(message.payload), message.mid, message.qos,
+    def _deliver(self, message: Received) -> None:
+        self._pending.append(Delivery(message.topic, message.payload, message.mid, message.qos,
                                       self._connection, time.monotonic()))
-        if len(self._pending) >= self.max_batch or not _more_waiting(client):
+        if len(self._pending) >= self.max_batch or not self.session.more_waiting():
             self._flush(force=True)
 
     def _flush(self, force: bool = False) -> None:
@@ -231,21 +218,3 @@ class Collector:
                               "shared_group": self.shared_group, "ts": round(time.time(), 3)})
         return Message(self.presence_topic, payload.encode(), retain=True)
 
-    @staticmethod
-    def _not_used(topic: str, payload: bytes) -> None:
-        raise AssertionError("messages are delivered through _deliver")
-
-
-def _more_waiting(client: Any) -> bool:
-    """Whether another packet can be read right away (then the batch can grow without waiting)."""
-    sock = client.socket()
-    if sock is None:
-        return False
-    pending = getattr(sock, "pending", None)  # bytes TLS has already decrypted
-    if pending is not None and pending() > 0:
-        return True
-    try:
-        readable, _, _ = select.select([sock], [], [], 0)
-    except (OSError, ValueError):
-        return False
-    return bool(readable)
