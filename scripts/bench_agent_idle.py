@@ -2,7 +2,7 @@
 """Measure what the idle `edgeopt-agent` costs: resident memory and CPU, connected to a local broker.
 
 Starts a broker (mosquitto when installed, else the embedded amqtt one, through the test suite's
-launcher tests/mqtt_broker.py; or --broker HOST:PORT for one already running), starts the agent
+launcher edgeopt.fleet.broker; or --broker HOST:PORT for one already running), starts the agent
 as its own process with the default telemetry interval, lets it settle, then samples it for
 --duration seconds. Writes the "Agent daemon idle cost" section of docs/BENCHMARKS.md.
 
@@ -48,8 +48,7 @@ def main() -> int:
     if args.broker:
         address, broker_kind = args.broker, "given"
     else:
-        sys.path.insert(0, str(ROOT / "tests"))
-        from mqtt_broker import start_broker
+        from edgeopt.fleet.broker import start_broker
 
         broker = start_broker()
         address, broker_kind = broker.address, broker.kind
