@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+import model_files
 from mqtt_broker import MqttBroker
 
 
@@ -15,3 +16,31 @@ def mqtt_broker(tmp_path_factory):
         yield broker
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def matmul_weights():
+    return model_files.MATMUL_WEIGHTS
+
+
+@pytest.fixture(scope="session")
+def dynamic_onnx(tmp_path_factory):
+    """MatMul+Relu ONNX model with a dynamic batch axis: x [N, 16] -> y [N, 8]."""
+    return model_files.save_matmul_relu(tmp_path_factory.mktemp("models") / "dynamic.onnx", "N")
+
+
+@pytest.fixture(scope="session")
+def fixed_onnx(tmp_path_factory):
+    """The same model with its batch fixed at 1."""
+    return model_files.save_matmul_relu(tmp_path_factory.mktemp("models") / "fixed.onnx", 1)
+
+
+@pytest.fixture(scope="session")
+def int8_tflite(tmp_path_factory):
+    """(path, float torch module, example input) of a CNN quantized to int8 with int8 input/output."""
+    return model_files.save_int8_cnn_tflite(tmp_path_factory.mktemp("models") / "cnn_int8.tflite")
+
+
+@pytest.fixture(scope="session")
+def dynamic_batch_tflite(tmp_path_factory):
+    return model_files.save_dynamic_batch_tflite(tmp_path_factory.mktemp("models") / "conv_dynamic.tflite")

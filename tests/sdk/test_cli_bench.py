@@ -13,31 +13,9 @@ QUICK = ["--runs", "10", "--duration", "0", "--warmup", "1", "--threads", "1", "
 LATENCY_KEYS = {"p50", "p90", "p95", "p99", "mean", "std", "min", "max"}
 
 
-def save_matmul_relu(path, batch_dim):
-    onnx = pytest.importorskip("onnx", reason="building test models needs the onnx package")
-    from onnx import TensorProto, helper, numpy_helper
-
-    weights = np.random.default_rng(7).standard_normal((16, 8)).astype(np.float32)
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
-        "matmul_relu",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch_dim, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch_dim, 8])],
-        [numpy_helper.from_array(weights, "W")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    onnx.save(model, str(path))
-    return path
-
-
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("cli_models")
-    return {
-        "dynamic": save_matmul_relu(folder / "dynamic.onnx", "N"),
-        "fixed": save_matmul_relu(folder / "fixed.onnx", 1),
-    }
+def models(dynamic_onnx, fixed_onnx):
+    return {"dynamic": dynamic_onnx, "fixed": fixed_onnx}
 
 
 def edgeopt(*args, timeout=120):

@@ -57,11 +57,12 @@ def test_output_hash_is_stable_and_matches_an_in_process_run(dynamic_onnx):
 
 
 def test_quantized_tflite_model(int8_tflite):
-    result = run_benchmark(quick(int8_tflite))
+    path = int8_tflite[0]
+    result = run_benchmark(quick(path))
     assert result["ok"] is True, result
     assert result["runtime"] == "tflite" and result["xnnpack"] is True
     assert result["inputs"][0]["dtype"] == "int8" and result["inputs"][0]["quantization"]["scale"] > 0
-    assert result["output_sha256"] == expected_digest(int8_tflite)
+    assert result["output_sha256"] == expected_digest(path)
 
 
 def test_batch_sweep_and_latency_budget(dynamic_onnx):

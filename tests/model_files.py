@@ -1,10 +1,10 @@
-"""Small real models for the benchmark engine tests (onnx helper API, litert-torch)."""
+"""Small real models the tests build: ONNX through the onnx helper API, TFLite through litert-torch."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-WEIGHTS = np.random.default_rng(7).standard_normal((16, 8)).astype(np.float32)
+MATMUL_WEIGHTS = np.random.default_rng(7).standard_normal((16, 8)).astype(np.float32)
 
 
 def save_matmul_relu(path, batch_dim):
@@ -17,7 +17,7 @@ def save_matmul_relu(path, batch_dim):
         "matmul_relu",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch_dim, 16])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch_dim, 8])],
-        [numpy_helper.from_array(WEIGHTS, "W")],
+        [numpy_helper.from_array(MATMUL_WEIGHTS, "W")],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
@@ -26,19 +26,11 @@ def save_matmul_relu(path, batch_dim):
     return path
 
 
-@pytest.fixture(scope="session")
-def dynamic_onnx(tmp_path_factory):
-    return save_matmul_relu(tmp_path_factory.mktemp("models") / "dynamic.onnx", "N")
+def save_int8_cnn_tflite(path):
+    """A small CNN quantized to int8 (int8 input and output) by litert-torch's PT2E quantizer.
 
-
-@pytest.fixture(scope="session")
-def fixed_onnx(tmp_path_factory):
-    return save_matmul_relu(tmp_path_factory.mktemp("models") / "fixed.onnx", 1)
-
-
-@pytest.fixture(scope="session")
-def int8_tflite(tmp_path_factory):
-    """A small CNN quantized to int8 (int8 input and output) by litert-torch's PT2E quantizer."""
+    Returns (path, the float torch module, an example input).
+    """
     torch = pytest.importorskip("torch", reason="building the int8 TFLite model needs torch")
     litert_torch = pytest.importorskip("litert_torch", reason="building the int8 TFLite model needs litert-torch")
     from litert_torch.quantize import pt2e_quantizer, quant_config
@@ -57,6 +49,18 @@ def int8_tflite(tmp_path_factory):
         prepared(torch.rand(1, 3, 8, 8))
     quantized = quantize_pt2e.convert_pt2e(prepared, fold_quantize=False)
     edge = litert_torch.convert(quantized, example, quant_config=quant_config.QuantConfig(pt2e_quantizer=quantizer))
-    path = tmp_path_factory.mktemp("models") / "cnn_int8.tflite"
+    edge.export(str(path))
+    return path, module, example[0]
+
+
+def save_dynamic_batch_tflite(path):
+    """A float conv net whose TFLite input has a dynamic batch axis (shape_signature -1)."""
+    torch = pytest.importorskip("torch", reason="building the TFLite model needs torch")
+    litert_torch = pytest.importorskip("litert_torch", reason="building the TFLite model needs litert-torch")
+
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
+    batch = torch.export.Dim("batch", min=1, max=64)
+    edge = litert_torch.convert(module, (torch.rand(2, 3, 8, 8),), dynamic_shapes=({0: batch},))
     edge.export(str(path))
     return path
