@@ -39,9 +39,7 @@ class Plan:
 def onnx_int8_options(profile: DeviceProfile, calibrate_method: str = "minmax") -> OnnxInt8Options:
     """The INT8 scheme whose kernels are fast and exact on the target's ISA."""
     if "tensorrt" in profile.runtimes and profile.accelerator_supports("int8"):
-        # TensorRT's explicit quantization takes symmetric INT8 activations and weights.
-        return OnnxInt8Options("int8", "int8", reduce_range=False, symmetric_activations=True,
-                               calibrate_method=calibrate_method)
+        return OnnxInt8Options.for_tensorrt(calibrate_method)
     if profile.cpu.arch == "x86_64":
         has_vnni = profile.cpu.has("avx512_vnni") or profile.cpu.has("avx_vnni")
         # Without VNNI, U8xS8 products go through VPMADDUBSW whose int16 sums saturate:

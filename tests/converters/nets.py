@@ -48,3 +48,25 @@ def not_a_module():
 def mlp():
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+
+
+class ResidualNet(nn.Module):
+    """conv-bn-relu, a residual block (conv-bn-relu-conv-bn + identity, relu), pooling, linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU())
+        self.branch = nn.Sequential(
+            nn.Conv2d(16, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+            nn.Conv2d(16, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16),
+        )
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
+
+    def forward(self, x):
+        x = self.stem(x)
+        return self.head(torch.relu(x + self.branch(x)))
+
+
+def residual_net():
+    torch.manual_seed(0)
+    return ResidualNet()

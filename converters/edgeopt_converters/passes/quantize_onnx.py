@@ -4,7 +4,7 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple
 
 from edgeopt_agent.errors import UserError, require
 
@@ -12,6 +12,7 @@ from ..tensors import Dataset
 from ._quiet import captured_output, log
 
 CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
+TENSORRT_INT8_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "Add")
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,21 @@ class OnnxInt8Options:
     per_channel: bool = True
     symmetric_activations: bool = False  # TensorRT needs symmetric INT8 activations
     calibrate_method: str = "minmax"
+    # None quantizes every op onnxruntime can; a tuple limits Q/DQ to those ops' inputs.
+    op_types: Optional[Tuple[str, ...]] = None
+    quantize_outputs: bool = True
+    quantize_bias: bool = True  # INT32 biases; TensorRT's Q/DQ layers take INT8 only
+    keep_activations: bool = False  # keep Relu/Clip after Q/DQ for the runtime to fuse
+
+    @classmethod
+    def for_tensorrt(cls, calibrate_method: str = "minmax") -> "OnnxInt8Options":
+        """TensorRT explicit quantization: symmetric S8 everywhere, Q/DQ on the inputs of the ops
+        TensorRT runs in INT8 (weighted layers, and residual Adds so the add fuses into the
+        convolution before it), never on their outputs: TensorRT fuses the DQ -> op -> Q chains
+        itself and an extra Q/DQ on an output only splits a fusion. Biases stay float."""
+        return cls("int8", "int8", reduce_range=False, symmetric_activations=True,
+                   calibrate_method=calibrate_method, op_types=TENSORRT_INT8_OPS, quantize_outputs=False,
+                   quantize_bias=False, keep_activations=True)
 
     @property
     def scheme(self) -> str:
@@ -33,6 +49,8 @@ class OnnxInt8Options:
             text += " reduce-range"
         if self.symmetric_activations:
             text += " symmetric-activations"
+        if not self.quantize_outputs:
+            text += " input-only (TensorRT layout)"
         return text
 
 
@@ -85,10 +103,14 @@ class QuantizeOnnxInt8:
                     activation_type=types[o.activation_type],
                     weight_type=types[o.weight_type],
                     calibrate_method=methods[o.calibrate_method],
+                    op_types_to_quantize=list(o.op_types) if o.op_types else None,
                     extra_options={
                         "ActivationSymmetric": o.symmetric_activations,
                         "WeightSymmetric": True,
                         "CalibTensorRangeSymmetric": o.symmetric_activations,
+                        "OpTypesToExcludeOutputQuantization": [] if o.quantize_outputs else list(o.op_types or ()),
+                        "QDQKeepRemovableActivations": o.keep_activations,
+                        "QuantizeBias": o.quantize_bias,
                     },
                 )
         return output
