@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The README's first command: set up, then run the main job on the bundled example.
+# The README's first command: set up, then run the whole product once on this machine
+# (local broker, agent, collector; convert, deploy, benchmark, fleet table, HTML report).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/edgeopt convert example:digits-cnn --device "${1:-rpi4}" -o quickstart-out
+exec .venv/bin/edgeopt quickstart -o quickstart-out "$@"

@@ -10,6 +10,8 @@ Topics, all under ``edgeopt/v1/<device_id>/``:
     telemetry  device -> host  periodic load, memory, temperature, power, disk, versions
     jobs       host -> device  work for the agent (type "benchmark")
     results    device -> host  one message per job: the result, or an error
+    transfer   device -> host  for a job whose artifact comes in chunks: the chunks still missing
+    chunks     host -> device  the pieces of an artifact the device asked for
 
 Every message is one JSON object, the envelope::
 
@@ -37,12 +39,16 @@ STATUS = "status"
 TELEMETRY = "telemetry"
 JOBS = "jobs"
 RESULTS = "results"
-TOPIC_KINDS = (STATUS, TELEMETRY, JOBS, RESULTS)
+TRANSFER = "transfer"
+CHUNKS = "chunks"
+TOPIC_KINDS = (STATUS, TELEMETRY, JOBS, RESULTS, TRANSFER, CHUNKS)
 
 # Envelope `type` of the messages a device sends; jobs carry their job type instead.
 STATUS_TYPE = "status"
 TELEMETRY_TYPE = "telemetry"
 RESULT_TYPE = "result"
+TRANSFER_TYPE = "transfer"
+CHUNK_TYPE = "chunk"
 BENCHMARK_JOB = "benchmark"
 JOB_TYPES = (BENCHMARK_JOB,)
 
@@ -50,12 +56,18 @@ ONLINE = "online"
 OFFLINE = "offline"
 
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
-# Inline artifacts travel base64-encoded inside one job message; bigger files go by path
-# (copied to the board beforehand) until chunked transfer exists.
+# Inline artifacts travel base64-encoded inside one job message; bigger files go in chunks.
 MAX_INLINE_ARTIFACT_BYTES = 4 * 1024 * 1024
 ARTIFACT_FORMATS = ("onnx", "tflite")
-# Artifact keys a later protocol revision fills in (chunked transfer, Ed25519 signatures).
-RESERVED_ARTIFACT_KEYS = ("chunks", "signature")
+# Where a job's artifact comes from: exactly one of these keys of its "artifact" object.
+ARTIFACT_SOURCES = ("path", "data_b64", "chunks", "url")
+DEFAULT_CHUNK_BYTES = 256 * 1024
+MIN_CHUNK_BYTES = 1024
+MAX_CHUNK_BYTES = 4 * 1024 * 1024  # base64 of it stays well under MAX_MESSAGE_BYTES
+MAX_CHUNKS = 65536  # keeps the job's list of chunk hashes under 5 MB
+MAX_URL_CHARS = 2048
+SIGNATURE_ALGORITHMS = ("ed25519",)
+ED25519_SIGNATURE_BYTES = 64
 
 _DEVICE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _MESSAGE_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -107,6 +119,14 @@ def jobs_topic(device_id: str) -> str:
 
 def results_topic(device_id: str) -> str:
     return topic(device_id, RESULTS)
+
+
+def transfer_topic(device_id: str) -> str:
+    return topic(device_id, TRANSFER)
+
+
+def chunks_topic(device_id: str) -> str:
+    return topic(device_id, CHUNKS)
 
 
 def subscription(kind: Optional[str] = None, device_id: str = "+") -> str:
@@ -323,18 +343,74 @@ BENCH_OPTIONS: Dict[str, Tuple[str, bool]] = {
 
 
 @dataclass(frozen=True)
+class ChunkPlan:
+    """How an artifact is cut for the trip through the broker: fixed-size chunks, each with its sha256."""
+
+    chunk_size: int
+    sha256: Tuple[str, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.sha256)
+
+    def length(self, index: int, size: int) -> int:
+        """Bytes in chunk `index` of a `size`-byte artifact (the last one may be shorter)."""
+        return min(self.chunk_size, size - index * self.chunk_size)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"chunk_size": self.chunk_size, "sha256": list(self.sha256)}
+
+
+def chunk_count(size: int, chunk_size: int) -> int:
+    return max(1, -(-size // chunk_size))
+
+
+@dataclass(frozen=True)
+class Signature:
+    """An Ed25519 signature over the artifact's statement (edgeopt_agent.signing.statement)."""
+
+    alg: str
+    key_id: str
+    value: str  # base64 of the 64 signature bytes
+
+    def raw(self) -> bytes:
+        return base64.b64decode(self.value, validate=True)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"alg": self.alg, "key_id": self.key_id, "value": self.value}
+
+
+@dataclass(frozen=True)
 class ArtifactRef:
-    """The model a job runs: a file already under the agent's data dir, or the bytes inline."""
+    """The model a job runs: a file already under the agent's data dir, the bytes inline, chunks
+    sent separately on the device's chunks topic, or a URL the agent downloads."""
 
     sha256: str
     format: str
     path: Optional[str] = None
     data_b64: Optional[str] = None
+    size: Optional[int] = None
+    chunks: Optional[ChunkPlan] = None
+    url: Optional[str] = None
+    signature: Optional[Signature] = None
+
+    @property
+    def source(self) -> str:
+        """Which of ARTIFACT_SOURCES the file comes from."""
+        return next(key for key in ARTIFACT_SOURCES if getattr(self, key) is not None)
+
+    def describe(self) -> str:
+        if self.path is not None:
+            return self.path
+        if self.url is not None:
+            return self.url
+        what = "inline" if self.data_b64 is not None else f"{self.chunks.count} chunks"
+        return f"{what} {self.format} {self.sha256[:12]}"
 
     def inline_bytes(self) -> bytes:
         """The decoded inline artifact (ProtocolError if it is not valid base64)."""
         if self.data_b64 is None:
-            raise ValueError("this artifact is referenced by path, not inline")
+            raise ValueError(f"this artifact comes by {self.source}, not inline")
         try:
             return base64.b64decode(self.data_b64, validate=True)
         except (binascii.Error, ValueError) as exc:
@@ -388,17 +464,32 @@ def benchmark_job(
     path: Optional[str] = None,
     data: Optional[bytes] = None,
     meta: Optional[Mapping[str, Any]] = None,
+    *,
+    chunks: Optional[ChunkPlan] = None,
+    url: Optional[str] = None,
+    size: Optional[int] = None,
+    signature: Optional[Signature] = None,
     **bench: Any,
 ) -> Envelope:
-    """Build a benchmark job for a device (host side). Give `path` or the artifact's `data`.
+    """Build a benchmark job for a device (host side). Give one of `path`, the artifact's `data`,
+    its `chunks` plan (then send the chunks the device asks for) or a `url`.
 
-    `bench` holds BENCH_OPTIONS; `meta` is anything the sender wants echoed in the result.
+    `size` is required with chunks, url or a signature. `bench` holds BENCH_OPTIONS; `meta` is
+    anything the sender wants echoed in the result.
     """
     artifact: Dict[str, Any] = {"sha256": sha256, "format": fmt}
+    if size is not None:
+        artifact["size"] = size
     if path is not None:
         artifact["path"] = path
     if data is not None:
         artifact["data_b64"] = base64.b64encode(data).decode("ascii")
+    if chunks is not None:
+        artifact["chunks"] = chunks.to_dict()
+    if url is not None:
+        artifact["url"] = url
+    if signature is not None:
+        artifact["signature"] = signature.to_dict()
     body: Dict[str, Any] = {
         "job_id": job_id,
         "artifact": artifact,
@@ -411,27 +502,111 @@ def benchmark_job(
     return envelope
 
 
+# --- chunked transfer -------------------------------------------------------------------------
+#
+# A job whose artifact has "chunks" names the artifact (sha256, size, chunk hashes); the bytes
+# travel separately. On receiving the job the agent answers on its transfer topic with the
+# chunks it still misses (none when it already holds the file); the sender publishes exactly
+# those on the device's chunks topic. Received chunks are kept across restarts and failed
+# transfers, so a job sent again only costs the chunks still missing.
+
+
+@dataclass(frozen=True)
+class TransferRequest:
+    """Device -> host: the chunks of a job's artifact the device still needs (empty: none)."""
+
+    job_id: str
+    request_id: str
+    artifact_sha256: str
+    chunks: int
+    missing: Tuple[int, ...]
+
+
+def transfer_body(job_id: str, request_id: str, artifact_sha256: str, chunks: int, missing: Any) -> Dict[str, Any]:
+    return {"job_id": job_id, "request_id": request_id, "artifact_sha256": artifact_sha256, "chunks": chunks,
+            "missing": sorted(int(i) for i in missing)}
+
+
+def parse_transfer(envelope: Envelope) -> TransferRequest:
+    body = envelope.body
+    if envelope.type != TRANSFER_TYPE:
+        raise ProtocolError(f"a '{envelope.type}' message on a transfer topic; expected '{TRANSFER_TYPE}'")
+    if sorted(body) != sorted(("job_id", "request_id", "artifact_sha256", "chunks", "missing")):
+        raise ProtocolError("transfer body needs exactly job_id, request_id, artifact_sha256, chunks and missing")
+    job_id, request_id, sha256, chunks, missing = (body[k] for k in
+                                                   ("job_id", "request_id", "artifact_sha256", "chunks", "missing"))
+    if not isinstance(job_id, str) or not isinstance(request_id, str):
+        raise ProtocolError("transfer 'job_id' and 'request_id' must be strings")
+    if not isinstance(sha256, str) or not _SHA256.match(sha256):
+        raise ProtocolError("transfer 'artifact_sha256' must be 64 lowercase hex digits")
+    if not _is_int(chunks) or not 1 <= chunks <= MAX_CHUNKS:
+        raise ProtocolError(f"transfer 'chunks' must be 1-{MAX_CHUNKS}, got {chunks!r}")
+    if not isinstance(missing, list) or not all(_is_int(i) and 0 <= i < chunks for i in missing):
+        raise ProtocolError(f"transfer 'missing' must list chunk indices below {chunks}")
+    return TransferRequest(job_id, request_id, sha256, chunks, tuple(sorted(set(missing))))
+
+
+@dataclass(frozen=True)
+class Chunk:
+    artifact_sha256: str
+    index: int
+    data: bytes
+
+
+def chunk_message(device_id: str, seq: int, artifact_sha256: str, index: int, data: bytes) -> Envelope:
+    """Host -> device: chunk `index` of the artifact `artifact_sha256`."""
+    if len(data) > MAX_CHUNK_BYTES:
+        raise ValueError(f"a chunk holds at most {MAX_CHUNK_BYTES} bytes, got {len(data)}")
+    body = {"artifact_sha256": artifact_sha256, "index": index, "data_b64": base64.b64encode(data).decode("ascii")}
+    return Envelope(device_id=validate_device_id(device_id), seq=seq, type=CHUNK_TYPE, body=body)
+
+
+def parse_chunk(envelope: Envelope) -> Chunk:
+    body = envelope.body
+    if envelope.type != CHUNK_TYPE:
+        raise ProtocolError(f"a '{envelope.type}' message on a chunks topic; expected '{CHUNK_TYPE}'")
+    if sorted(body) != ["artifact_sha256", "data_b64", "index"]:
+        raise ProtocolError("chunk body needs exactly artifact_sha256, index and data_b64")
+    sha256, index, data_b64 = body["artifact_sha256"], body["index"], body["data_b64"]
+    if not isinstance(sha256, str) or not _SHA256.match(sha256):
+        raise ProtocolError("chunk 'artifact_sha256' must be 64 lowercase hex digits")
+    if not _is_int(index) or not 0 <= index < MAX_CHUNKS:
+        raise ProtocolError(f"chunk 'index' must be 0-{MAX_CHUNKS - 1}, got {index!r}")
+    if not isinstance(data_b64, str) or len(data_b64) > (MAX_CHUNK_BYTES + 2) // 3 * 4:
+        raise ProtocolError(f"chunk 'data_b64' must be the base64 of at most {MAX_CHUNK_BYTES} bytes")
+    try:
+        data = base64.b64decode(data_b64, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ProtocolError(f"chunk data_b64 is not valid base64: {exc}") from None
+    return Chunk(sha256, index, data)
+
+
 def _parse_artifact(data: Any) -> ArtifactRef:
     if not isinstance(data, dict):
-        raise ProtocolError("job needs 'artifact', an object with sha256, format and path or data_b64")
-    reserved = [key for key in RESERVED_ARTIFACT_KEYS if key in data]
-    if reserved:
-        raise ProtocolError(
-            f"artifact field(s) {', '.join(reserved)} need a newer agent; send the file by path or data_b64",
-            kind="unsupported",
-        )
-    unknown = sorted(set(data) - {"sha256", "format", "path", "data_b64"})
+        raise ProtocolError("job needs 'artifact', an object with sha256, format and one of " + ", ".join(ARTIFACT_SOURCES))
+    known = ("sha256", "format", "size") + ARTIFACT_SOURCES + ("signature",)
+    unknown = sorted(set(data) - set(known))
     if unknown:
-        raise ProtocolError(f"unknown artifact field(s): {', '.join(unknown)}; known: sha256, format, path, data_b64")
+        raise ProtocolError(f"unknown artifact field(s): {', '.join(unknown)}; known: {', '.join(known)}")
     sha256 = data.get("sha256")
     if not isinstance(sha256, str) or not _SHA256.match(sha256):
         raise ProtocolError("artifact 'sha256' must be 64 lowercase hex digits")
     fmt = data.get("format")
     if fmt not in ARTIFACT_FORMATS:
         raise ProtocolError(f"artifact 'format' must be one of {', '.join(ARTIFACT_FORMATS)}, got {fmt!r}")
-    path, data_b64 = data.get("path"), data.get("data_b64")
-    if (path is None) == (data_b64 is None):
-        raise ProtocolError("artifact needs exactly one of 'path' (a file on the device) or 'data_b64'")
+    size = data.get("size")
+    if size is not None and (not _is_int(size) or size < 1):
+        raise ProtocolError(f"artifact 'size' must be a positive number of bytes, got {size!r}")
+    sources = [key for key in ARTIFACT_SOURCES if data.get(key) is not None]
+    if len(sources) != 1:
+        raise ProtocolError(
+            "artifact needs exactly one of 'path' (a file on the device), 'data_b64' (the file inline), "
+            "'chunks' (sent on the chunks topic) or 'url' (downloaded by the agent)"
+        )
+    for needs_size in ("chunks", "url", "signature"):
+        if data.get(needs_size) is not None and size is None:
+            raise ProtocolError(f"artifact with '{needs_size}' needs its 'size' in bytes")
+    path, data_b64, url = data.get("path"), data.get("data_b64"), data.get("url")
     if path is not None and (not isinstance(path, str) or not path):
         raise ProtocolError("artifact 'path' must be a non-empty string relative to the agent's data dir")
     if data_b64 is not None:
@@ -440,10 +615,70 @@ def _parse_artifact(data: Any) -> ArtifactRef:
         # base64 grows data by 4/3; checking the text length avoids decoding an oversized file.
         if len(data_b64) > (MAX_INLINE_ARTIFACT_BYTES + 2) // 3 * 4:
             raise ProtocolError(
-                f"inline artifact is over {MAX_INLINE_ARTIFACT_BYTES} bytes; copy it to the device and send its path",
+                f"inline artifact is over {MAX_INLINE_ARTIFACT_BYTES} bytes; send it in chunks, "
+                "or copy it to the device and send its path",
                 kind="artifact_too_large",
             )
-    return ArtifactRef(sha256=sha256, format=fmt, path=path, data_b64=data_b64)
+    if url is not None:
+        _check_url(url)
+    chunks = _parse_chunk_plan(data["chunks"], size) if data.get("chunks") is not None else None
+    signature = _parse_signature(data["signature"]) if data.get("signature") is not None else None
+    return ArtifactRef(sha256=sha256, format=fmt, path=path, data_b64=data_b64, size=size, chunks=chunks,
+                       url=url, signature=signature)
+
+
+def _parse_chunk_plan(data: Any, size: int) -> ChunkPlan:
+    if not isinstance(data, dict) or sorted(data) != ["chunk_size", "sha256"]:
+        raise ProtocolError("artifact 'chunks' must be an object with exactly 'chunk_size' and 'sha256'")
+    chunk_size, hashes = data["chunk_size"], data["sha256"]
+    if not _is_int(chunk_size) or not MIN_CHUNK_BYTES <= chunk_size <= MAX_CHUNK_BYTES:
+        raise ProtocolError(
+            f"artifact 'chunks.chunk_size' must be {MIN_CHUNK_BYTES}-{MAX_CHUNK_BYTES} bytes, got {chunk_size!r}"
+        )
+    expected = chunk_count(size, chunk_size)
+    if expected > MAX_CHUNKS:
+        raise ProtocolError(
+            f"artifact of {size} bytes in {chunk_size}-byte chunks makes {expected} chunks, over {MAX_CHUNKS}; "
+            "use bigger chunks",
+            kind="artifact_too_large",
+        )
+    if not isinstance(hashes, list) or len(hashes) != expected:
+        raise ProtocolError(
+            f"artifact 'chunks.sha256' must list {expected} chunk hashes ({size} bytes in {chunk_size}-byte chunks)"
+        )
+    if not all(isinstance(h, str) and _SHA256.match(h) for h in hashes):
+        raise ProtocolError("artifact 'chunks.sha256' entries must be 64 lowercase hex digits")
+    return ChunkPlan(chunk_size=chunk_size, sha256=tuple(hashes))
+
+
+def _check_url(url: Any) -> None:
+    if not isinstance(url, str) or not 0 < len(url) <= MAX_URL_CHARS:
+        raise ProtocolError(f"artifact 'url' must be a string of at most {MAX_URL_CHARS} characters")
+    scheme, _, rest = url.partition("://")
+    if scheme.lower() not in ("http", "https") or not rest or any(c.isspace() for c in url):
+        raise ProtocolError(f"artifact 'url' must be an http:// or https:// URL, got {url[:80]!r}")
+
+
+def _parse_signature(data: Any) -> Signature:
+    if not isinstance(data, dict) or sorted(data) != ["alg", "key_id", "value"]:
+        raise ProtocolError("artifact 'signature' must be an object with exactly 'alg', 'key_id' and 'value'")
+    if data["alg"] not in SIGNATURE_ALGORITHMS:
+        raise ProtocolError(
+            f"artifact signature algorithm {data['alg']!r} is not one of {', '.join(SIGNATURE_ALGORITHMS)}",
+            kind="signature_invalid",
+        )
+    if not isinstance(data["key_id"], str) or not 1 <= len(data["key_id"]) <= 64:
+        raise ProtocolError("artifact signature 'key_id' must be a string of 1-64 characters")
+    signature = Signature(alg=data["alg"], key_id=data["key_id"], value=data["value"])
+    try:
+        if not isinstance(signature.value, str) or len(signature.raw()) != ED25519_SIGNATURE_BYTES:
+            raise ValueError("wrong length")
+    except (binascii.Error, ValueError):
+        raise ProtocolError(
+            f"artifact signature 'value' must be the base64 of {ED25519_SIGNATURE_BYTES} bytes",
+            kind="signature_invalid",
+        ) from None
+    return signature
 
 
 def _parse_bench(data: Any) -> Dict[str, Any]:

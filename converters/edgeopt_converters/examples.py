@@ -62,7 +62,7 @@ def _digits_cnn():
     eval_x, eval_y = splits["eval"]
     return SourceModel(
         kind="module",
-        description="example:digits-cnn (small CNN trained on scikit-learn digits)",
+        description="example:digits-cnn",
         sha256=digest.hexdigest(),
         module=model,
         input_specs=[InputSpec("input", (1, 1, 8, 8), "float32")],

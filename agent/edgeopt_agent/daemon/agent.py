@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Any, Dict, Optional
 
-from .. import protocol
+from .. import protocol, signing
 from ..profiles import load_profile
 from .backoff import Backoff
 from .config import AgentConfig
@@ -20,6 +20,7 @@ from .outbox import Outbox
 from .sender import OutboxSender
 from .store import STATE_FILE, Store, lock_data_dir
 from .telemetry import Telemetry
+from .transfers import Transfers
 from .transport import Message, MqttSession
 from .worker import JobWorker
 
@@ -34,6 +35,9 @@ class Agent:
         self.config = config
         self.device_id = config.device_id
         profile = load_profile(config.profile) if config.profile else None
+        self.trusted_key = signing.load_public_key(config.trusted_key) if config.trusted_key else None
+        if self.trusted_key is not None:
+            signing.ensure_available()
         if sensors is None:
             from ..sensors import discover
 
@@ -44,7 +48,14 @@ class Agent:
         self.inbox = Inbox(self.store)
         self.sender = OutboxSender(self.outbox)
         self.telemetry = Telemetry(sensors, profile.name if profile else None)
-        self.jobs = JobHandler(self.device_id, config.data_dir, sensors)
+        self.transfers = Transfers(
+            self.device_id,
+            config.data_dir,
+            self.trusted_key,
+            request=lambda body: self.outbox.add(protocol.TRANSFER, protocol.TRANSFER_TYPE, body),
+            idle_timeout_s=config.transfer_timeout_s,
+        )
+        self.jobs = JobHandler(self.device_id, config.data_dir, sensors, self.trusted_key, self.transfers)
         self.worker = JobWorker(self.store, self.inbox, self.outbox, self.jobs)
         self.session = MqttSession(
             config.broker,
@@ -55,7 +66,7 @@ class Agent:
             on_ack=self.sender.acknowledged,
             on_tick=lambda session: self.sender.tick(session.publish),
             on_new_client=self.sender.restart,
-            subscriptions=[protocol.jobs_topic(self.device_id)],
+            subscriptions=[protocol.jobs_topic(self.device_id), protocol.chunks_topic(self.device_id)],
             backoff=Backoff(config.reconnect_min_s, config.reconnect_max_s),
         )
         self._started_at = round(time.time(), 3)
@@ -63,8 +74,9 @@ class Agent:
 
     def run(self, stop: threading.Event) -> None:
         """Serve until `stop` is set, then shut down cleanly."""
-        log.info("edgeopt-agent %s: device '%s', broker %s, data in %s", self.telemetry.agent_version,
-                 self.device_id, self.config.broker.address, self.config.data_dir)
+        log.info("edgeopt-agent %s: device '%s', broker %s, data in %s, artifact signatures %s",
+                 self.telemetry.agent_version, self.device_id, self.config.broker.address, self.config.data_dir,
+                 f"required (trusted key {self.trusted_key.key_id})" if self.trusted_key else "off")
         self.worker.start()
         self.session.start()
         interval = self.config.telemetry_interval_s
@@ -113,11 +125,18 @@ class Agent:
         session.publish(online.topic, online.payload, online.retain)
 
     def _on_message(self, topic: str, payload: bytes) -> None:
+        if topic == protocol.chunks_topic(self.device_id):
+            self.transfers.chunk_arrived(payload)  # on disk before the broker gets its PUBACK
+            return
         if topic != protocol.jobs_topic(self.device_id):
             log.warning("ignoring a message on unexpected topic %s", topic)
             return
         # An oversized job is kept only as far as needed to answer that it is oversized.
         if self.inbox.add(payload[: protocol.MAX_MESSAGE_BYTES + 1]):
+            try:
+                self.transfers.job_arrived(payload)
+            except Exception:  # the job is stored; the worker asks for its chunks when it gets to it
+                log.exception("could not ask for the chunks of a new job right away")
             self.worker.notify()
         else:
             log.info("ignoring a job message delivered twice")
@@ -132,6 +151,7 @@ class Agent:
             profile=self.config.profile,
             started_at=self._started_at,
             mqtt_protocol=self.session.protocol,
+            **self._signature_state(),
         )
         envelope = protocol.Envelope(device_id=self.device_id, seq=seq, type=protocol.STATUS_TYPE, body=body)
         return Message(protocol.status_topic(self.device_id), envelope.encode(), retain=True)
@@ -142,4 +162,12 @@ class Agent:
             "jobs_open": self.inbox.open_count(),
             "job_running": self.worker.busy,
             "mqtt": {"connected": self.session.connected, "protocol": self.session.protocol},
+            **self._signature_state(),
+        }
+
+    def _signature_state(self) -> Dict[str, Any]:
+        """Whether this agent refuses unsigned artifacts, for status and telemetry."""
+        return {
+            "signatures": "required" if self.trusted_key else "off",
+            "trusted_key_id": self.trusted_key.key_id if self.trusted_key else None,
         }

@@ -10,7 +10,14 @@ from pathlib import Path
 from typing import List, Optional
 
 from ..errors import UserError
-from .config import DEFAULT_DATA_DIR, DEFAULT_TELEMETRY_INTERVAL_S, LOG_LEVELS, PASSWORD_ENV, build_config
+from .config import (
+    DEFAULT_DATA_DIR,
+    DEFAULT_TELEMETRY_INTERVAL_S,
+    DEFAULT_TRANSFER_TIMEOUT_S,
+    LOG_LEVELS,
+    PASSWORD_ENV,
+    build_config,
+)
 
 log = logging.getLogger("edgeopt_agent.daemon")
 
@@ -41,6 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     add("--keepalive", type=int, metavar="SECONDS", help="MQTT keep-alive (default 30)")
     add("--reconnect-min", type=float, metavar="SECONDS", help="first reconnect delay (default 1)")
     add("--reconnect-max", type=float, metavar="SECONDS", help="longest reconnect delay (default 60)")
+    add("--trusted-key", metavar="FILE",
+        help="Ed25519 public key (PEM, from `edgeopt keys init`): run only artifacts signed with its private key")
+    add("--transfer-timeout", type=float, metavar="SECONDS",
+        help=f"give up a chunked artifact transfer after this long without a chunk (default {DEFAULT_TRANSFER_TIMEOUT_S:g})")
     add("--log-level", choices=LOG_LEVELS, help="default info")
     add("-v", "--verbose", action="store_true", help="same as --log-level debug")
     add("--version", action="store_true", help="print the version and exit")

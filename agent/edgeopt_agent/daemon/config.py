@@ -26,6 +26,7 @@ DEFAULT_PORT = 1883
 DEFAULT_TLS_PORT = 8883
 DEFAULT_TELEMETRY_INTERVAL_S = 30.0
 DEFAULT_DATA_DIR = "~/.local/state/edgeopt-agent"
+DEFAULT_TRANSFER_TIMEOUT_S = 120.0
 PASSWORD_ENV = "EDGEOPT_AGENT_PASSWORD"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -48,8 +49,10 @@ KEYS: Dict[str, Tuple[type, Any]] = {
     "reconnect_min": (float, 1.0),
     "reconnect_max": (float, 60.0),
     "log_level": (str, "info"),
+    "trusted_key": (str, None),
+    "transfer_timeout": (float, DEFAULT_TRANSFER_TIMEOUT_S),
 }
-_PATH_KEYS = ("data_dir", "tls_ca", "tls_cert", "tls_key", "password_file")
+_PATH_KEYS = ("data_dir", "tls_ca", "tls_cert", "tls_key", "password_file", "trusted_key")
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,10 @@ class AgentConfig:
     reconnect_min_s: float = 1.0
     reconnect_max_s: float = 60.0
     log_level: str = "info"
+    # Ed25519 public key (PEM); with it, only artifacts signed by its private key are run.
+    trusted_key: Optional[Path] = None
+    # A chunked transfer that receives nothing for this long fails (what arrived is kept).
+    transfer_timeout_s: float = DEFAULT_TRANSFER_TIMEOUT_S
 
     @property
     def client_id(self) -> str:
@@ -132,6 +139,8 @@ def build_config(flags: Mapping[str, Any], config_file: Optional[Path] = None) -
         raise UserError("reconnect delays need 0 < reconnect_min <= reconnect_max")
     if values["keepalive"] < 5:
         raise UserError(f"keepalive must be at least 5 seconds, got {values['keepalive']}")
+    if values["transfer_timeout"] <= 0:
+        raise UserError(f"transfer timeout must be positive seconds, got {values['transfer_timeout']}")
     if values["log_level"].lower() not in LOG_LEVELS:
         raise UserError(f"log level '{values['log_level']}' is not one of {', '.join(LOG_LEVELS)}")
 
@@ -156,6 +165,8 @@ def build_config(flags: Mapping[str, Any], config_file: Optional[Path] = None) -
         reconnect_min_s=values["reconnect_min"],
         reconnect_max_s=values["reconnect_max"],
         log_level=values["log_level"].lower(),
+        trusted_key=_existing_file(values["trusted_key"], "trusted_key"),
+        transfer_timeout_s=values["transfer_timeout"],
     )
 
 

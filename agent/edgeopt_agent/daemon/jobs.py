@@ -1,8 +1,10 @@
 """Turns one job message into one result body. Bad input becomes an error result, never an exception.
 
-Checks run cheapest first and before anything is loaded: envelope, job schema, artifact path,
-artifact sha256. Only then is the benchmark engine imported and run; it loads the runtime and
-the model in a child process, so the daemon itself never holds numpy or onnxruntime.
+Checks run cheapest first and before anything is loaded: envelope, job schema, the artifact's
+signature (when the agent has a trusted key), artifact path, then the artifact's bytes (read,
+inline, received in chunks or downloaded) against its sha256. Only then is the benchmark engine
+imported and run; it loads the runtime and the model in a child process, so the daemon itself
+never holds numpy or onnxruntime.
 """
 from __future__ import annotations
 
@@ -11,9 +13,12 @@ import logging
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-from .. import protocol
+from .. import protocol, signing
 from ..errors import UserError
-from .artifacts import confined_path, materialize
+from ..signing import TrustedKey
+from .artifacts import INLINE_DIR, confined_path, materialize, sha256_file
+from .download import download
+from .transfers import Transfers
 
 log = logging.getLogger(__name__)
 
@@ -22,10 +27,14 @@ MAX_ATTEMPTS = 2
 
 
 class JobHandler:
-    def __init__(self, device_id: str, data_dir: Path, sensors: Any = None):
+    def __init__(self, device_id: str, data_dir: Path, sensors: Any = None,
+                 trusted_key: Optional[TrustedKey] = None, transfers: Optional[Transfers] = None):
+        """With `trusted_key`, only artifacts signed by it are run; `transfers` receives chunked ones."""
         self.device_id = device_id
         self.data_dir = Path(data_dir)
         self.sensors = sensors
+        self.trusted_key = trusted_key
+        self.transfers = transfers or Transfers(device_id, self.data_dir, trusted_key)
 
     def handle(self, payload: bytes, attempts: int = 1) -> Dict[str, Any]:
         request_id, job_type = _peek(payload)
@@ -41,7 +50,7 @@ class JobHandler:
                     "not trying it again",
                     kind="interrupted",
                 )
-            log.info("running job %s (%s)", job_id, job.artifact.path or f"inline {job.artifact.format}")
+            log.info("running job %s (%s)", job_id, job.artifact.describe())
             result = self._run_benchmark(job)
             return protocol.result_body(job_id, job_type, request_id, result=result, meta=meta)
         except protocol.ProtocolError as exc:
@@ -60,7 +69,7 @@ class JobHandler:
         return protocol.result_body(job_id, job_type, request_id, error=error, meta=meta)
 
     def _run_benchmark(self, job: protocol.BenchmarkJob) -> Dict[str, Any]:
-        artifact = materialize(job.artifact, self.data_dir)
+        artifact = self._artifact_file(job)
         options = dict(job.bench)
         if options.get("input_file"):
             options["input_file"] = str(confined_path(self.data_dir, options["input_file"], "input file"))
@@ -71,6 +80,19 @@ class JobHandler:
         except UserError as exc:
             raise protocol.ProtocolError(str(exc), kind="invalid_job") from None
         return run_benchmark(spec, sensors=self.sensors)
+
+    def _artifact_file(self, job: protocol.BenchmarkJob) -> Path:
+        """The job's artifact as a local file whose sha256 has been checked."""
+        signing.check_job(self.trusted_key, job)  # before a single byte of the artifact is touched
+        ref = job.artifact
+        if ref.chunks is not None:
+            return self.transfers.fetch(job)
+        if ref.url is not None:
+            target = self.data_dir / INLINE_DIR / f"{ref.sha256}.{ref.format}"
+            if target.is_file() and sha256_file(target) == ref.sha256:
+                return target
+            return download(ref, target)
+        return materialize(ref, self.data_dir)
 
 
 def _peek(payload: bytes) -> Tuple[Optional[str], Optional[str]]:

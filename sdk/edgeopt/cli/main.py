@@ -17,6 +17,9 @@ COMMANDS = {
     "bench": ("bench", "bench"),
     "fleet": ("fleet", "fleet"),
     "report": ("report", "report"),
+    "deploy": ("deploy", "deploy"),
+    "keys": ("keys", "keys"),
+    "quickstart": ("quickstart", "quickstart"),
 }
 
 

@@ -29,7 +29,11 @@ class Column:
 def _number(key: str, digits: int = 1) -> Callable[[Mapping[str, Any]], str]:
     def show(row: Mapping[str, Any]) -> str:
         value = row.get(key)
-        return DASH if value is None else f"{value:,.{digits}f}"
+        if value is None:
+            return DASH
+        if value and abs(value) < 10 ** -digits * 10:
+            return f"{value:.2g}"  # microsecond latencies would all print as 0.00
+        return f"{value:,.{digits}f}"
     return show
 
 

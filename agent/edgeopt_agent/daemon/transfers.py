@@ -1,0 +1,158 @@
+"""Chunked artifacts in the daemon: ask for the missing chunks, store what comes, hand the file over.
+
+Three threads meet here. The MQTT thread calls `job_arrived` for every new job message (so the
+chunks are asked for at once, even while another job is still running) and `chunk_arrived` for
+every chunk. The job worker calls `fetch` when it gets to the job: it waits until the last chunk
+is in, as long as chunks keep coming, then assembles and verifies the file.
+
+Each job message is asked for at most once per agent process (after a restart the worker asks
+again), so the sender never sends the same chunks twice for one request.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, Optional, Set, Tuple
+
+from .. import protocol, signing
+from ..signing import TrustedKey
+from ..transfer import ChunkStore, TransferError
+from .artifacts import INLINE_DIR, ArtifactError, sha256_file
+
+log = logging.getLogger(__name__)
+
+TRANSFERS_DIR = "transfers"
+DEFAULT_IDLE_TIMEOUT_S = 120.0
+
+
+class Transfers:
+    def __init__(
+        self,
+        device_id: str,
+        data_dir: Path,
+        trusted_key: Optional[TrustedKey] = None,
+        request: Optional[Callable[[Dict[str, Any]], Any]] = None,
+        idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+        store: Optional[ChunkStore] = None,
+    ):
+        """`request(body)` sends a transfer message (the agent queues it in its outbox)."""
+        self.device_id = device_id
+        self.data_dir = Path(data_dir)
+        self.trusted_key = trusted_key
+        self.idle_timeout_s = idle_timeout_s
+        self.store = store or ChunkStore(self.data_dir / TRANSFERS_DIR)
+        self._request = request
+        self._cond = threading.Condition()
+        self._asked: Set[str] = set()  # job message ids whose chunks were asked for
+        self._last_chunk: Dict[str, float] = {}  # artifact sha256 -> monotonic time of its last new chunk
+        self._refused: Dict[str, Tuple[str, str]] = {}  # artifact sha256 -> (error kind, message)
+
+    def final_path(self, ref: protocol.ArtifactRef) -> Path:
+        return self.data_dir / INLINE_DIR / f"{ref.sha256}.{ref.format}"
+
+    # --- MQTT thread --------------------------------------------------------------------------
+
+    def job_arrived(self, payload: bytes) -> None:
+        """Ask for the missing chunks of a new job right away. A job that fails a check here is
+        left alone: the worker makes the same checks and answers it with the error."""
+        try:
+            job = protocol.parse_job(protocol.Envelope.decode(payload, expect_device=self.device_id))
+        except protocol.ProtocolError:
+            return
+        if job.artifact.chunks is None:
+            return
+        try:
+            signing.check_job(self.trusted_key, job)
+            missing = [] if self.final_path(job.artifact).is_file() else self.store.register(job.artifact)
+        except (protocol.ProtocolError, OSError) as exc:
+            log.info("not asking for the chunks of job %s: %s", job.job_id, exc)
+            return
+        with self._cond:
+            self._refused.pop(job.artifact.sha256, None)  # a new job starts with a clean slate
+        self._ask(job, missing)
+
+    def chunk_arrived(self, payload: bytes) -> None:
+        try:
+            chunk = protocol.parse_chunk(protocol.Envelope.decode(payload, expect_device=self.device_id))
+        except protocol.ProtocolError as exc:
+            log.warning("dropping a chunk message: %s", exc)
+            return
+        sha = chunk.artifact_sha256
+        try:
+            stored = self.store.put(sha, chunk.index, chunk.data)
+        except TransferError as exc:
+            if exc.kind == "unknown_artifact":
+                log.info("dropping chunk %d: %s", chunk.index, exc)  # late copy of a finished transfer
+                return
+            log.warning("refusing a chunk: %s", exc)
+            self._refuse(sha, exc.kind, str(exc))
+            return
+        except OSError as exc:
+            log.error("cannot store chunk %d of artifact %s: %s", chunk.index, sha[:12], exc)
+            self._refuse(sha, "io_error", f"cannot store chunk {chunk.index}: {exc.strerror or exc}")
+            return
+        if stored:
+            with self._cond:
+                self._last_chunk[sha] = time.monotonic()
+                self._cond.notify_all()
+
+    # --- job worker ---------------------------------------------------------------------------
+
+    def fetch(self, job: protocol.BenchmarkJob) -> Path:
+        """The job's artifact as a verified local file, once all its chunks are in."""
+        ref = job.artifact
+        target = self.final_path(ref)
+        damaged = False
+        if target.is_file():
+            if sha256_file(target) == ref.sha256:
+                return target
+            log.warning("stored artifact %s is damaged; receiving it again", target.name)
+            target.unlink()
+            damaged = True  # the sender was told nothing is missing: tell it again
+        missing = self.store.register(ref)
+        if missing:
+            self._ask(job, missing, again=damaged)  # else a no-op, unless the agent restarted since the job came
+            self._wait(ref)
+        try:
+            return self.store.assemble(ref.sha256, target)
+        except TransferError as exc:
+            raise ArtifactError(str(exc), kind=exc.kind) from None
+
+    def _wait(self, ref: protocol.ArtifactRef) -> None:
+        sha = ref.sha256
+        idle_until = time.monotonic() + self.idle_timeout_s
+        with self._cond:
+            while not self.store.complete(sha):
+                if sha in self._refused:
+                    kind, message = self._refused.pop(sha)
+                    raise ArtifactError(message, kind=kind)
+                idle_until = max(idle_until, self._last_chunk.get(sha, 0.0) + self.idle_timeout_s)
+                left = idle_until - time.monotonic()
+                if left <= 0:
+                    held, total = self.store.progress(sha)
+                    raise ArtifactError(
+                        f"received {held} of {total} chunks of the artifact, then nothing for "
+                        f"{self.idle_timeout_s:g} s; the chunks received are kept: deploy again to send the rest",
+                        kind="transfer_incomplete",
+                    )
+                self._cond.wait(left)
+
+    # ---------------------------------------------------------------------------------------------
+
+    def _ask(self, job: protocol.BenchmarkJob, missing, again: bool = False) -> None:
+        with self._cond:
+            if job.request_id in self._asked and not again:
+                return
+            self._asked.add(job.request_id)
+        count = job.artifact.chunks.count
+        log.info("job %s: asking for %d of %d chunks of artifact %s", job.job_id, len(missing), count,
+                 job.artifact.sha256[:12])
+        if self._request is not None:
+            self._request(protocol.transfer_body(job.job_id, job.request_id, job.artifact.sha256, count, missing))
+
+    def _refuse(self, sha: str, kind: str, message: str) -> None:
+        with self._cond:
+            self._refused.setdefault(sha, (kind, message))
+            self._cond.notify_all()

@@ -1,0 +1,146 @@
+"""`edgeopt deploy`: send a converted model to devices over MQTT and collect their measurements."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Dict, List
+
+import click
+
+from .output import console, table
+
+PASSWORD_ENV = "EDGEOPT_DEPLOY_PASSWORD"
+
+
+@click.command()
+@click.argument("outdir", type=click.Path(path_type=Path))
+@click.option("--device", "device_id", metavar="ID", help="Deploy to this (online) device.")
+@click.option("--profile", metavar="NAME", help="Deploy to every online device of this profile.")
+@click.option("--all", "all_devices", is_flag=True, help="Deploy to every online device.")
+@click.option("--artifact", "artifact_key", metavar="KEY", help="Artifact of the manifest (default: the recommended one).")
+@click.option("--broker", default="localhost:1883", show_default=True, metavar="HOST[:PORT]", help="MQTT broker.")
+@click.option("--key", "key_path", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+              help="Ed25519 private key to sign with (default: $EDGEOPT_SIGNING_KEY, or the key of "
+                   "`edgeopt keys init` when there is one).")
+@click.option("--unsigned", is_flag=True, help="Send the artifact unsigned (agents with a trusted key refuse it).")
+@click.option("--url", metavar="URL", help="Let devices download the artifact from this http(s) URL instead of "
+                                          "receiving it through the broker.")
+@click.option("--wait", is_flag=True, help="Wait for every device's measurement; exit 1 if any failed or timed out.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
+              metavar="SECONDS",
+              help="Seconds to wait for the devices, in all.")
+@click.option("--runs", type=click.IntRange(min=1), help="Minimum measured runs on the device.")
+@click.option("--duration", "duration_s", type=click.FloatRange(min=0), help="Minimum measured seconds on the device.")
+@click.option("--threads", type=click.IntRange(min=1), help="Runtime threads on the device (default: all it may use).")
+@click.option("--idle", "idle_s", type=click.FloatRange(min=0), help="Idle power baseline before the run, seconds.")
+@click.option("--chunk-kb", type=click.IntRange(min=1, max=4096), default=256, show_default=True,
+              help="Size of the chunks the artifact travels in.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON list (one object per device) instead of a table.")
+@click.option("--tls", is_flag=True, help="Connect with TLS (system CA store unless --tls-ca).")
+@click.option("--tls-ca", type=click.Path(exists=True, dir_okay=False), help="CA certificate(s) for the broker.")
+@click.option("--username", help="Broker user name.")
+@click.option("--password-file", type=click.Path(exists=True, dir_okay=False),
+              help=f"File holding the broker password (or set ${PASSWORD_ENV}).")
+def deploy(outdir: Path, device_id, profile, all_devices, artifact_key, broker, key_path, unsigned, url, wait,
+           timeout_s, runs, duration_s, threads, idle_s, chunk_kb, as_json, tls, tls_ca, username, password_file):
+    """Send the recommended artifact of OUTDIR (an `edgeopt convert` output) to devices as a benchmark job.
+
+    The file travels through the broker in chunks (a device that already holds some gets only
+    the rest), signed with your Ed25519 key so agents with a trusted key run nothing else.
+    Devices are picked from the broker's retained status messages: --device ID, --profile NAME
+    (its online devices) or --all. With --wait, shows progress until each device answered and
+    prints their measurements.
+    """
+    from ..deploy import broker_settings, signing_key
+    from ..deploy import deploy as run_deploy
+
+    password = Path(password_file).read_text(encoding="utf-8").strip() if password_file else os.environ.get(PASSWORD_ENV)
+    settings = broker_settings(broker, tls=tls, tls_ca=tls_ca, username=username, password=password)
+    key = signing_key(key_path, unsigned)
+    bench = {name: value for name, value in
+             (("runs", runs), ("duration_s", duration_s), ("threads", threads), ("idle_s", idle_s)) if value is not None}
+    display = ProgressDisplay(wait)
+    try:
+        rows = run_deploy(outdir, settings, device=device_id, profile=profile, all_devices=all_devices,
+                          artifact=artifact_key, private_key=key, unsigned=key is None, wait=wait, timeout_s=timeout_s,
+                          progress=display.update, url=url, bench=bench, chunk_size=chunk_kb * 1024)
+    finally:
+        display.close()
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+    else:
+        signed = f"signed with key {key.key_id}" if key else "unsigned"
+        console().print(table(["device", "artifact", "state", "p50 ms", "p99 ms", "energy/inf mJ", "chunks sent",
+                               "result"], [row_cells(r) for r in rows],
+                              title=f"{rows[0]['job_id']} ({signed})" if rows else ""))
+        for row in rows:
+            if row.get("error"):
+                click.echo(f"{row['device_id']}: {row['error'].get('kind')}: {row['error'].get('message')}", err=True)
+    if any(failed(r) for r in rows):
+        click.get_current_context().exit(1)
+
+
+def failed(row: Dict[str, Any]) -> bool:
+    return row["ok"] is False or row["state"] == "timeout"
+
+
+def row_cells(row: Dict[str, Any]) -> List[str]:
+    result = row.get("result") or {}
+    latency = result.get("latency_ms") if isinstance(result.get("latency_ms"), dict) else {}
+    error = row.get("error")
+    outcome = error.get("kind") if error else {True: "ok", None: "waiting"}.get(row["ok"], "failed")
+    return [row["device_id"], row["artifact_key"], row["state"], _number(latency.get("p50")),
+            _number(latency.get("p99")), _number(result.get("energy_per_inference_mj")),
+            f"{row['chunks_sent']}/{row['chunks_total']}" if row["chunks_total"] else "-", outcome]
+
+
+def _number(value: Any) -> str:
+    return f"{value:.3f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+
+class ProgressDisplay:
+    """A live progress bar per device on a terminal; one line per change of state otherwise."""
+
+    def __init__(self, wait: bool):
+        self.wait = wait
+        self._live = None
+        self._tasks: Dict[str, Any] = {}
+        self._states: Dict[str, str] = {}
+        if sys.stderr.isatty():
+            try:
+                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            except ImportError:
+                return
+            self._live = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                  TextColumn("{task.fields[stage]}"), TimeElapsedColumn(),
+                                  console=console(stderr=True), transient=False)
+            self._live.start()
+
+    def update(self, event) -> None:
+        if self._live is not None:
+            if event.device_id not in self._tasks:
+                self._tasks[event.device_id] = self._live.add_task(event.device_id, total=None, stage="")
+            self._live.update(self._tasks[event.device_id], completed=event.chunks_sent,
+                              total=event.chunks_wanted or None, stage=_stage(event, self.wait))
+            return
+        if self._states.get(event.device_id) != event.stage:
+            self._states[event.device_id] = event.stage
+            click.echo(f"{event.device_id}: {_stage(event, self.wait)}", err=True)
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+
+
+def _stage(event, wait: bool) -> str:
+    if event.stage == "transferring":
+        return f"sending {event.chunks_wanted} of {event.chunks_total} chunks"
+    if event.stage == "delivered":
+        return "has the artifact, benchmarking" if wait else "has the artifact"
+    if event.stage == "answered":
+        return "answered: ok" if event.ok else "answered: failed"
+    if event.stage == "timeout":
+        return "timed out"
+    return "job sent"

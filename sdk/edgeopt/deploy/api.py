@@ -1,0 +1,119 @@
+"""`deploy(...)`: send a converted model to devices over MQTT and (optionally) wait for their measurements."""
+from __future__ import annotations
+
+import logging
+import uuid
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Union
+
+from edgeopt_agent import protocol
+from edgeopt_agent.daemon.config import DEFAULT_PORT, DEFAULT_TLS_PORT, BrokerSettings, parse_broker
+
+from ..errors import UserError
+from .artifact import choose_artifact
+from .keys import SigningKey, default_private_key
+from .mqtt import HostClient
+from .rollout import ProgressCallback, Rollout
+from .targets import DeviceStatus, read_statuses, select_targets
+
+log = logging.getLogger(__name__)
+
+PathLike = Union[str, Path]
+DEFAULT_BROKER = "127.0.0.1:1883"
+DEFAULT_TIMEOUT_S = 300.0
+
+
+def deploy(
+    outdir: PathLike,
+    broker: Union[str, BrokerSettings] = DEFAULT_BROKER,
+    device: Optional[str] = None,
+    profile: Optional[str] = None,
+    all_devices: bool = False,
+    artifact: Optional[str] = None,
+    private_key: Union[PathLike, SigningKey, None] = None,
+    wait: bool = False,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    progress: Optional[ProgressCallback] = None,
+    *,
+    unsigned: bool = False,
+    url: Optional[str] = None,
+    bench: Optional[Mapping[str, Any]] = None,
+    chunk_size: int = protocol.DEFAULT_CHUNK_BYTES,
+) -> List[Dict[str, Any]]:
+    """Send a benchmark job for an artifact of OUTDIR (the recommended one, or `artifact`) to one
+    online `device`, every online device of a `profile`, or `all_devices` online.
+
+    The file goes through the broker in chunks (only those a device does not hold yet), or with
+    `url` the devices download it from there. It is signed with `private_key` (default: the key
+    of `edgeopt keys init`, when there is one) unless `unsigned`. `bench` holds benchmark options
+    (runs, duration_s, threads...; see edgeopt_agent.protocol.BENCH_OPTIONS).
+
+    Returns one dict per device: device_id, job_id, artifact_key, state ("answered", "delivered",
+    "timeout"), ok (None while unanswered), error {kind, message}, result (the measurement), meta,
+    chunks_sent, chunks_total. With `wait`, blocks until every device answered or `timeout_s`
+    passed; without it, until every device has the file (or the timeout).
+    """
+    if sum((device is not None, profile is not None, bool(all_devices))) != 1:
+        raise UserError("say where to deploy: exactly one of device, profile or all_devices")
+    if timeout_s <= 0:
+        raise UserError(f"timeout must be positive seconds, got {timeout_s}")
+    chosen = choose_artifact(Path(outdir), artifact, chunk_size)
+    key = signing_key(private_key, unsigned)
+    settings = broker if isinstance(broker, BrokerSettings) else broker_settings(broker)
+    signature = key.sign_artifact(chosen.sha256, chosen.size, chosen.format, chosen.meta) if key else None
+    job_id = f"{chosen.key}-{uuid.uuid4().hex[:10]}"
+
+    client = HostClient(settings)
+    try:
+        client.connect()
+        targets = select_targets(read_statuses(client), device, profile, all_devices)
+        _warn_about_signatures(targets, key)
+        jobs = {
+            target.device_id: protocol.benchmark_job(
+                target.device_id, 1, job_id, chosen.sha256, chosen.format, meta=chosen.meta,
+                chunks=None if url else chosen.chunks, url=url, size=chosen.size, signature=signature,
+                **dict(bench or {}),
+            )
+            for target in targets
+        }
+        return Rollout(client, chosen, jobs, progress).run(wait, timeout_s)
+    finally:
+        client.close()
+
+
+def signing_key(private_key: Union[PathLike, SigningKey, None], unsigned: bool = False) -> Optional[SigningKey]:
+    """The key to sign with: the one given, else the default one if it exists; None if unsigned."""
+    if unsigned:
+        if private_key is not None:
+            raise UserError("give a signing key or ask for an unsigned deploy, not both")
+        return None
+    if isinstance(private_key, SigningKey):
+        return private_key
+    path = Path(private_key) if private_key is not None else default_private_key()
+    if path is None:
+        log.warning("no signing key (run `edgeopt keys init`): the artifact goes unsigned, "
+                    "and agents with a trusted key will refuse it")
+        return None
+    return SigningKey.load(path)
+
+
+def broker_settings(address: str, tls: bool = False, tls_ca: Optional[PathLike] = None,
+                    username: Optional[str] = None, password: Optional[str] = None) -> BrokerSettings:
+    host, port = parse_broker(address)
+    if password and not username:
+        raise UserError("a broker password needs a username too")
+    tls = tls or tls_ca is not None
+    return BrokerSettings(host=host, port=port or (DEFAULT_TLS_PORT if tls else DEFAULT_PORT), tls=tls,
+                          tls_ca=Path(tls_ca) if tls_ca else None, username=username, password=password)
+
+
+def _warn_about_signatures(targets: List[DeviceStatus], key: Optional[SigningKey]) -> None:
+    for target in targets:
+        if target.signatures != "required":
+            continue
+        if key is None:
+            log.warning("%s only runs signed artifacts and this deploy is unsigned: it will refuse the job",
+                        target.device_id)
+        elif target.trusted_key_id and target.trusted_key_id != key.key_id:
+            log.warning("%s trusts key %s, this deploy signs with key %s: it will refuse the job",
+                        target.device_id, target.trusted_key_id, key.key_id)

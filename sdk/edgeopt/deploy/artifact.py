@@ -1,0 +1,91 @@
+"""Which file a deploy sends: an artifact of a convert output folder, checked against its manifest.
+
+The job's `meta` carries the manifest's facts about it (model, precision, accuracy drop...) so
+the fleet files each result under them; the signature covers the same facts.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from edgeopt_agent import protocol
+from edgeopt_agent.transfer import plan_chunks
+
+from ..errors import UserError
+
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class DeployArtifact:
+    key: str
+    path: Path
+    format: str
+    precision: Optional[str]
+    sha256: str
+    size: int
+    chunks: protocol.ChunkPlan
+    meta: Dict[str, Any]
+
+
+def choose_artifact(outdir: Path, key: Optional[str] = None,
+                    chunk_size: int = protocol.DEFAULT_CHUNK_BYTES) -> DeployArtifact:
+    """The manifest's recommended artifact (or `key`), its file read once and checked against the manifest."""
+    outdir = Path(outdir)
+    manifest_path = outdir / MANIFEST
+    if not manifest_path.is_file():
+        raise UserError(f"{outdir} has no {MANIFEST}; give the output folder of `edgeopt convert`")
+    raw = manifest_path.read_bytes()
+    try:
+        manifest = json.loads(raw)
+    except ValueError as exc:
+        raise UserError(f"{manifest_path} is not valid JSON: {exc}") from exc
+    entries = manifest.get("artifacts") if isinstance(manifest, dict) else None
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and isinstance(e.get("key"), str) for e in entries):
+        raise UserError(f"{manifest_path} has no \"artifacts\" list with keys; re-run `edgeopt convert`")
+    keys = [e["key"] for e in entries]
+    wanted = key or manifest.get("recommended")
+    if wanted is None:
+        raise UserError(f"{manifest_path} recommends no artifact; pick one with --artifact: {', '.join(keys)}")
+    entry = next((e for e in entries if e["key"] == wanted), None)
+    if entry is None:
+        raise UserError(f"no artifact '{wanted}' in {manifest_path}; available: {', '.join(keys)}")
+    fmt = entry.get("format")
+    if fmt not in protocol.ARTIFACT_FORMATS:
+        raise UserError(f"artifact '{wanted}' is {fmt!r}; agents run {', '.join(protocol.ARTIFACT_FORMATS)} "
+                        f"artifacts: pick another with --artifact ({', '.join(keys)})")
+    path = outdir / str(entry.get("path", ""))
+    if not entry.get("path") or not path.is_file():
+        raise UserError(f"artifact '{wanted}' is listed as {entry.get('path')!r} but {path} does not exist")
+    if not protocol.MIN_CHUNK_BYTES <= chunk_size <= protocol.MAX_CHUNK_BYTES:
+        raise UserError(f"chunk size must be {protocol.MIN_CHUNK_BYTES // 1024}-{protocol.MAX_CHUNK_BYTES // 1024} KiB, "
+                        f"got {chunk_size / 1024:g} KiB")
+    if protocol.chunk_count(path.stat().st_size, chunk_size) > protocol.MAX_CHUNKS:
+        raise UserError(f"{path} needs more than {protocol.MAX_CHUNKS} chunks of {chunk_size // 1024} KiB; "
+                        "use bigger chunks")
+    chunks, size, sha256 = plan_chunks(path, chunk_size)
+    if sha256 != entry.get("sha256") or size != entry.get("size_bytes", size):
+        raise UserError(f"{path} is not the file the manifest lists (sha256 {sha256[:12]}…, manifest "
+                        f"{str(entry.get('sha256'))[:12]}…): it changed after `edgeopt convert`; convert again")
+    model = manifest.get("model") if isinstance(manifest.get("model"), dict) else {}
+    accuracy = entry.get("accuracy") if isinstance(entry.get("accuracy"), dict) else {}
+    drop = accuracy.get("drop_points")
+    meta = {
+        "model": model.get("source"),
+        "model_sha256": model.get("sha256"),
+        "artifact_key": wanted,
+        "format": fmt,
+        "precision": entry.get("precision"),
+        "accuracy_drop_points": drop if _is_finite_number(drop) else None,
+        "manifest_sha256": hashlib.sha256(raw).hexdigest(),
+    }
+    return DeployArtifact(key=wanted, path=path, format=fmt, precision=entry.get("precision"), sha256=sha256,
+                          size=size, chunks=chunks, meta=meta)
+
+
+def _is_finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

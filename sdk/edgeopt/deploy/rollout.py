@@ -1,0 +1,197 @@
+"""One deploy on the wire: send each device its job, send the chunks it asks for, collect answers.
+
+Per device:  job sent ─▶ device asks for the chunks it misses (transfer) ─▶ chunks sent ─▶
+delivered ─▶ result answered.  A device that already holds the artifact asks for none; one that
+refuses the job (bad signature...) answers at once with an error result. Chunks go out at QoS 1
+a window at a time, each checked against the plan first, so a file changed mid-deploy is caught
+here rather than by the board.
+"""
+from __future__ import annotations
+
+import collections
+import hashlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+from edgeopt_agent import protocol
+from edgeopt_agent.transfer import read_chunk
+
+from ..errors import UserError
+from .artifact import DeployArtifact
+from .mqtt import HostClient, Received
+
+log = logging.getLogger(__name__)
+
+WINDOW = 8  # chunks published but not yet acknowledged by the broker
+
+# Device states, in order.
+SENT = "sent"
+TRANSFERRING = "transferring"
+DELIVERED = "delivered"
+ANSWERED = "answered"
+TIMEOUT = "timeout"
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One step of a deploy, for a progress display."""
+
+    device_id: str
+    stage: str  # sent, transferring, delivered, answered, timeout
+    chunks_sent: int = 0
+    chunks_wanted: int = 0
+    chunks_total: int = 0
+    ok: Optional[bool] = None
+
+
+ProgressCallback = Callable[[Progress], None]
+
+
+@dataclass
+class DeviceRun:
+    device_id: str
+    job: protocol.Envelope
+    chunks_total: int
+    state: str = SENT
+    chunks_sent: int = 0
+    chunks_wanted: int = 0
+    answer: Optional[Dict[str, Any]] = None
+    requests: List[protocol.TransferRequest] = field(default_factory=list)
+
+    @property
+    def job_id(self) -> str:
+        return self.job.body["job_id"]
+
+    def outcome(self, artifact_key: str, waited: bool, timeout_s: float) -> Dict[str, Any]:
+        """What the deploy API returns for this device."""
+        error, ok, result = None, None, None
+        if self.answer is not None:
+            ok, error, result = self.answer["ok"], self.answer.get("error"), self.answer.get("result")
+        elif self.state == TIMEOUT:
+            ok = False
+            what = "answered" if waited else "asked for the artifact"
+            hint = " (the chunks it has are kept: deploy again to send the rest)" if self.chunks_sent else ""
+            error = {"kind": "timeout", "message": f"the device had not {what} within {timeout_s:g} s{hint}"}
+        return {
+            "device_id": self.device_id,
+            "job_id": self.job_id,
+            "artifact_key": artifact_key,
+            "state": self.state,
+            "ok": ok,
+            "error": error,
+            "result": result,
+            "meta": self.job.body.get("meta"),
+            "chunks_sent": self.chunks_sent,
+            "chunks_total": self.chunks_total,
+        }
+
+
+class Rollout:
+    def __init__(
+        self,
+        client: HostClient,
+        artifact: DeployArtifact,
+        jobs: Dict[str, protocol.Envelope],
+        progress: Optional[ProgressCallback] = None,
+        window: int = WINDOW,
+    ):
+        """`jobs`: device id -> its job envelope. With a `url` artifact no chunks are asked for."""
+        self.client = client
+        self.artifact = artifact
+        self.progress = progress or (lambda event: None)
+        self.window = window
+        self.runs = {
+            device_id: DeviceRun(device_id, job, artifact.chunks.count if "chunks" in job.body["artifact"] else 0)
+            for device_id, job in jobs.items()
+        }
+        self._by_request = {run.job.id: run for run in self.runs.values()}
+        self._seq = 0
+
+    def run(self, wait: bool, timeout_s: float) -> List[Dict[str, Any]]:
+        self.client.subscribe([protocol.subscription(protocol.RESULTS), protocol.subscription(protocol.TRANSFER)])
+        deadline = time.monotonic() + timeout_s
+        for run in self.runs.values():
+            self.client.wait_acked(self.client.publish(protocol.jobs_topic(run.device_id), run.job.encode()))
+            if not run.chunks_total and not wait:
+                run.state = DELIVERED  # fetched by URL: nothing more to send
+            self._report(run)
+        while not self._finished(wait):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            message = self.client.receive(min(left, 0.5))
+            if message is not None:
+                self._handle(message, deadline)
+        for run in self.runs.values():
+            if not self._done(run, wait):
+                run.state = TIMEOUT
+                self._report(run)
+        return [run.outcome(self.artifact.key, wait, timeout_s) for run in self.runs.values()]
+
+    # ---------------------------------------------------------------------------------------------
+
+    def _done(self, run: DeviceRun, wait: bool) -> bool:
+        return run.state == ANSWERED or (not wait and run.state == DELIVERED)
+
+    def _finished(self, wait: bool) -> bool:
+        return all(self._done(run, wait) for run in self.runs.values())
+
+    def _handle(self, message: Received, deadline: float) -> None:
+        try:
+            device_id, kind = protocol.parse_topic(message.topic)
+            if device_id not in self.runs or kind not in (protocol.RESULTS, protocol.TRANSFER):
+                return
+            envelope = protocol.Envelope.decode(message.payload, expect_device=device_id)
+            request_id = envelope.body.get("request_id")
+            run = self._by_request.get(request_id) if isinstance(request_id, str) else None
+            if run is None:
+                return  # about another job
+            if kind == protocol.TRANSFER:
+                request = protocol.parse_transfer(envelope)
+        except protocol.ProtocolError as exc:
+            log.warning("ignoring a message on %s: %s", message.topic, exc)
+            return
+        if kind == protocol.RESULTS:
+            run.answer = envelope.body
+            run.state = ANSWERED
+            self._report(run)
+        elif run.state != ANSWERED:
+            self._send_chunks(run, request, deadline)
+
+    def _send_chunks(self, run: DeviceRun, request: protocol.TransferRequest, deadline: float) -> None:
+        if request.artifact_sha256 != self.artifact.sha256 or request.chunks != self.artifact.chunks.count:
+            log.warning("%s asked for chunks of another artifact (%s); ignored", run.device_id, request.artifact_sha256)
+            return
+        run.requests.append(request)
+        run.chunks_wanted += len(request.missing)
+        run.state = TRANSFERRING
+        self._report(run)
+        topic = protocol.chunks_topic(run.device_id)
+        pending: "collections.deque[Any]" = collections.deque()
+        for index in request.missing:
+            if time.monotonic() > deadline:
+                break
+            data = read_chunk(self.artifact.path, self.artifact.chunks, index)
+            if hashlib.sha256(data).hexdigest() != self.artifact.chunks.sha256[index]:
+                raise UserError(f"{self.artifact.path} changed while it was being deployed; convert and deploy again")
+            self._seq += 1
+            envelope = protocol.chunk_message(run.device_id, self._seq, self.artifact.sha256, index, data)
+            pending.append(self.client.publish(topic, envelope.encode()))
+            if len(pending) >= self.window:
+                self._acked(run, pending.popleft())
+        while pending:
+            self._acked(run, pending.popleft())
+        if run.state == TRANSFERRING:
+            run.state = DELIVERED
+            self._report(run)
+
+    def _acked(self, run: DeviceRun, info: Any) -> None:
+        self.client.wait_acked(info)
+        run.chunks_sent += 1
+        self._report(run)
+
+    def _report(self, run: DeviceRun) -> None:
+        ok = run.answer["ok"] if run.answer is not None else None
+        self.progress(Progress(run.device_id, run.state, run.chunks_sent, run.chunks_wanted, run.chunks_total, ok))

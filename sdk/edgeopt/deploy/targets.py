@@ -1,0 +1,106 @@
+"""Which devices a deploy goes to, learned from the broker alone: every agent's retained status.
+
+Subscribing to ``edgeopt/v1/+/status`` returns each known device's last status at once (it is
+retained): online or offline, its profile, whether it requires signed artifacts. No database.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+from edgeopt_agent import protocol
+
+from ..errors import UserError
+from .mqtt import HostClient
+
+log = logging.getLogger(__name__)
+
+# Retained messages come in a burst right after the subscription: the first within FIRST_S
+# (or there are none), then each within QUIET_S of the one before.
+FIRST_S = 1.0
+QUIET_S = 0.3
+MAX_LISTEN_S = 5.0
+
+
+@dataclass(frozen=True)
+class DeviceStatus:
+    device_id: str
+    state: str
+    seq: int
+    profile: Optional[str] = None
+    signatures: Optional[str] = None  # "required" or "off"; None from agents that do not say
+    trusted_key_id: Optional[str] = None
+    agent_version: Optional[str] = None
+
+    @property
+    def online(self) -> bool:
+        return self.state == protocol.ONLINE
+
+    def describe(self) -> str:
+        return f"{self.device_id} ({self.profile or 'no profile'}, {self.state})"
+
+
+def read_statuses(client: HostClient, quiet_s: float = QUIET_S, max_s: float = MAX_LISTEN_S) -> Dict[str, DeviceStatus]:
+    """The latest status of every device that has one on the broker."""
+    client.subscribe([protocol.subscription(protocol.STATUS)])
+    found: Dict[str, DeviceStatus] = {}
+    deadline = time.monotonic() + max_s
+    wait = FIRST_S
+    while True:
+        message = client.receive(min(wait, deadline - time.monotonic()))
+        wait = quiet_s
+        if message is None:
+            break
+        status = parse_status(message.topic, message.payload)
+        if status is not None and (status.device_id not in found or status.seq >= found[status.device_id].seq):
+            found[status.device_id] = status
+    return found
+
+
+def parse_status(topic: str, payload: bytes) -> Optional[DeviceStatus]:
+    try:
+        device_id, kind = protocol.parse_topic(topic)
+        envelope = protocol.Envelope.decode(payload, expect_device=device_id)
+    except protocol.ProtocolError as exc:
+        log.debug("ignoring a message on %s: %s", topic, exc)
+        return None
+    body = envelope.body
+    if kind != protocol.STATUS or body.get("state") not in (protocol.ONLINE, protocol.OFFLINE):
+        return None
+
+    def text(key: str) -> Optional[str]:
+        return body[key] if isinstance(body.get(key), str) else None
+
+    return DeviceStatus(device_id, body["state"], envelope.seq, text("profile"), text("signatures"),
+                        text("trusted_key_id"), text("agent_version"))
+
+
+def select_targets(
+    statuses: Dict[str, DeviceStatus],
+    device: Optional[str] = None,
+    profile: Optional[str] = None,
+    all_devices: bool = False,
+) -> List[DeviceStatus]:
+    """One named device (which must be online), every online device of a profile, or every online device."""
+    if sum((device is not None, profile is not None, bool(all_devices))) != 1:
+        raise UserError("say where to deploy: exactly one of --device ID, --profile NAME or --all")
+    online = sorted((s for s in statuses.values() if s.online), key=lambda s: s.device_id)
+    known = ", ".join(s.describe() for s in sorted(statuses.values(), key=lambda s: s.device_id)) or "none"
+    if device is not None:
+        protocol.validate_device_id(device)
+        status = statuses.get(device)
+        if status is None:
+            raise UserError(f"no device '{device}' has ever connected to this broker; known devices: {known}")
+        if not status.online:
+            raise UserError(f"device '{device}' is offline; start its agent (edgeopt-agent) and deploy again")
+        return [status]
+    if profile is not None:
+        chosen = [s for s in online if s.profile == profile]
+        if not chosen:
+            raise UserError(f"no online device has profile '{profile}'; known devices: {known}")
+        return chosen
+    if not online:
+        raise UserError(f"no device is online on this broker; known devices: {known}")
+    return online

@@ -1,0 +1,137 @@
+"""Deploy's parts without a broker: picking the artifact from the manifest, picking devices from their
+status, the command line's checks and its result table."""
+import hashlib
+import json
+import re
+import socket
+
+import pytest
+
+from edgeopt.cli.deploy import row_cells
+from edgeopt.cli.main import main
+from edgeopt.deploy import deploy
+from edgeopt.deploy.artifact import choose_artifact
+from edgeopt.deploy.targets import DeviceStatus, parse_status, select_targets
+from edgeopt.errors import UserError
+from edgeopt_agent import protocol
+
+
+def write_outdir(folder, recommended="onnx-int8", artifacts=None):
+    folder.mkdir(parents=True, exist_ok=True)
+    data = {"onnx-fp32": b"fp32 model " * 300, "onnx-int8": b"int8 model " * 200}
+    entries = []
+    for key, blob in data.items():
+        (folder / f"{key}.onnx").write_bytes(blob)
+        entries.append({"key": key, "path": f"{key}.onnx", "format": "onnx", "precision": key.split("-")[1],
+                        "sha256": hashlib.sha256(blob).hexdigest(), "size_bytes": len(blob),
+                        "accuracy": {"drop_points": 0.5 if key == "onnx-int8" else 0.0}})
+    manifest = {"schema": "edgeopt.manifest/1", "model": {"source": "nets.py:small_cnn", "sha256": "a" * 64},
+                "recommended": recommended, "artifacts": artifacts if artifacts is not None else entries}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+def test_the_recommended_artifact_is_planned_in_chunks_with_the_manifest_facts(tmp_path):
+    outdir = write_outdir(tmp_path / "out")
+    chosen = choose_artifact(outdir, chunk_size=1024)
+    blob = (outdir / "onnx-int8.onnx").read_bytes()
+    assert chosen.key == "onnx-int8" and chosen.size == len(blob) and chosen.chunks.count == 3
+    assert chosen.meta == {
+        "model": "nets.py:small_cnn", "model_sha256": "a" * 64, "artifact_key": "onnx-int8", "format": "onnx",
+        "precision": "int8", "accuracy_drop_points": 0.5,
+        "manifest_sha256": hashlib.sha256((outdir / "manifest.json").read_bytes()).hexdigest(),
+    }
+    assert choose_artifact(outdir, "onnx-fp32").precision == "fp32"
+
+
+@pytest.mark.parametrize("setup, key, fragment", [
+    ("nothing", None, "has no manifest.json"),
+    ("bad json", None, "is not valid JSON"),
+    ("no recommendation", None, "recommends no artifact; pick one with --artifact: onnx-fp32, onnx-int8"),
+    ("fine", "onnx-fp16", "no artifact 'onnx-fp16'"),
+    ("tensorrt", "trt", "agents run onnx, tflite artifacts"),
+    ("missing file", None, "does not exist"),
+    ("changed file", None, "changed after `edgeopt convert`"),
+])
+def test_what_cannot_be_deployed_is_said_plainly(tmp_path, setup, key, fragment):
+    outdir = tmp_path / "out"
+    if setup != "nothing":
+        write_outdir(outdir, recommended=None if setup == "no recommendation" else "onnx-int8")
+    if setup == "bad json":
+        (outdir / "manifest.json").write_text("{")
+    if setup == "tensorrt":
+        manifest = json.loads((outdir / "manifest.json").read_text())
+        manifest["artifacts"].append({"key": "trt", "path": "x.plan", "format": "tensorrt-plan"})
+        (outdir / "manifest.json").write_text(json.dumps(manifest))
+    if setup == "missing file":
+        (outdir / "onnx-int8.onnx").unlink()
+    if setup == "changed file":
+        (outdir / "onnx-int8.onnx").write_bytes(b"something else")
+    with pytest.raises(UserError, match=fragment):
+        choose_artifact(outdir, key)
+
+
+def status(device_id, state="online", profile="rpi5", seq=1):
+    return DeviceStatus(device_id, state, seq, profile)
+
+
+STATUSES = {s.device_id: s for s in [status("pi-1"), status("pi-2"), status("pi-3", state="offline"),
+                                     status("nano-1", profile="jetson-nano")]}
+
+
+def test_targets_are_online_devices_by_id_profile_or_all():
+    assert [s.device_id for s in select_targets(STATUSES, device="pi-2")] == ["pi-2"]
+    assert [s.device_id for s in select_targets(STATUSES, profile="rpi5")] == ["pi-1", "pi-2"]
+    assert [s.device_id for s in select_targets(STATUSES, all_devices=True)] == ["nano-1", "pi-1", "pi-2"]
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    ({}, "exactly one of"),
+    ({"device": "pi-1", "profile": "rpi5"}, "exactly one of"),
+    ({"device": "pi-3"}, "'pi-3' is offline"),
+    ({"device": "pi-9"}, "no device 'pi-9' has ever connected"),
+    ({"device": "bad/id"}, "invalid device id"),
+    ({"profile": "x86-64"}, "no online device has profile 'x86-64'; known devices: nano-1 (jetson-nano, online)"),
+])
+def test_bad_targets_are_refused(kwargs, fragment):
+    with pytest.raises(UserError, match=re.escape(fragment)):
+        select_targets(STATUSES, **kwargs)
+    with pytest.raises(UserError, match="no device is online"):
+        select_targets({"pi-3": STATUSES["pi-3"]}, all_devices=True)
+
+
+def test_status_messages_give_state_profile_and_signature_policy():
+    body = protocol.status_body("online", "connected", profile="rpi5", signatures="required",
+                                trusted_key_id="0123456789abcdef", agent_version="0.1.0")
+    envelope = protocol.Envelope("pi-1", 7, protocol.STATUS_TYPE, body)
+    parsed = parse_status(protocol.status_topic("pi-1"), envelope.encode())
+    assert parsed == DeviceStatus("pi-1", "online", 7, "rpi5", "required", "0123456789abcdef", "0.1.0")
+    assert parse_status(protocol.status_topic("pi-2"), envelope.encode()) is None  # another device's id
+    assert parse_status(protocol.status_topic("pi-1"), b"garbage") is None
+
+
+def test_the_command_needs_exactly_one_target(tmp_path, capsys):
+    outdir = write_outdir(tmp_path / "out")
+    assert main(["deploy", str(outdir), "--unsigned"]) == 2
+    assert "exactly one of" in capsys.readouterr().err
+
+
+def test_an_unreachable_broker_is_a_user_error(tmp_path):
+    outdir = write_outdir(tmp_path / "out")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(UserError, match="cannot reach the MQTT broker"):
+        deploy(outdir, broker=f"127.0.0.1:{port}", device="pi-1", unsigned=True)
+
+
+def test_result_rows_show_latency_energy_chunks_and_errors():
+    answered = {"device_id": "pi-1", "artifact_key": "onnx-int8", "state": "answered", "ok": True, "error": None,
+                "result": {"latency_ms": {"p50": 12.3456, "p99": 20.0}, "energy_per_inference_mj": 41.5},
+                "chunks_sent": 3, "chunks_total": 5}
+    assert row_cells(answered) == ["pi-1", "onnx-int8", "answered", "12.346", "20.000", "41.500", "3/5", "ok"]
+    refused = dict(answered, ok=False, result=None, chunks_sent=0,
+                   error={"kind": "unsigned_artifact", "message": "sign it"})
+    assert row_cells(refused)[3:] == ["-", "-", "-", "0/5", "unsigned_artifact"]
+    waiting = dict(answered, state="delivered", ok=None, result=None, chunks_total=0)
+    assert row_cells(waiting)[6:] == ["-", "waiting"]
