@@ -338,6 +338,7 @@ BENCH_OPTIONS: Dict[str, Tuple[str, bool]] = {
     "timeout_s": ("number", False),
     "memory_limit_mb": ("positive", True),
     "runtime": ("name", True),
+    "precision": ("name", True),  # the precision a TensorRT engine is built at on the board
     "idle_s": ("number", False),
 }
 

@@ -20,11 +20,12 @@ import time
 from typing import Any, Callable, Dict, Optional
 
 from ..runners import open_runner
+from ..runners.formats import GPU_RUNTIMES
 from .failures import classify
 from .inputs import file_feeds, random_feeds
 from .memory import current_rss_mb, limit_address_space, peak_rss_mb
 from .spec import BenchmarkSpec
-from .stats import summarize_ms
+from .stats import device_timing_fields, summarize_ms
 from .timing import output_digest, time_calls
 
 Send = Callable[..., None]
@@ -32,16 +33,19 @@ Send = Callable[..., None]
 
 def benchmark(spec: BenchmarkSpec, send: Send) -> None:
     send("phase", text="loading the model")
-    runner = open_runner(spec.artifact, threads=spec.resolved_threads(), runtime=spec.runtime)
+    runner = open_runner(spec.artifact, threads=spec.resolved_threads(), runtime=spec.runtime, **spec.runner_options())
     notes = []
     rss_before = current_rss_mb()
-    if spec.memory_limit_mb is not None:
+    if spec.memory_limit_mb is not None and spec.runtime in GPU_RUNTIMES:
+        notes.append("memory limit not enforced: CUDA reserves more address space than an RLIMIT_AS limit allows")
+    elif spec.memory_limit_mb is not None:
         note = limit_address_space(spec.memory_limit_mb)
         if note:
             notes.append(note)
     start = time.perf_counter()
     runner.load()
     load_ms = (time.perf_counter() - start) * 1000.0
+    notes.extend(getattr(runner, "notes", ()))  # what a runner noticed while loading (a rebuilt engine)
     rss_after = current_rss_mb()
     send(
         "loaded",
@@ -72,6 +76,14 @@ def benchmark(spec: BenchmarkSpec, send: Send) -> None:
 
 
 def measure_batch(runner, spec: BenchmarkSpec, batch: Optional[int], feeds: Dict[str, Any]) -> Dict[str, Any]:
+    """One batch size: cold call, warm-up, measured phase.
+
+    Runners on a GPU time each call on the device as well (`take_device_timings()`: CUDA events)
+    and say what device memory they hold (`device_stats()`); latency_ms stays the end-to-end
+    time on the host's clock, copies to and from the device included.
+    """
+    take_device_timings = getattr(runner, "take_device_timings", None)
+    device_stats = getattr(runner, "device_stats", None)
     prepared = runner.prepare(feeds)
     first_input = next(iter(prepared.values()), None)
     if batch is None and first_input is not None and first_input.ndim:
@@ -85,6 +97,8 @@ def measure_batch(runner, spec: BenchmarkSpec, batch: Optional[int], feeds: Dict
     digest = output_digest(outputs, first)
 
     warmup, _ = time_calls(call, spec.warmup_runs, spec.warmup_s, spec.max_duration_s)
+    if take_device_timings is not None:
+        take_device_timings()  # the cold call and the warm-up are not measured
     gc_was_enabled = gc.isenabled()
     gc.disable()  # as timeit does: a collection inside a timed call is not the model's cost
     try:
@@ -94,10 +108,11 @@ def measure_batch(runner, spec: BenchmarkSpec, batch: Optional[int], feeds: Dict
     finally:
         if gc_was_enabled:
             gc.enable()
+    device_timings = take_device_timings() if take_device_timings is not None else {}
     stable = output_digest(outputs, call()) == digest
 
     samples = batch or 1
-    return {
+    entry = {
         "batch": batch,
         "ok": True,
         "first_inference_ms": round(first_ms, 6),
@@ -112,6 +127,10 @@ def measure_batch(runner, spec: BenchmarkSpec, batch: Optional[int], feeds: Dict
         "output_stable": stable,
         "peak_rss_mb": _mb(peak_rss_mb()),
     }
+    entry.update(device_timing_fields(device_timings))
+    if device_stats is not None:
+        entry.update(device_stats())
+    return entry
 
 
 def _mb(value: Optional[float]) -> Optional[float]:

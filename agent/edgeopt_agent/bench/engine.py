@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
 from ..runners.errors import InputError
-from ..runners.formats import resolve_runtime
+from ..runners.formats import check_precision, resolve_runtime
+from .board_state import board_changes, board_fields, board_state
 from .failures import CRASH, TIMEOUT, describe_exit, error_result, failure
 from .isolation import ChildOutcome, Progress, run_child
 from .spec import BenchmarkSpec
@@ -42,6 +43,8 @@ _BATCH_KEYS = (
     "output_sha256",
     "output_stable",
 ) + ENERGY_KEYS
+# What a batch on a GPU runtime adds (CUDA event timings, device memory); copied where present.
+_DEVICE_KEYS = ("gpu_compute_ms", "gpu_latency_ms", "h2d_ms", "d2h_ms", "gpu_memory_mb")
 
 
 def run_benchmark(
@@ -58,29 +61,38 @@ def run_benchmark(
     if not isinstance(spec, BenchmarkSpec):
         spec = BenchmarkSpec.from_dict(spec)
     runtime = resolve_runtime(spec.artifact, spec.runtime)
+    check_precision(runtime, spec.precision)
     if spec.input_file is not None and not Path(spec.input_file).is_file():
         raise InputError(f"input file not found: {spec.input_file}")
     spec = dataclasses.replace(spec, threads=spec.resolved_threads(), runtime=runtime)
 
+    snapshot = sensors.snapshot() if sensors is not None else {}
+    board_before = board_state(snapshot)
     health_before = sensors.health() if sensors is not None else None
     with (sensors.power_monitor() if sensors is not None else nullcontext()) as monitor:
-        idle = _idle_baseline(sensors, monitor, spec.idle_s, progress) if monitor is not None else None
+        idle = _idle_baseline(snapshot.get("power") or {}, monitor, spec.idle_s, progress) if monitor is not None else None
         outcome = run_child(spec, progress)
         entries = _batch_entries(outcome, spec)
         for entry in entries:
             entry.update(_energy(entry, monitor, idle))
         health_during = _health_during(monitor, entries)
     health_after = sensors.health() if sensors is not None else None
-    return _result(spec, outcome, entries, health_before, health_during, health_after)
+    board_after = board_state(sensors.snapshot()) if board_before else {}
+    result = _result(spec, outcome, entries, health_before, health_during, health_after)
+    if result["ok"] and board_before:  # a board with clock / power-mode telemetry (a Jetson)
+        result.update(board_fields(board_before, board_after))
+        changes = board_changes(board_before, board_after)
+        result["invalid_reasons"] = result["invalid_reasons"] + changes
+        result["valid"] = not result["invalid_reasons"]
+    return result
 
 
-def _idle_baseline(sensors, monitor, idle_s: float, progress: Optional[Progress]):
+def _idle_baseline(power: Mapping[str, Any], monitor, idle_s: float, progress: Optional[Progress]):
     """Mean power with nothing running, over idle_s seconds (skipped where there is no power sensor)."""
     from ..sensors import EnergyReading
 
     if idle_s <= 0:
         return EnergyReading(None, None, None, None, 0, "no idle baseline taken (idle_s=0)")
-    power = sensors.snapshot().get("power") or {}
     if power.get("source") is None:
         return EnergyReading(None, None, None, None, 0, power.get("reason") or "no power sensor")
     if progress is not None:
@@ -186,6 +198,7 @@ def _result(
     result: Dict[str, Any] = {"ok": True, **head}
     result.update({k: loaded.get(k) for k in _LOADED_KEYS})
     result.update({k: good[0].get(k) for k in _BATCH_KEYS})
+    result.update({k: good[0][k] for k in _DEVICE_KEYS if k in good[0]})
     result["peak_rss_mb"] = done.get("peak_rss_mb") or max(e.get("peak_rss_mb") or 0 for e in good) or None
     result["batches"] = entries
     if spec.latency_budget_ms is not None:

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ..errors import UserError
-from ..runners.formats import RUNTIMES
+from ..runners.formats import ENGINE_RUNTIMES, PRECISIONS, RUNTIMES
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,13 @@ class BenchmarkSpec:
     several sizes sweep them, one measured phase each.
     idle_s: idle power baseline taken before the child starts when sensors are given.
     timeout_s bounds the whole child process; memory_limit_mb is its address-space limit
-    (RLIMIT_AS: virtual memory, larger than RSS; applied after the runtime is imported).
+    (RLIMIT_AS: virtual memory, larger than RSS; applied after the runtime is imported; not
+    applied to GPU runtimes, whose CUDA reserves more address space than any useful limit).
+    precision: what runtimes that build an engine on the board ("tensorrt",
+    "onnxruntime-tensorrt") build at. None: "tensorrt" builds at the model's own precision
+    (INT8 for a QDQ model); "onnxruntime-tensorrt" enables neither FP16 nor INT8.
+    engine_cache_dir: where built engines are kept (the agent passes one under its data dir;
+    None: edgeopt_agent.runners.engine_cache.default_cache_dir()).
     """
 
     artifact: str
@@ -40,11 +46,15 @@ class BenchmarkSpec:
     memory_limit_mb: Optional[int] = None
     runtime: Optional[str] = None
     idle_s: float = 1.0
+    precision: Optional[str] = None
+    engine_cache_dir: Optional[str] = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "artifact", str(self.artifact))
         if self.input_file is not None:
             object.__setattr__(self, "input_file", str(self.input_file))
+        if self.engine_cache_dir is not None:
+            object.__setattr__(self, "engine_cache_dir", str(self.engine_cache_dir))
         if self.batch_sizes is not None:
             if isinstance(self.batch_sizes, int) or not all(_is_int(b) for b in self.batch_sizes):
                 raise UserError(f"batch sizes must be a list of whole numbers, got {self.batch_sizes!r}")
@@ -69,6 +79,13 @@ class BenchmarkSpec:
             raise UserError(f"seed must be a whole number, got {self.seed!r}")
         if self.runtime is not None and self.runtime not in RUNTIMES:
             raise UserError(f"unknown runtime '{self.runtime}'; available: {', '.join(RUNTIMES)}")
+        if self.precision is not None and self.precision not in PRECISIONS:
+            raise UserError(f"unknown precision '{self.precision}'; available: {', '.join(PRECISIONS)}")
+        if self.precision is not None and self.runtime is not None and self.runtime not in ENGINE_RUNTIMES:
+            raise UserError(
+                f"precision applies to runtimes that build an engine on the board ({', '.join(ENGINE_RUNTIMES)}), "
+                f"not to '{self.runtime}'"
+            )
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "BenchmarkSpec":
@@ -92,6 +109,18 @@ class BenchmarkSpec:
 
     def resolved_threads(self) -> int:
         return self.threads or available_cpus()
+
+    def runner_options(self) -> Dict[str, Any]:
+        """What open_runner takes beyond the path, threads and runtime, for this spec's runtime."""
+        if self.runtime == "tensorrt":
+            return {
+                "precision": self.precision,
+                "cache_dir": self.engine_cache_dir,
+                "max_batch": max(self.batch_sizes or (1,)),
+            }
+        if self.runtime == "onnxruntime-tensorrt":
+            return {"precision": self.precision, "cache_dir": self.engine_cache_dir}
+        return {}
 
 
 def available_cpus() -> int:

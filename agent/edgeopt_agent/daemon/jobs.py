@@ -71,6 +71,8 @@ class JobHandler:
     def _run_benchmark(self, job: protocol.BenchmarkJob) -> Dict[str, Any]:
         artifact = self._artifact_file(job)
         options = dict(job.bench)
+        # TensorRT engines built on this board are cached beside the agent's state.
+        options["engine_cache_dir"] = str(self.data_dir / "engines")
         if options.get("input_file"):
             options["input_file"] = str(confined_path(self.data_dir, options["input_file"], "input file"))
         from ..bench import BenchmarkSpec, run_benchmark

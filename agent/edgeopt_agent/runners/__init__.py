@@ -1,4 +1,4 @@
-"""Model runners: one small interface (load, infer, close) over ONNX Runtime and TFLite.
+"""Model runners: one small interface (load, infer, close) over ONNX Runtime, TensorRT and TFLite.
 
     from edgeopt_agent.runners import open_runner
     with open_runner("model.tflite", threads=4) as runner:
@@ -15,15 +15,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 from .errors import ArtifactError, InputError, UnsupportedModelError, looks_like_out_of_memory
-from .formats import FORMAT_RUNTIMES, RUNTIMES, detect_format, resolve_runtime
+from .formats import ENGINE_RUNTIMES, FORMAT_RUNTIMES, ORT_PROVIDERS, PRECISIONS, RUNTIMES, detect_format, resolve_runtime
 
 if TYPE_CHECKING:  # pragma: no cover
     from .base import Runner, TensorInfo
     from .quantization import Quantization, dequantize, quantize
 
-# Names that live in modules needing numpy, imported on first use.
+# Names that live in modules needing numpy or a runtime, imported on first use.
 _LAZY = {
     "Runner": ".base",
+    "runtime_report": ".availability",
+    "unavailable_reason": ".availability",
     "TensorInfo": ".base",
     "Quantization": ".quantization",
     "quantize": ".quantization",
@@ -32,8 +34,11 @@ _LAZY = {
 
 __all__ = [
     "ArtifactError",
+    "ENGINE_RUNTIMES",
     "FORMAT_RUNTIMES",
     "InputError",
+    "ORT_PROVIDERS",
+    "PRECISIONS",
     "Quantization",
     "RUNTIMES",
     "Runner",
@@ -45,6 +50,8 @@ __all__ = [
     "open_runner",
     "quantize",
     "resolve_runtime",
+    "runtime_report",
+    "unavailable_reason",
 ]
 
 
@@ -60,8 +67,11 @@ def open_runner(
     """A runner for `path`, not yet loaded.
 
     runtime: "onnxruntime" (best execution provider present: TensorRT, CUDA, then CPU),
-    "tensorrt" (ONNX Runtime's TensorRT provider, which must be present), or "tflite".
-    options: `xnnpack=False` for TFLite.
+    "onnxruntime-tensorrt" / "onnxruntime-cuda" (ONNX Runtime's TensorRT / CUDA provider, which
+    the build must have), "tensorrt" (a native TensorRT engine built here from the ONNX file), or
+    "tflite". A runtime this machine lacks raises UnsupportedModelError saying why.
+    options: `xnnpack=False` for TFLite; `precision`, `cache_dir` for "tensorrt" and
+    "onnxruntime-tensorrt"; `max_batch`, `workspace_mb` for "tensorrt".
     """
     if threads is not None and threads < 1:
         raise InputError(f"threads must be at least 1, got {threads}")
@@ -70,7 +80,14 @@ def open_runner(
         from .tflite_runner import TFLiteRunner
 
         return TFLiteRunner(path, threads=threads, **options)
+    if chosen == "tensorrt":
+        from .tensorrt_runner import TensorRTRunner
+
+        return TensorRTRunner(path, threads=threads, **options)
+    if chosen in ORT_PROVIDERS:
+        from .ort_gpu_runner import OnnxRuntimeGpuRunner
+
+        return OnnxRuntimeGpuRunner(path, chosen, threads=threads, **options)
     from .onnxruntime_runner import OnnxRuntimeRunner
 
-    required = "TensorrtExecutionProvider" if chosen == "tensorrt" else None
-    return OnnxRuntimeRunner(path, threads=threads, required_provider=required, **options)
+    return OnnxRuntimeRunner(path, threads=threads, **options)

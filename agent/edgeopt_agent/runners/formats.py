@@ -1,4 +1,12 @@
-"""Which runtime runs which file, decided from the file alone (stdlib only, nothing loaded)."""
+"""Which runtime runs which file, decided from the file alone (stdlib only, nothing loaded).
+
+Runtimes:
+  onnxruntime            ONNX Runtime with the best execution provider the build has
+  onnxruntime-tensorrt   ONNX Runtime's TensorRT execution provider (must be in the build)
+  onnxruntime-cuda       ONNX Runtime's CUDA execution provider (must be in the build)
+  tensorrt               a native TensorRT engine, built on this machine from the ONNX file
+  tflite                 TFLite / LiteRT
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,9 +14,22 @@ from typing import Optional, Union
 
 from .errors import ArtifactError, UnsupportedModelError
 
-RUNTIMES = ("onnxruntime", "tflite", "tensorrt")
+RUNTIMES = ("onnxruntime", "onnxruntime-tensorrt", "onnxruntime-cuda", "tensorrt", "tflite")
 # For each format, the runtimes that can run it; the first is the default.
-FORMAT_RUNTIMES = {"onnx": ("onnxruntime", "tensorrt"), "tflite": ("tflite",)}
+FORMAT_RUNTIMES = {
+    "onnx": ("onnxruntime", "tensorrt", "onnxruntime-tensorrt", "onnxruntime-cuda"),
+    "tflite": ("tflite",),
+}
+# The execution provider each ONNX Runtime GPU runtime insists on.
+ORT_PROVIDERS = {
+    "onnxruntime-tensorrt": "TensorrtExecutionProvider",
+    "onnxruntime-cuda": "CUDAExecutionProvider",
+}
+# Runtimes that run on an NVIDIA GPU through CUDA.
+GPU_RUNTIMES = ("tensorrt", "onnxruntime-tensorrt", "onnxruntime-cuda")
+PRECISIONS = ("fp32", "fp16", "int8")
+# Runtimes that build an engine on the board and so take the precision to build it at.
+ENGINE_RUNTIMES = ("tensorrt", "onnxruntime-tensorrt")
 
 
 def detect_format(path: Union[str, Path]) -> str:
@@ -37,3 +58,16 @@ def resolve_runtime(path: Union[str, Path], runtime: Optional[str] = None) -> st
     if runtime not in allowed:
         raise UnsupportedModelError(f"runtime '{runtime}' cannot run a .{fmt} file; use: {', '.join(allowed)}")
     return runtime
+
+
+def check_precision(runtime: Optional[str], precision: Optional[str]) -> None:
+    """Refuse a precision the runtime cannot act on (runtime None: not known yet, only the name is checked)."""
+    if precision is None:
+        return
+    if precision not in PRECISIONS:
+        raise UnsupportedModelError(f"unknown precision '{precision}'; available: {', '.join(PRECISIONS)}")
+    if runtime is not None and runtime not in ENGINE_RUNTIMES:
+        raise UnsupportedModelError(
+            f"precision applies to runtimes that build an engine on the board ({', '.join(ENGINE_RUNTIMES)}); "
+            f"with runtime '{runtime}' the artifact's own precision is what runs: leave precision out"
+        )

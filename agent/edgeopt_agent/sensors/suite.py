@@ -12,6 +12,7 @@ from .base import run_command as default_run_command
 from .cooling import CoolingSensor
 from .cpufreq import CpuFreqSensor
 from .ina3221 import Ina3221HwmonSensor, Ina3221IioSensor
+from .jetson_clocks import JetsonClocksSensor
 from .nvml import NvmlSensor
 from .rapl import RaplSensor
 from .rpi import RpiPmicSensor, RpiThrottleSensor
@@ -29,6 +30,7 @@ SENSORS: Tuple[Type[Sensor], ...] = (
     ThermalSensor,
     CoolingSensor,
     RpiThrottleSensor,
+    JetsonClocksSensor,
 )
 # In order of preference when the profile does not say which power sensor the board has.
 POWER_SENSORS: Tuple[Type[PowerSensor], ...] = (

@@ -31,6 +31,8 @@ MANIFEST = "manifest.json"
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Kill a benchmark after this many seconds.")
 @click.option("--memory-limit-mb", type=int, help="Address-space limit of the benchmark process (RLIMIT_AS).")
 @click.option("--runtime", type=click.Choice(RUNTIMES), help="Runtime (default: from the file type).")
+@click.option("--precision", type=click.Choice(["fp32", "fp16", "int8"]),
+              help="Precision a TensorRT engine is built at (runtimes tensorrt, onnxruntime-tensorrt).")
 @click.option("--idle", "idle_s", type=float, default=1.0, show_default=True, help="Idle power baseline before each run, seconds (with a power sensor).")
 @click.option("--no-sensors", is_flag=True, help="Do not read this machine's power and thermal sensors.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")

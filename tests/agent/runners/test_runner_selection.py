@@ -41,18 +41,25 @@ def test_not_a_model(tmp_path):
 
 
 def test_runtime_that_cannot_run_the_format(dynamic_onnx):
-    with pytest.raises(UnsupportedModelError, match="cannot run a .onnx file; use: onnxruntime, tensorrt"):
+    with pytest.raises(
+        UnsupportedModelError,
+        match="cannot run a .onnx file; use: onnxruntime, tensorrt, onnxruntime-tensorrt, onnxruntime-cuda",
+    ):
         open_runner(dynamic_onnx, runtime="tflite")
     with pytest.raises(UnsupportedModelError, match="unknown runtime 'openvino'"):
         open_runner(dynamic_onnx, runtime="openvino")
 
 
-def test_tensorrt_needs_the_provider_in_this_build(dynamic_onnx):
+@pytest.mark.parametrize(
+    "runtime, provider",
+    [("onnxruntime-tensorrt", "TensorrtExecutionProvider"), ("onnxruntime-cuda", "CUDAExecutionProvider")],
+)
+def test_onnxruntime_gpu_runtimes_need_their_provider_in_this_build(dynamic_onnx, runtime, provider):
     ort = pytest.importorskip("onnxruntime")
-    if "TensorrtExecutionProvider" in ort.get_available_providers():
-        pytest.skip("this onnxruntime build has TensorRT: nothing to refuse")
-    with pytest.raises(UnsupportedModelError, match="no TensorrtExecutionProvider; available: .*CPUExecutionProvider"):
-        open_runner(dynamic_onnx, runtime="tensorrt")
+    if provider in ort.get_available_providers():
+        pytest.skip(f"this onnxruntime build has {provider}: nothing to refuse")
+    with pytest.raises(UnsupportedModelError, match=f"no {provider}; available: .*CPUExecutionProvider"):
+        open_runner(dynamic_onnx, runtime=runtime)
 
 
 def test_threads_must_be_positive(dynamic_onnx):

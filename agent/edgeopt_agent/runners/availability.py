@@ -1,0 +1,51 @@
+"""Which runtimes this machine can use now, and why not where it cannot.
+
+    unavailable_reason("tensorrt")   # None, or "TensorRT is not installed (...); on a Jetson ..."
+    runtime_report()                 # {"tensorrt": {"available": False, "reason": "..."}, ...}
+
+Asking imports the runtime (and, for TensorRT, initialises CUDA), so a daemon asks once, or in
+a child process.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Sequence
+
+from ..errors import UserError
+from .formats import ORT_PROVIDERS, RUNTIMES
+
+
+def unavailable_reason(runtime: str) -> Optional[str]:
+    """None when `runtime` can run here, else why it cannot, in words the user can act on."""
+    if runtime not in RUNTIMES:
+        return f"unknown runtime '{runtime}'; known: {', '.join(RUNTIMES)}"
+    try:
+        if runtime == "tensorrt":
+            from .cuda_runtime import CudaRuntime
+            from .tensorrt_build import import_tensorrt
+
+            import_tensorrt()
+            CudaRuntime.load()
+        elif runtime == "tflite":
+            from .tflite_runner import find_interpreter
+
+            find_interpreter()
+        else:
+            from ..errors import require
+
+            ort = require("onnxruntime", "agent", "ONNX models")
+            provider = ORT_PROVIDERS.get(runtime)
+            available = list(ort.get_available_providers())
+            if provider is not None and provider not in available:
+                return f"this onnxruntime build ({ort.__version__}) has no {provider}; it has: {', '.join(available)}"
+    except UserError as exc:
+        return str(exc)
+    return None
+
+
+def runtime_report(runtimes: Sequence[str] = RUNTIMES) -> Dict[str, Dict[str, Any]]:
+    report = {}
+    for runtime in runtimes:
+        reason = unavailable_reason(runtime)
+        report[runtime] = {"available": reason is None, "reason": reason}
+    return report
+

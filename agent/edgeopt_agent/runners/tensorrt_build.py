@@ -1,0 +1,255 @@
+"""Building a TensorRT engine from an ONNX file, on the machine that will run it.
+
+Works with the TensorRT 8.x (JetPack 4.6 and 5) and 10.x (JetPack 6) Python APIs: explicit batch
+networks, `build_serialized_network`, a timing cache, and the workspace set through
+`set_memory_pool_limit` where it exists (8.4+) or `max_workspace_size` before that.
+
+INT8 comes only from explicit quantization: a QDQ ONNX built with the INT8 flag (and FP16, so
+the layers left unquantized run in FP16), never from a calibrator, which TensorRT 10 deprecates.
+"""
+from __future__ import annotations
+
+import importlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, List, Optional, Sequence, Tuple
+
+from .errors import ArtifactError, UnsupportedModelError, looks_like_out_of_memory
+from .formats import PRECISIONS
+
+TENSORRT_HINT = (
+    "on a Jetson, TensorRT's Python bindings come with JetPack (sudo apt install python3-libnvinfer); "
+    "elsewhere install TensorRT from NVIDIA's package index"
+)
+DEFAULT_WORKSPACE_MB = 1024
+
+
+def import_tensorrt() -> Any:
+    """The `tensorrt` module (8.0 or newer), or UnsupportedModelError saying why it cannot be had."""
+    try:
+        trt = importlib.import_module("tensorrt")
+    except (ImportError, OSError) as exc:  # OSError: the bindings are there but libnvinfer is not
+        raise UnsupportedModelError(f"TensorRT is not installed ({exc}); {TENSORRT_HINT}") from None
+    if not hasattr(trt, "Builder"):  # e.g. a folder named tensorrt on sys.path, imported as a namespace package
+        where = ", ".join(getattr(trt, "__path__", [])) or (getattr(trt, "__file__", None) or "?")
+        raise UnsupportedModelError(f"TensorRT is not installed (the 'tensorrt' module found, {where}, is not TensorRT); {TENSORRT_HINT}")
+    version = getattr(trt, "__version__", "")
+    if _major(version) < 8:
+        raise UnsupportedModelError(f"TensorRT {version or '(unknown version)'} is too old: edgeopt needs 8.0 or newer")
+    return trt
+
+
+def _major(version: str) -> int:
+    try:
+        return int(version.split(".")[0])
+    except ValueError:
+        return 0
+
+
+def make_logger(trt: Any) -> Any:
+    """A TensorRT logger that keeps warnings and errors, so failures can say what TensorRT said."""
+
+    class CapturingLogger(trt.ILogger):
+        def __init__(self) -> None:
+            trt.ILogger.__init__(self)
+            self.messages: List[str] = []
+
+        def log(self, severity: Any, msg: str) -> None:
+            if int(severity) <= int(trt.ILogger.Severity.WARNING):
+                self.messages.append(str(msg).strip())
+
+        def errors(self) -> List[str]:
+            return self.messages[-5:]
+
+    return CapturingLogger()
+
+
+# -- precision ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PrecisionPlan:
+    precision: str
+    flags: Tuple[str, ...]  # names in trt.BuilderFlag
+    notes: Tuple[str, ...] = ()
+
+
+def plan_precision(
+    requested: Optional[str],
+    model_precision: str,
+    fast_fp16: Optional[bool],
+    fast_int8: Optional[bool],
+    model_name: str = "the model",
+) -> PrecisionPlan:
+    """The builder flags for building `model_name` at `requested` (None: at the model's own precision).
+
+    model_precision: "int8" when the network holds Q/DQ layers, "fp16" when it holds FP16
+    tensors, else "fp32". fast_fp16/fast_int8: what TensorRT says of this GPU (None: not asked).
+    """
+    precision = requested or model_precision
+    if precision not in PRECISIONS:
+        raise UnsupportedModelError(f"unknown precision '{precision}'; available: {', '.join(PRECISIONS)}")
+    if model_precision == "int8" and precision != "int8":
+        raise UnsupportedModelError(
+            f"{model_name} holds Q/DQ nodes (explicit INT8 quantization), so it builds only at precision int8; "
+            f"for {precision}, give the FP32 ONNX artifact"
+        )
+    if precision == "int8" and model_precision != "int8":
+        raise UnsupportedModelError(
+            f"precision int8 needs an INT8 QDQ ONNX (explicit quantization, as `edgeopt convert` makes for Jetson "
+            f"profiles with INT8); {model_name} has no Q/DQ nodes and edgeopt does not use implicit calibration"
+        )
+    if precision == "int8" and fast_int8 is False:
+        raise UnsupportedModelError(
+            "this GPU has no fast INT8 path (TensorRT: platform_has_fast_int8 is False); build at fp16 instead"
+        )
+    notes: List[str] = []
+    if precision in ("fp16", "int8") and fast_fp16 is False:
+        notes.append("this GPU has no fast FP16: TensorRT may choose FP32 kernels for FP16 layers")
+    if precision == "fp32" and model_precision == "fp16":
+        notes.append("the model's FP16 tensors run without the FP16 builder flag: TensorRT may compute them in FP32")
+    flags: Tuple[str, ...] = ()
+    if precision == "fp16":
+        flags = ("FP16",)
+    elif precision == "int8":
+        # FP16 as well: the layers TensorRT cannot fuse into INT8 then run in FP16, not FP32.
+        flags = ("INT8",) if fast_fp16 is False else ("INT8", "FP16")
+    return PrecisionPlan(precision, flags, tuple(notes))
+
+
+# -- parsing ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class ParsedNetwork:
+    builder: Any
+    network: Any
+    parser: Any  # kept alive: the network refers to weights the parser owns
+
+    @property
+    def inputs(self) -> List[Tuple[str, Tuple[int, ...]]]:
+        return [
+            (self.network.get_input(i).name, tuple(int(d) for d in self.network.get_input(i).shape))
+            for i in range(self.network.num_inputs)
+        ]
+
+
+def network_flags(trt: Any) -> int:
+    """Explicit batch: required before TensorRT 10, the only mode (and the flag deprecated) since."""
+    flag = getattr(trt.NetworkDefinitionCreationFlag, "EXPLICIT_BATCH", None)
+    if flag is None or _major(trt.__version__) >= 10:
+        return 0
+    return 1 << int(flag)
+
+
+def parse_onnx(trt: Any, logger: Any, path: Path) -> ParsedNetwork:
+    builder = trt.Builder(logger)
+    if builder is None:
+        raise UnsupportedModelError(f"TensorRT could not create a builder: {'; '.join(logger.errors()) or 'no reason given'}")
+    network = builder.create_network(network_flags(trt))
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse_from_file(str(path)):
+        errors = [str(parser.get_error(i)).strip() for i in range(parser.num_errors)]
+        detail = "; ".join(errors or logger.errors()) or "no reason given"
+        raise ArtifactError(f"TensorRT cannot parse {path.name}: {detail}")
+    return ParsedNetwork(builder, network, parser)
+
+
+def model_precision(trt: Any, network: Any) -> str:
+    """"int8" for a network with Q/DQ layers, "fp16" for one with FP16 tensors, else "fp32"."""
+    quantizing = (trt.LayerType.QUANTIZE, trt.LayerType.DEQUANTIZE)
+    half = trt.DataType.HALF
+    has_half = any(network.get_input(i).dtype == half for i in range(network.num_inputs))
+    for index in range(network.num_layers):
+        layer = network.get_layer(index)
+        if layer.type in quantizing:
+            return "int8"
+        if not has_half:
+            has_half = any(layer.get_output(j).dtype == half for j in range(layer.num_outputs))
+    return "fp16" if has_half else "fp32"
+
+
+def profile_shapes(inputs: Sequence[Tuple[str, Tuple[int, ...]]], max_batch: int) -> List[Tuple[str, Tuple[int, ...], Tuple[int, ...], Tuple[int, ...]]]:
+    """(name, min, opt, max) for each input with a dynamic axis; only the batch axis (0) may be dynamic."""
+    shapes = []
+    for name, shape in inputs:
+        if all(d >= 0 for d in shape):
+            continue
+        dynamic = [axis for axis, d in enumerate(shape) if d < 0]
+        if dynamic != [0]:
+            raise UnsupportedModelError(
+                f"input '{name}' has dynamic sizes on axes {dynamic} ({list(shape)}); TensorRT engines here take a "
+                "dynamic batch axis only: export the model with fixed sizes on the other axes"
+            )
+        rest = tuple(shape[1:])
+        shapes.append((name, (1,) + rest, (max_batch,) + rest, (max_batch,) + rest))
+    return shapes
+
+
+# -- building -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class BuiltEngine:
+    plan: bytes
+    timing_cache: bytes
+    build_s: float
+    precision: str
+    notes: List[str] = field(default_factory=list)
+
+
+def set_workspace(trt: Any, config: Any, nbytes: int) -> None:
+    if hasattr(config, "set_memory_pool_limit"):
+        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, nbytes)
+    else:  # TensorRT 8.0-8.3
+        config.max_workspace_size = nbytes
+
+
+def build_engine(
+    trt: Any,
+    logger: Any,
+    parsed: ParsedNetwork,
+    precision: Optional[str],
+    max_batch: int,
+    workspace_mb: int,
+    timing_cache: bytes,
+    model_name: str,
+) -> BuiltEngine:
+    """Build `parsed` into a serialized engine; timing_cache is the serialized cache to start from (b"": none)."""
+    builder = parsed.builder
+    plan = plan_precision(
+        precision,
+        model_precision(trt, parsed.network),
+        getattr(builder, "platform_has_fast_fp16", None),
+        getattr(builder, "platform_has_fast_int8", None),
+        model_name,
+    )
+    config = builder.create_builder_config()
+    set_workspace(trt, config, workspace_mb << 20)
+    for flag in plan.flags:
+        config.set_flag(getattr(trt.BuilderFlag, flag))
+    shapes = profile_shapes(parsed.inputs, max_batch)
+    if shapes:
+        profile = builder.create_optimization_profile()
+        for name, smallest, optimal, largest in shapes:
+            profile.set_shape(name, smallest, optimal, largest)
+        config.add_optimization_profile(profile)
+    cache = config.create_timing_cache(timing_cache)
+    config.set_timing_cache(cache, False)
+
+    start = time.perf_counter()
+    serialized = builder.build_serialized_network(parsed.network, config)
+    build_s = time.perf_counter() - start
+    if serialized is None:
+        said = "; ".join(logger.errors()) or "no reason given"
+        if looks_like_out_of_memory(said):
+            raise MemoryError(f"TensorRT ran out of memory building {model_name} at {plan.precision}: {said}")
+        raise UnsupportedModelError(f"TensorRT could not build {model_name} at {plan.precision}: {said}")
+    return BuiltEngine(
+        plan=bytes(memoryview(serialized)),
+        timing_cache=bytes(memoryview(config.get_timing_cache().serialize())),
+        build_s=build_s,
+        precision=plan.precision,
+        notes=list(plan.notes),
+    )
