@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Create .venv and install edgeopt with every extra (host + agent + tests), idempotently.
-# torch is installed first and pinned: an unpinned torch would pull the CUDA build (gigabytes).
+# torch is installed first and pinned to 2.13.0, so the `convert` extra's requirement is already
+# met and pip never resolves it to the newest CUDA build (gigabytes). On the project's machines
+# pip's configured find-links hold the CPU wheel of 2.13.0; elsewhere point pip at PyTorch's
+# CPU package index (PIP_EXTRA_INDEX_URL) before running this, or accept the CUDA build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -13,7 +16,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade "pip>=23"
 if ! .venv/bin/python -c "import torch, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null; then
-    echo "installing torch==$TORCH_VERSION (CPU build where available)"
+    echo "installing torch==$TORCH_VERSION"
     .venv/bin/python -m pip install --quiet "torch==$TORCH_VERSION"
 fi
 echo "installing edgeopt[$EXTRAS] (editable)"

@@ -124,10 +124,39 @@ def write_manifest(manifest: Dict[str, Any], path: Path) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(manifest, handle, indent=2)
             handle.write("\n")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; the artifacts beside it are not
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _listed_files(manifest_path: Path) -> List[str]:
+    try:
+        old = read_manifest(manifest_path)
+        return [a["path"] for a in old.get("artifacts", []) if isinstance(a.get("path"), str)]
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        return []
+
+
+def publish(out: Path, work: Path, paths: List[str], manifest: Dict[str, Any]) -> None:
+    """Move finished artifacts from `work` into `out` and write the manifest last.
+
+    The previous manifest goes first, so an interruption leaves no manifest rather than an old
+    one describing new files; artifacts only the previous manifest listed are removed after.
+    """
+    target = out / "manifest.json"
+    previous = _listed_files(target)
+    target.unlink(missing_ok=True)
+    for name in paths:
+        os.replace(work / name, out / name)
+    write_manifest(manifest, target)
+    for name in set(previous) - set(paths):
+        stale = out / name
+        if Path(name).name == name and stale.is_file():  # only plain files the old manifest listed
+            stale.unlink()
 
 
 def read_manifest(path: Path) -> Dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any, List, Optional
 from edgeopt_agent.errors import UserError, require
 
 from .hashing import sha256_file
+from .pt2_guard import check_pt2
 from .tensors import Dataset, InputSpec
 
 TORCHSCRIPT_SUFFIXES = (".pt", ".pth", ".ts", ".torchscript", ".jit")
@@ -137,6 +138,7 @@ def _load_torchscript(path: Path) -> SourceModel:
 
 def _load_exported(path: Path) -> SourceModel:
     torch = _torch()
+    check_pt2(path)
     try:
         program = torch.export.load(str(path))
     except Exception as exc:
@@ -157,8 +159,9 @@ _ONNX_DTYPES = {1: "float32", 10: "float16", 7: "int64", 6: "int32", 2: "uint8",
 def _load_onnx(path: Path) -> SourceModel:
     onnx = require("onnx", "convert", "reading ONNX models")
     try:
+        # By path: the checker then finds external weight files beside the model, and large models.
+        onnx.checker.check_model(str(path))
         model = onnx.load(str(path), load_external_data=False)
-        onnx.checker.check_model(model)
     except Exception as exc:
         raise UserError(f"{path} is not a valid ONNX model: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
     initializers = {i.name for i in model.graph.initializer}

@@ -14,7 +14,9 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
 
 
 from edgeopt_agent.errors import UserError
@@ -22,7 +24,7 @@ from edgeopt_agent.profiles import DeviceProfile, load_profile
 
 from . import accuracy as acc
 from .host_timing import time_interleaved
-from .manifest import ArtifactRecord, build_manifest, write_manifest
+from .manifest import ArtifactRecord, build_manifest, publish
 from .model_source import SourceModel, load_source
 from .passes._quiet import captured_output
 from .passes.export_onnx import ExportOnnx, OnnxExportOptions
@@ -38,6 +40,7 @@ from .tensors import Dataset, InputSpec, load_dataset, make_specs, random_datase
 log = logging.getLogger("edgeopt.convert")
 DEFAULT_MAX_CALIBRATION = 256
 DEFAULT_MAX_EVAL = 1000
+MAX_OUTPUT_BYTES = 512 * 2**20  # float32 outputs kept for the reference, and again per artifact
 
 
 @dataclass
@@ -51,6 +54,7 @@ class ConvertOptions:
     formats: Sequence[str] = ()
     precisions: Sequence[str] = ()
     max_accuracy_drop: Optional[float] = None
+    min_cosine: Optional[float] = None
     recommend_budget: float = 1.0  # percentage points an artifact may lose and still be recommended
     threads: Optional[int] = None
     calibrate_method: str = "minmax"
@@ -92,6 +96,8 @@ def resolve_specs(source: SourceModel, shapes: Sequence[str], dtypes: Sequence[s
             raise UserError(f"the model has {len(known_names)} inputs ({', '.join(known_names)}), "
                             f"got {len(shapes)} --input-shape values")
         names = known_names or _forward_names(source)
+        if not dtypes and source.input_specs:
+            dtypes = [s.dtype for s in source.input_specs]  # an ONNX model knows its input types
         specs = make_specs(shapes, dtypes, names if len(names) == len(shapes) else [])
         for given, known in zip(specs, source.input_specs):
             fixed = [(i, d) for i, d in enumerate(known.shape) if d > 0]
@@ -140,8 +146,41 @@ def _head(data: Dataset, limit: int) -> Dataset:
                    None if data.labels is None else data.labels[:limit], data.source)
 
 
+def _check_options(opts: ConvertOptions) -> None:
+    if opts.max_accuracy_drop is not None and opts.max_accuracy_drop < 0:
+        raise UserError(f"--max-accuracy-drop must be 0 or more percentage points, got {opts.max_accuracy_drop}")
+    if opts.min_cosine is not None and not -1.0 <= opts.min_cosine <= 1.0:
+        raise UserError(f"--min-cosine must be between -1 and 1, got {opts.min_cosine}")
+    if opts.threads is not None and opts.threads < 1:
+        raise UserError(f"--threads must be at least 1, got {opts.threads}")
+
+
+def _output_folder(path: Path) -> bool:
+    """Create OUTDIR if needed; True when this run created it (and should remove it on failure)."""
+    if path.exists() and not path.is_dir():
+        raise UserError(f"output folder {path} is a file; give -o a folder")
+    existed = path.exists()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create output folder {path}: {exc.strerror}") from None
+    return not existed
+
+
+def _measured_on_host(profile: DeviceProfile, timed: bool) -> Tuple[bool, str]:
+    """Whether host timings say something about the target, and if not, why."""
+    if not timed:
+        return False, "host timing was skipped (--no-timing)"
+    if not profile.matches_host():
+        return False, f"{profile.name} is not this machine's architecture"
+    if profile.has_gpu:
+        return False, f"{profile.name} runs these artifacts on its GPU ({profile.runtimes[0]}), which CPU timings here do not predict"
+    return True, ""
+
+
 def convert(model: Any, opts: ConvertOptions, progress: Progress = Progress()) -> Dict[str, Any]:
     """Convert `model` (a spec string, or an nn.Module) for `opts.device`; returns the manifest."""
+    _check_options(opts)
     profile = load_profile(opts.device)
     source = _source(model, opts)
     specs = resolve_specs(source, opts.input_shapes, opts.input_dtypes)
@@ -157,20 +196,23 @@ def convert(model: Any, opts: ConvertOptions, progress: Progress = Progress()) -
         progress.note(f"warning: {warning}")
 
     out = Path(opts.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    created = _output_folder(out)
     work = Path(tempfile.mkdtemp(prefix=".edgeopt-build-", dir=out))
+    done = False
     try:
         ctx = _Context(profile, source, specs, calibration, evaluation, threads, work, notes, warnings)
         records = _build_all(ctx, plan.artifacts, opts, progress)
-        _check_budget(records, opts.max_accuracy_drop)
-        rec = recommend(records, profile, opts.recommend_budget, measured=opts.time_on_host and profile.matches_host())
+        _check_budget(records, opts.max_accuracy_drop, opts.min_cosine)
+        measured, why_not = _measured_on_host(profile, opts.time_on_host)
+        rec = recommend(records, profile, opts.recommend_budget, measured=measured, why_predicted=why_not)
         manifest = build_manifest(ctx, records, rec, opts)
-        for record in records:
-            os.replace(work / record.path, out / record.path)
-        write_manifest(manifest, out / "manifest.json")
+        publish(out, work, [r.path for r in records], manifest)
+        done = True
         return manifest
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        if not done and created:
+            shutil.rmtree(out, ignore_errors=True)
 
 
 def _source(model: Any, opts: ConvertOptions) -> SourceModel:
@@ -189,10 +231,23 @@ def _source(model: Any, opts: ConvertOptions) -> SourceModel:
     raise UserError(f"model must be a path/spec string or a torch.nn.Module, got {type(model).__name__}")
 
 
+def _fit_outputs_in_memory(ctx: _Context, predict, batch: int) -> None:
+    """Keep the evaluation set small enough that two copies of its outputs fit in memory."""
+    feed, _ = next(ctx.evaluation.batches(batch))
+    per_sample = sum(np.asarray(o).size for o in predict(feed)) * 4 / batch
+    limit = max(batch, int(MAX_OUTPUT_BYTES // max(per_sample, 1)) // batch * batch)
+    if ctx.evaluation.size > limit:
+        ctx.notes.append(f"validation uses the first {limit} of {ctx.evaluation.size} evaluation samples: the "
+                         f"outputs take {per_sample / 2**20:.1f} MiB per sample")
+        ctx.evaluation = _head(ctx.evaluation, limit)
+
+
 def _build_all(ctx: _Context, planned: List[PlannedArtifact], opts: ConvertOptions, progress: Progress) -> List[ArtifactRecord]:
     eval_batch = ctx.specs[0].shape[0]
+    reference_predict = reference_predictor(ctx.source, ctx.specs)
+    _fit_outputs_in_memory(ctx, reference_predict, eval_batch)
     with progress.step("FP32 reference", ctx.evaluation.size) as advance:
-        reference = acc.collect_outputs(reference_predictor(ctx.source, ctx.specs), ctx.evaluation, eval_batch, advance)
+        reference = acc.collect_outputs(reference_predict, ctx.evaluation, eval_batch, advance)
     records: List[ArtifactRecord] = []
     onnx_fp32: Optional[Path] = None
     onnx_dynamic = False
@@ -251,12 +306,23 @@ def _time_all(ctx: _Context, records: List[ArtifactRecord], progress: Progress, 
         record.host_timing = timings[record.planned.key]
 
 
-def _check_budget(records: List[ArtifactRecord], max_drop: Optional[float]) -> None:
-    if max_drop is None:
-        return
-    over = [(r.planned.key, r.accuracy.drop_points) for r in records
-            if r.accuracy.drop_points is not None and r.accuracy.drop_points > max_drop]
-    if over:
-        detail = ", ".join(f"{key} lost {drop:.2f} points" for key, drop in over)
-        raise UserError(f"accuracy budget exceeded (--max-accuracy-drop {max_drop}): {detail}; "
+def _check_budget(records: List[ArtifactRecord], max_drop: Optional[float], min_cosine: Optional[float]) -> None:
+    failures = []
+    if max_drop is not None:
+        unmeasurable = [r.planned.key for r in records if r.accuracy.drop_points is None]
+        if unmeasurable:
+            raise UserError(
+                f"--max-accuracy-drop needs class scores ([N, classes]) as the first output to count top-1 "
+                f"changes, and {', '.join(unmeasurable)} has none; gate on output similarity with --min-cosine instead"
+            )
+        failures += [f"{r.planned.key} lost {r.accuracy.drop_points:.2f} points" for r in records
+                     if r.accuracy.drop_points > max_drop]
+    if min_cosine is not None:
+        failures += [f"{r.planned.key} has cosine similarity {r.accuracy.min_cosine:.5f}" for r in records
+                     if r.accuracy.min_cosine < min_cosine]
+    if failures:
+        limits = " and ".join(x for x in (
+            f"--max-accuracy-drop {max_drop}" if max_drop is not None else "",
+            f"--min-cosine {min_cosine}" if min_cosine is not None else "") if x)
+        raise UserError(f"accuracy budget exceeded ({limits}): {', '.join(failures)}; "
                         f"try more representative --calibration data or --calibrate-method entropy/percentile")

@@ -14,6 +14,8 @@ from edgeopt_agent.profiles import DeviceProfile
 
 RUNTIME_FORMAT = {"tflite": "tflite", "onnxruntime": "onnx", "tensorrt": "onnx"}
 MIN_SPEEDUP = 1.05  # a lower precision must be at least this much faster than FP32 to be chosen
+# Outputs that are not class scores have no top-1 to lose: they must match FP32 this closely.
+MIN_COSINE_WITHOUT_TOP1 = 0.99
 
 
 @dataclass(frozen=True)
@@ -27,17 +29,20 @@ class Recommendation:
 
 
 def _within(records, budget: float):
-    return [r for r in records if r.accuracy.drop_points is None or r.accuracy.drop_points <= budget]
+    return [r for r in records if (r.accuracy.min_cosine >= MIN_COSINE_WITHOUT_TOP1 if r.accuracy.drop_points is None
+                                   else r.accuracy.drop_points <= budget)]
 
 
-def recommend(records: List, profile: DeviceProfile, budget: float, measured: bool) -> Recommendation:
+def recommend(records: List, profile: DeviceProfile, budget: float, measured: bool,
+              why_predicted: str = "") -> Recommendation:
     usable = [r for r in _within(records, budget) if r.planned.format in
               {RUNTIME_FORMAT[rt] for rt in profile.runtimes}]
     if not usable:
-        return Recommendation(None, "none", f"no artifact stays within the {budget}-point accuracy budget")
+        return Recommendation(None, "none", f"no artifact stays within the accuracy budget ({budget} points of top-1, "
+                                            f"or cosine {MIN_COSINE_WITHOUT_TOP1} for outputs that are not class scores)")
     if measured and all(r.host_timing is not None for r in usable):
         return _by_measurement(usable, profile, budget)
-    return _by_prediction(usable, profile)
+    return _by_prediction(usable, profile, why_predicted or "nothing was timed on the target")
 
 
 def _by_measurement(usable, profile: DeviceProfile, budget: float) -> Recommendation:
@@ -64,7 +69,7 @@ def _precision_rank(profile: DeviceProfile) -> List[str]:
     return faster + ["fp32"]
 
 
-def _by_prediction(usable, profile: DeviceProfile) -> Recommendation:
+def _by_prediction(usable, profile: DeviceProfile, why: str) -> Recommendation:
     ranks = _precision_rank(profile)
     for runtime in profile.runtimes:
         fmt = RUNTIME_FORMAT[runtime]
@@ -74,9 +79,9 @@ def _by_prediction(usable, profile: DeviceProfile) -> Recommendation:
                     evidence = ", ".join(f"{p} {v:g}" for p, v in profile.peak_tops.items()) or "no peak figures"
                     return Recommendation(
                         r.planned.key, "predicted",
-                        f"predicted, not measured: {profile.name} is not this machine's architecture; "
+                        f"predicted, not measured: {why}; "
                         f"{runtime} is its preferred runtime and {precision} its fastest precision by peak "
                         f"throughput (TOPS: {evidence}). Confirm on the board with `edgeopt bench`.",
                     )
     first = usable[0]
-    return Recommendation(first.planned.key, "predicted", "predicted: no better evidence than the profile's recipe order")
+    return Recommendation(first.planned.key, "predicted", f"predicted ({why}): no better evidence than the profile's recipe order")

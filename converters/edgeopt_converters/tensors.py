@@ -1,6 +1,7 @@
 """Input specifications and the user's calibration / evaluation data."""
 from __future__ import annotations
 
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
@@ -66,8 +67,14 @@ class Dataset:
         return self.source == "random"
 
     def batches(self, batch_size: int):
+        """Feeds of exactly `batch_size` samples (models exported at a fixed batch take no other);
+        a short last batch is padded by repeating its final sample. Yields (feed, real samples)."""
         for start in range(0, self.size, batch_size):
-            yield {k: v[start:start + batch_size] for k, v in self.arrays.items()}
+            feed = {k: v[start:start + batch_size] for k, v in self.arrays.items()}
+            real = len(next(iter(feed.values())))
+            if real < batch_size:
+                feed = {k: np.concatenate([v, np.repeat(v[-1:], batch_size - real, axis=0)]) for k, v in feed.items()}
+            yield feed, real
 
     def split(self, fraction: float) -> Tuple["Dataset", "Dataset"]:
         cut = max(1, min(self.size - 1, int(round(self.size * fraction))))
@@ -81,15 +88,23 @@ class Dataset:
 def _read_arrays(path: Path, what: str) -> Dict[str, np.ndarray]:
     if not path.exists():
         raise UserError(f"{what} file not found: {path}")
+    if path.is_dir():
+        raise UserError(f"{what} file {path} is a directory; give a .npy or .npz file")
     try:
-        # allow_pickle=False: a data file must never run code.
+        # allow_pickle=False: a data file must never run code. An .npz reads its members lazily,
+        # so they are read here, where a broken member is still a clear error.
         loaded = np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as exc:
+        if isinstance(loaded, np.ndarray):
+            arrays = {"": loaded}
+        else:
+            with loaded:
+                arrays = {k: loaded[k] for k in loaded.files}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
         raise UserError(f"{what} file {path} is not a readable .npy/.npz array file ({exc})") from None
-    if isinstance(loaded, np.ndarray):
-        return {"": loaded}
-    with loaded:
-        return {k: loaded[k] for k in loaded.files}
+    broken = [k or "the array" for k, v in arrays.items() if not isinstance(v, np.ndarray) or v.dtype == object]
+    if broken:
+        raise UserError(f"{what} file {path}: {', '.join(broken)} is not a numeric array")
+    return arrays
 
 
 def load_dataset(path: Path, specs: Sequence[InputSpec], what: str, allow_labels: bool) -> Dataset:

@@ -1,6 +1,7 @@
 """The Python API; it mirrors the CLI (`edgeopt convert`, `edgeopt devices`)."""
 from __future__ import annotations
 
+import numbers
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
@@ -9,14 +10,24 @@ from edgeopt_agent.profiles import DeviceProfile, all_profiles
 PathLike = Union[str, Path]
 
 
+def _is_shape(value) -> bool:
+    return isinstance(value, (tuple, list)) and bool(value) and all(isinstance(v, numbers.Integral) for v in value)
+
+
 def _as_list(value) -> Tuple[str, ...]:
+    """Shapes or dtypes as the CLI strings: one shape (1, 3, 224, 224), "1,3,224,224", or a list of either."""
     if value is None:
         return ()
     if isinstance(value, (str, Path)):
         return (str(value),)
-    if isinstance(value, tuple) and all(isinstance(v, int) for v in value):
-        return (",".join(map(str, value)),)
-    return tuple(",".join(map(str, v)) if isinstance(v, (tuple, list)) else str(v) for v in value)
+    if _is_shape(value):
+        return (",".join(str(int(v)) for v in value),)
+    return tuple(",".join(str(int(d)) for d in v) if _is_shape(v) else str(v) for v in value)
+
+
+def _names(value) -> Tuple[str, ...]:
+    """formats="onnx" and formats=["onnx", "tflite"] both work."""
+    return (value,) if isinstance(value, str) else tuple(value or ())
 
 
 def convert(
@@ -31,6 +42,7 @@ def convert(
     formats: Sequence[str] = (),
     precisions: Sequence[str] = (),
     max_accuracy_drop: Optional[float] = None,
+    min_cosine: Optional[float] = None,
     threads: Optional[int] = None,
     calibrate_method: str = "minmax",
     weights: Optional[PathLike] = None,
@@ -53,9 +65,10 @@ def convert(
         input_dtypes=_as_list(input_dtype),
         calibration=Path(calibration) if calibration else None,
         eval_data=Path(eval_data) if eval_data else None,
-        formats=tuple(formats),
-        precisions=tuple(precisions),
+        formats=_names(formats),
+        precisions=_names(precisions),
         max_accuracy_drop=max_accuracy_drop,
+        min_cosine=min_cosine,
         threads=threads,
         calibrate_method=calibrate_method,
         weights=Path(weights) if weights else None,

@@ -70,3 +70,27 @@ class ResidualNet(nn.Module):
 def residual_net():
     torch.manual_seed(0)
     return ResidualNet()
+
+
+class TwoHeads(nn.Module):
+    """Class scores and a regression output, returned as a dict."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(8, 16)
+        self.classes = nn.Linear(16, 5)
+        self.box = nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.body(x))
+        return {"scores": self.classes(h), "box": self.box(h)}
+
+
+def two_heads():
+    torch.manual_seed(0)
+    return TwoHeads()
+
+
+def regressor():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3), nn.Unflatten(1, (1, 3)))

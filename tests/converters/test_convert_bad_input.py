@@ -123,3 +123,78 @@ def test_verbose_shows_the_traceback(run, nets_path):
     code, err, _ = run(f"{nets_path}:raises", "--device", "x86-64", "--input-shape", "1,3", verbose=True)
     assert code == 2
     assert "Traceback" in err and "weights server unreachable" in err
+
+
+class _Trap:
+    """Unpickling this creates a file: proof that a loader ran pickled code."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+def _tampered_pt2(tmp_path, member_suffix, payload, config_edit=None):
+    import json
+    import pickle
+    import zipfile
+
+    import torch
+    from nets import small_cnn
+
+    good = tmp_path / "good.pt2"
+    torch.export.save(torch.export.export(small_cnn().eval(), (torch.randn(1, 3, 16, 16),)), str(good))
+    evil = tmp_path / "evil.pt2"
+    with zipfile.ZipFile(good) as src, zipfile.ZipFile(evil, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item)
+            if item.filename.endswith(member_suffix):
+                data = pickle.dumps(payload)
+            elif config_edit and item.filename.endswith("data/weights/model_weights_config.json"):
+                data = json.dumps(config_edit(json.loads(data))).encode()
+            dst.writestr(item, data)
+    return evil
+
+
+def test_pt2_with_pickled_weights_is_refused_before_torch_unpickles_it(run, tmp_path):
+    marker = tmp_path / "PWNED"
+
+    def mark_pickled(config):
+        config["config"]["features.0.weight"]["use_pickle"] = True
+        return config
+
+    evil = _tampered_pt2(tmp_path, "data/weights/weight_0", _Trap(marker), mark_pickled)
+    assert_user_error(*run(evil, "--device", "x86-64"), "refused", "unpickle")
+    assert not marker.exists()
+
+
+def test_pt2_with_pickled_sample_inputs_is_refused(run, tmp_path):
+    marker = tmp_path / "PWNED"
+    evil = _tampered_pt2(tmp_path, "data/sample_inputs/model.pt", _Trap(marker))
+    assert_user_error(*run(evil, "--device", "x86-64"), "not plain tensors")
+    assert not marker.exists()
+
+
+def test_corrupt_npz_member(run, nets_path, tmp_path):
+    import zipfile
+
+    broken = tmp_path / "calib.npz"
+    with zipfile.ZipFile(broken, "w") as archive:
+        archive.writestr("input.npy", b"not an npy payload")
+    assert_user_error(*run(f"{nets_path}:small_cnn", "--device", "x86-64", "--input-shape", "1,3,16,16",
+                           "--calibration", broken), "calib.npz", "input")
+
+
+def test_negative_accuracy_budget(run, nets_path):
+    assert_user_error(*run(f"{nets_path}:small_cnn", "--device", "x86-64", "--input-shape", "1,3,16,16",
+                           "--max-accuracy-drop", "-1"), "--max-accuracy-drop must be 0 or more")
+
+
+def test_output_folder_that_is_a_file(nets_path, tmp_path, capsys):
+    blocker = tmp_path / "afile"
+    blocker.write_text("")
+    code = main(["convert", f"{nets_path}:small_cnn", "--device", "x86-64", "--input-shape", "1,3,16,16",
+                 "-o", str(blocker / "sub"), "--no-timing"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and "cannot create output folder" in err

@@ -1,7 +1,6 @@
 """PyTorch -> ONNX FP32 (torch.onnx's exporter)."""
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -44,7 +43,7 @@ class ExportOnnx:
 
     def run(self, source: SourceModel, specs: Sequence[InputSpec], output: Path) -> OnnxExportResult:
         if source.kind == "onnx":
-            shutil.copyfile(source.onnx_path, output)
+            self._copy_onnx(source.onnx_path, output)
             return OnnxExportResult(output, any(s.shape[0] == -1 for s in source.input_specs[:1]))
         torch = require("torch", "convert")
         require("onnxscript", "convert", "ONNX export")
@@ -64,6 +63,16 @@ class ExportOnnx:
                 f"{', '.join(s.describe() for s in specs)} failed: {_first_line(exc)}"
             ) from exc
         return OnnxExportResult(output, False)
+
+    @staticmethod
+    def _copy_onnx(path: Path, output: Path) -> None:
+        """One self-contained file, with weights the source kept in external data files inlined."""
+        onnx = require("onnx", "convert")
+        model = onnx.load(str(path))  # resolves external data relative to the model's folder
+        try:
+            onnx.save(model, str(output))
+        except ValueError as exc:  # protobuf's 2 GB limit
+            raise UserError(f"{path} is too large to store in one ONNX file ({exc}); models over 2 GB are not supported yet") from None
 
     def _export(self, torch, source, args, names, output, dynamic):
         # TorchScript modules can only go through the TorchScript-based exporter.

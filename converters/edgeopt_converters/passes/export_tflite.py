@@ -36,7 +36,7 @@ class ExportTflite:
         self.options = options
 
     def run(self, source: SourceModel, specs: Sequence[InputSpec], output: Path,
-            calibration: Optional[Dataset] = None, on_batch: Optional[Callable[[], None]] = None) -> Path:
+            calibration: Optional[Dataset] = None, on_batch: Optional[Callable[[int], None]] = None) -> Path:
         if not source.exportable:
             raise UserError(
                 f"TFLite export needs a PyTorch model that torch.export can trace; {source.description} is a "
@@ -70,13 +70,10 @@ class ExportTflite:
         graph = torch.export.export(module, args).module()
         prepared = prepare_pt2e(graph, quantizer)
         # The graph is traced at the model's batch size, so calibration runs at that size.
-        batch = specs[0].shape[0]
-        for feed in calibration.batches(batch):
-            if len(next(iter(feed.values()))) != batch:
-                continue
+        for feed, real in calibration.batches(specs[0].shape[0]):
             prepared(*(torch.from_numpy(feed[s.name]) for s in specs))
             if on_batch:
-                on_batch()
+                on_batch(real)
         quantized = convert_pt2e(prepared, fold_quantize=False)
         return litert_torch.convert(
             quantized, args, quant_config=quant_config.QuantConfig(pt2e_quantizer=quantizer)

@@ -57,15 +57,17 @@ class OnnxInt8Options:
 class _Reader:
     """Feeds calibration samples to onnxruntime's calibrator, one sample at a time."""
 
-    def __init__(self, dataset: Dataset, batch: int, on_batch: Optional[Callable[[], None]]):
+    def __init__(self, dataset: Dataset, batch: int, on_batch: Optional[Callable[[int], None]]):
         self._batches = iter(dataset.batches(batch))
         self._on_batch = on_batch
 
     def get_next(self):
-        feed = next(self._batches, None)
-        if feed is not None and self._on_batch:
-            self._on_batch()
-        return feed
+        item = next(self._batches, None)
+        if item is None:
+            return None
+        if self._on_batch:
+            self._on_batch(item[1])
+        return item[0]
 
 
 class QuantizeOnnxInt8:
@@ -75,7 +77,7 @@ class QuantizeOnnxInt8:
         self.options = options
 
     def run(self, fp32_model: Path, calibration: Dataset, output: Path, batch: int = 1,
-            on_batch: Optional[Callable[[], None]] = None) -> Path:
+            on_batch: Optional[Callable[[int], None]] = None) -> Path:
         require("onnxruntime", "convert", "ONNX INT8 quantization")
         from onnxruntime import quantization as q
 

@@ -30,14 +30,16 @@ file, an ExportedProgram .pt2, an .onnx file, or example:digits-cnn (bundled).""
               help="Override the profile's precisions (repeatable).")
 @click.option("--max-accuracy-drop", type=float, metavar="POINTS",
               help="Fail when any artifact loses more than this many percentage points against FP32.")
-@click.option("--threads", type=int, help="Threads for host timing (default: the profile's, capped at this machine's cores).")
+@click.option("--min-cosine", type=float, metavar="X",
+              help="Fail when any artifact's outputs have a cosine similarity to FP32 below X (any output kind).")
+@click.option("--threads", type=click.IntRange(min=1), help="Threads for host timing (default: the profile's, capped at this machine's cores).")
 @click.option("--calibrate-method", type=click.Choice(["minmax", "entropy", "percentile"]), default="minmax",
               show_default=True, help="How ONNX INT8 activation ranges are chosen.")
 @click.option("--weights", type=click.Path(dir_okay=False), help="state_dict for a file.py:factory model (loaded with weights_only=True).")
 @click.option("--no-timing", is_flag=True, help="Skip the host timing (the recommendation then falls back to the profile's prediction).")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON instead of the summary table.")
 def convert(model, device, output_dir, input_shapes, input_dtypes, calibration, eval_data, formats, precisions,
-            max_accuracy_drop, threads, calibrate_method, weights, no_timing, as_json):
+            max_accuracy_drop, min_cosine, threads, calibrate_method, weights, no_timing, as_json):
     from edgeopt.api import convert as run
     from edgeopt_converters.progress import Progress, RichProgress
 
@@ -45,7 +47,7 @@ def convert(model, device, output_dir, input_shapes, input_dtypes, calibration, 
     kwargs = dict(
         input_shape=list(input_shapes) or None, input_dtype=list(input_dtypes) or None,
         calibration=calibration, eval_data=eval_data, formats=formats, precisions=precisions,
-        max_accuracy_drop=max_accuracy_drop, threads=threads, calibrate_method=calibrate_method,
+        max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine, threads=threads, calibrate_method=calibrate_method,
         weights=weights, time_on_host=not no_timing, progress=reporter,
     )
     if as_json:
@@ -75,7 +77,8 @@ def print_summary(manifest: dict, output_dir: str) -> None:
             _fmt(timing.get("speedup_vs_fp32"), "{:.2f}x"),
         ])
     out = console()
-    where = "timed on this host" if manifest["host"]["matches_target"] else f"host timing is {manifest['host']['machine']}, not {manifest['device']}"
+    basis = manifest["recommendation"]["basis"]
+    where = "measured on this host" if basis == "measured" else f"timings are from this {manifest['host']['machine']} host, not {manifest['device']}"
     out.print(table(["artifact", "size", "top-1 %", "agree %", "cosine", "p50 ms", "vs fp32"], rows,
                     title=f"{manifest['device']}: {manifest['model']['source']} ({where})"))
     for a in manifest["artifacts"]:
