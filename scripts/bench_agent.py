@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-
 from edgeopt_agent.bench import BenchmarkSpec, run_benchmark
+from edgeopt_agent.hostinfo import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs" / "BENCHMARKS.md"
@@ -139,14 +139,6 @@ def measure(models, threads: int, warmup: int, runs: int, repeats: int):
     return rows
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def render(rows, threads: int, warmup: int, runs: int, repeats: int) -> str:

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import psutil
+from edgeopt_agent.hostinfo import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "docs" / "BENCHMARKS.md"
@@ -113,14 +114,6 @@ def measure(process: psutil.Process, settle_s: float, duration_s: float) -> dict
     }
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def render(m: dict) -> str:

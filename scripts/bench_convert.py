@@ -26,6 +26,7 @@ from torch import nn
 
 import edgeopt
 from edgeopt_converters.host_timing import time_interleaved
+from edgeopt_agent.hostinfo import cpu_model
 from edgeopt_agent.runners import open_runner
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -187,7 +188,7 @@ def bench_model(name, cls, threads, rounds, out_root):
 
 def render(results, threads, rounds):
     lines = [
-        f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.processor() or 'unknown CPU'}; "
+        f"Machine: {cpu_model()} ({platform.machine()}), {os.cpu_count()} CPUs; "
         f"torch {torch.__version__}, {threads} threads, {rounds} interleaved rounds per variant; median ms.",
         "",
     ]

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
+from edgeopt_agent.hostinfo import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs" / "BENCHMARKS.md"
@@ -367,7 +368,7 @@ def run(name: str, kind: str, collectors: int, mode: str, messages, per_device: 
 
 def render(runs: Dict[Tuple[str, str, int], List[RunResult]], args, source: str, settings: Sequence[str]) -> str:
     lines = [
-        f"Measured by `scripts/bench_fleet.py` on {date.today().isoformat()}: {_cpu_name()}, {os.cpu_count()} CPUs, "
+        f"Measured by `scripts/bench_fleet.py` on {date.today().isoformat()}: {cpu_model()}, {os.cpu_count()} CPUs, "
         f"Python {platform.python_version()}, mosquitto on 127.0.0.1 with {source} "
         f"({'; '.join(s for s in settings if s.startswith('max_'))}). "
         f"{args.devices} simulated devices x {args.messages} telemetry messages = "
@@ -411,14 +412,6 @@ def render(runs: Dict[Tuple[str, str, int], List[RunResult]], args, source: str,
     return "\n".join(lines)
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _payload_size() -> int:

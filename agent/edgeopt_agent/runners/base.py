@@ -78,11 +78,17 @@ class Runner:
         self.close()
 
     # -- metadata -------------------------------------------------------------------------
+    # Runners that know their tensors once loaded fill these in `_load`; others override the two methods.
+    _inputs: Tuple[TensorInfo, ...] = ()
+    _outputs: Tuple[TensorInfo, ...] = ()
+
     def inputs(self) -> Tuple[TensorInfo, ...]:
-        raise NotImplementedError
+        self._require_loaded()
+        return self._inputs
 
     def outputs(self) -> Tuple[TensorInfo, ...]:
-        raise NotImplementedError
+        self._require_loaded()
+        return self._outputs
 
     def describe(self) -> Dict[str, Any]:
         """What ran the model, for the benchmark result (runtime, version, threads, backend)."""

@@ -77,14 +77,6 @@ class OnnxRuntimeRunner(Runner):
     def _close(self) -> None:
         self._session = None
 
-    def inputs(self) -> Tuple[TensorInfo, ...]:
-        self._require_loaded()
-        return self._inputs
-
-    def outputs(self) -> Tuple[TensorInfo, ...]:
-        self._require_loaded()
-        return self._outputs
-
     def describe(self) -> Dict[str, Any]:
         return {
             "runtime": self.runtime,

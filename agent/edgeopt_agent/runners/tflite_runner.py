@@ -87,14 +87,6 @@ class TFLiteRunner(Runner):
     def _close(self) -> None:
         self._interpreter = None
 
-    def inputs(self) -> Tuple[TensorInfo, ...]:
-        self._require_loaded()
-        return self._inputs
-
-    def outputs(self) -> Tuple[TensorInfo, ...]:
-        self._require_loaded()
-        return self._outputs
-
     def describe(self) -> Dict[str, Any]:
         return {
             "runtime": self.runtime,
