@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
+
 from edgeopt_agent.hostinfo import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
