@@ -66,6 +66,8 @@ MIN_CHUNK_BYTES = 1024
 MAX_CHUNK_BYTES = 4 * 1024 * 1024  # base64 of it stays well under MAX_MESSAGE_BYTES
 MAX_CHUNKS = 65536  # keeps the job's list of chunk hashes under 5 MB
 MAX_URL_CHARS = 2048
+MAX_META_BYTES = 16 * 1024  # a job's `meta` is echoed in its result: small, flat facts only
+MAX_META_DEPTH = 8
 SIGNATURE_ALGORITHMS = ("ed25519",)
 ED25519_SIGNATURE_BYTES = 64
 
@@ -199,8 +201,10 @@ class Envelope:
             raise ProtocolError(f"message of {len(payload)} bytes is over the {max_bytes}-byte limit", kind="oversized")
         try:
             data = json.loads(payload.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
+        except (UnicodeDecodeError, ValueError) as exc:  # numbers over int_max_str_digits are ValueErrors too
             raise ProtocolError(f"message is not valid UTF-8 JSON: {exc}") from None
+        except RecursionError:
+            raise ProtocolError("message is not valid JSON: nested too deeply") from None
         return cls.from_dict(data, expect_device)
 
     @classmethod
@@ -268,7 +272,13 @@ def _is_int(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
+    """A finite int or float; ints too big for a float (OverflowError in math) are not numbers here."""
+    if not (_is_int(value) or isinstance(value, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _job_id_of(body: Any) -> Optional[str]:
@@ -447,9 +457,7 @@ def parse_job(envelope: Envelope) -> BenchmarkJob:
             raise ProtocolError(f"unknown job field(s): {', '.join(unknown)}; known: job_id, artifact, bench, meta")
         artifact = _parse_artifact(body.get("artifact"))
         bench = _parse_bench(body.get("bench", {}))
-        meta = body.get("meta")
-        if meta is not None and not isinstance(meta, dict):
-            raise ProtocolError(f"job 'meta' must be an object, got {type(meta).__name__}")
+        meta = _check_meta(body.get("meta"))
     except ProtocolError as exc:
         kind = "invalid_job" if exc.kind == "malformed_message" else exc.kind
         raise ProtocolError(str(exc), kind=kind, job_id=job_id) from None
@@ -580,6 +588,33 @@ def parse_chunk(envelope: Envelope) -> Chunk:
     except (binascii.Error, ValueError) as exc:
         raise ProtocolError(f"chunk data_b64 is not valid base64: {exc}") from None
     return Chunk(sha256, index, data)
+
+
+def _check_meta(meta: Any) -> Optional[Dict[str, Any]]:
+    if meta is None:
+        return None
+    if not isinstance(meta, dict):
+        raise ProtocolError(f"job 'meta' must be an object, got {type(meta).__name__}")
+    if _depth(meta) > MAX_META_DEPTH:
+        raise ProtocolError(f"job 'meta' is nested more than {MAX_META_DEPTH} levels deep")
+    size = len(json.dumps(meta, separators=(",", ":")).encode("utf-8"))
+    if size > MAX_META_BYTES:
+        raise ProtocolError(f"job 'meta' is {size} bytes of JSON, over the {MAX_META_BYTES}-byte limit")
+    return meta
+
+
+def _depth(value: Any) -> int:
+    """How deeply lists and objects nest in `value` (0 for a scalar), without recursing."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, level)
+        if level <= MAX_META_DEPTH:
+            stack.extend((child, level + 1) for child in children)
+    return deepest
 
 
 def _parse_artifact(data: Any) -> ArtifactRef:

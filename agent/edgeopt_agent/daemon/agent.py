@@ -55,7 +55,8 @@ class Agent:
             request=lambda body: self.outbox.add(protocol.TRANSFER, protocol.TRANSFER_TYPE, body),
             idle_timeout_s=config.transfer_timeout_s,
         )
-        self.jobs = JobHandler(self.device_id, config.data_dir, sensors, self.trusted_key, self.transfers)
+        self.jobs = JobHandler(self.device_id, config.data_dir, sensors, self.trusted_key, self.transfers,
+                               config.bench_limits)
         self.worker = JobWorker(self.store, self.inbox, self.outbox, self.jobs)
         self.session = MqttSession(
             config.broker,
@@ -97,11 +98,14 @@ class Agent:
         except Exception:  # a sensor bug must not stop the agent; the next tick tries again
             log.exception("collecting telemetry failed")
             return
-        self.outbox.add(protocol.TELEMETRY, protocol.TELEMETRY_TYPE, body)
+        try:
+            self.outbox.add(protocol.TELEMETRY, protocol.TELEMETRY_TYPE, body)
+        except Exception:  # e.g. the disk is full: skip this reading, the next tick tries again
+            log.exception("could not queue telemetry")
 
     def shutdown(self) -> None:
         log.info("shutting down")
-        self.worker.stop()
+        self.worker.stop()  # from here on `worker.busy` says whether a job still uses the store
         offline = self._status(protocol.OFFLINE, "shutdown", self.store.next_seq(protocol.STATUS))
         self.session.stop(final=offline, drained=self.sender.idle, timeout_s=SHUTDOWN_TIMEOUT_S)
         self.sender.flush()

@@ -1,7 +1,10 @@
 """Where a job's artifact comes from: checked to be inside the data dir and to match its sha256.
 
-Nothing is loaded before both checks pass. Inline artifacts are written (temp name, then rename)
-to ``<data_dir>/artifacts/<sha256>.<format>`` and reused when the same file comes again.
+Nothing is loaded before both checks pass. Files named by path must lie under
+``<data_dir>/models/``, never in the agent's own state (transfers, artifacts, agent.db). Every
+artifact is run from the worker's own copy, ``<data_dir>/artifacts/<sha256>.<format>``, written
+under a temp name and hashed on the way in, so the file run is exactly the file checked; the
+copy is reused when the same file comes again.
 """
 from __future__ import annotations
 
@@ -9,10 +12,12 @@ import hashlib
 import os
 import tempfile
 from pathlib import Path
+from typing import Iterable
 
 from ..protocol import ArtifactRef, ProtocolError
 
 INLINE_DIR = "artifacts"
+MODELS_DIR = "models"  # the only place jobs may name files by path
 _CHUNK = 1 << 20
 
 
@@ -36,6 +41,18 @@ def confined_path(data_dir: Path, relative: str, what: str = "artifact") -> Path
     return resolved
 
 
+def model_path(data_dir: Path, relative: str, what: str = "artifact") -> Path:
+    """`relative` resolved inside `<data_dir>/models/`, the only folder jobs may name files in."""
+    resolved = confined_path(data_dir, relative, what)
+    models = (Path(data_dir) / MODELS_DIR).resolve()
+    if models not in resolved.parents:
+        raise ArtifactError(
+            f"{what} path '{relative}' is not under {MODELS_DIR}/ in the agent's data dir; copy the file there",
+            kind="invalid_path",
+        )
+    return resolved
+
+
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -45,19 +62,23 @@ def sha256_file(path: Path) -> str:
 
 
 def materialize(ref: ArtifactRef, data_dir: Path) -> Path:
-    """The verified local file for `ref` (written first when it came inline)."""
+    """The verified local copy of `ref` (copied or written first unless already held)."""
+    target = Path(data_dir) / INLINE_DIR / f"{ref.sha256}.{ref.format}"
     if ref.path is not None:
-        path = confined_path(data_dir, ref.path)
-        if not path.is_file():
+        source = model_path(data_dir, ref.path)
+        if not source.is_file():
             raise ArtifactError(f"artifact '{ref.path}' does not exist in the agent's data dir", kind="missing_artifact")
-        actual = sha256_file(path)
+        if _held(target, ref.sha256):
+            return target
+        with open(source, "rb") as handle:
+            actual = _store(iter(lambda: handle.read(_CHUNK), b""), target, ref.sha256)
         if actual != ref.sha256:
             raise ArtifactError(
                 f"artifact '{ref.path}' has sha256 {actual}, the job expects {ref.sha256}; "
                 "the file is corrupt or not the one the job names",
                 kind="artifact_mismatch",
             )
-        return path
+        return target
     data = ref.inline_bytes()
     actual = hashlib.sha256(data).hexdigest()
     if actual != ref.sha256:
@@ -65,19 +86,29 @@ def materialize(ref: ArtifactRef, data_dir: Path) -> Path:
             f"inline artifact has sha256 {actual}, the job expects {ref.sha256}; it was damaged on the way",
             kind="artifact_mismatch",
         )
-    folder = Path(data_dir) / INLINE_DIR
-    target = folder / f"{ref.sha256}.{ref.format}"
-    if target.is_file() and sha256_file(target) == ref.sha256:
-        return target
-    folder.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(dir=folder, prefix=".incoming-")
+    if not _held(target, ref.sha256):
+        _store([data], target, ref.sha256)
+    return target
+
+
+def _held(target: Path, sha256: str) -> bool:
+    return target.is_file() and sha256_file(target) == sha256
+
+
+def _store(blocks: Iterable[bytes], target: Path, sha256: str) -> str:
+    """Write `blocks` to a temp file, renamed to `target` only if their sha256 is `sha256`; returns theirs."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp = tempfile.mkstemp(dir=target.parent, prefix=".incoming-")
+    digest = hashlib.sha256()
     try:
         with os.fdopen(handle, "wb") as out:
-            out.write(data)
+            for block in blocks:
+                digest.update(block)
+                out.write(block)
             out.flush()
             os.fsync(out.fileno())
-        os.replace(temp, target)
-    except BaseException:
+        if digest.hexdigest() == sha256:
+            os.replace(temp, target)
+    finally:
         Path(temp).unlink(missing_ok=True)
-        raise
-    return target
+    return digest.hexdigest()

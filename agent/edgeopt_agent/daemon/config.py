@@ -16,6 +16,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from .. import protocol
 from ..errors import UserError
+from .jobs import BenchLimits
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -51,6 +52,10 @@ KEYS: Dict[str, Tuple[type, Any]] = {
     "log_level": (str, "info"),
     "trusted_key": (str, None),
     "transfer_timeout": (float, DEFAULT_TRANSFER_TIMEOUT_S),
+    # The most a job may ask for, in seconds: bench timeout_s, max_duration_s and idle_s.
+    "max_job_timeout": (float, BenchLimits.timeout_s),
+    "max_job_duration": (float, BenchLimits.max_duration_s),
+    "max_job_idle": (float, BenchLimits.idle_s),
 }
 _PATH_KEYS = ("data_dir", "tls_ca", "tls_cert", "tls_key", "password_file", "trusted_key")
 
@@ -87,6 +92,7 @@ class AgentConfig:
     trusted_key: Optional[Path] = None
     # A chunked transfer that receives nothing for this long fails (what arrived is kept).
     transfer_timeout_s: float = DEFAULT_TRANSFER_TIMEOUT_S
+    bench_limits: BenchLimits = BenchLimits()
 
     @property
     def client_id(self) -> str:
@@ -141,6 +147,9 @@ def build_config(flags: Mapping[str, Any], config_file: Optional[Path] = None) -
         raise UserError(f"keepalive must be at least 5 seconds, got {values['keepalive']}")
     if values["transfer_timeout"] <= 0:
         raise UserError(f"transfer timeout must be positive seconds, got {values['transfer_timeout']}")
+    for key in ("max_job_timeout", "max_job_duration", "max_job_idle"):
+        if values[key] <= 0:
+            raise UserError(f"{key} must be positive seconds, got {values[key]}")
     if values["log_level"].lower() not in LOG_LEVELS:
         raise UserError(f"log level '{values['log_level']}' is not one of {', '.join(LOG_LEVELS)}")
 
@@ -167,6 +176,7 @@ def build_config(flags: Mapping[str, Any], config_file: Optional[Path] = None) -
         log_level=values["log_level"].lower(),
         trusted_key=_existing_file(values["trusted_key"], "trusted_key"),
         transfer_timeout_s=values["transfer_timeout"],
+        bench_limits=BenchLimits(values["max_job_timeout"], values["max_job_duration"], values["max_job_idle"]),
     )
 
 

@@ -1,7 +1,8 @@
 """Artifacts the job names by URL: downloaded with urllib, checked like any other before use.
 
 The download streams into a temporary file next to its target, stops as soon as the server sends
-more than the job's `size`, and is renamed into place only when its sha256 is the job's.
+more than the job's `size` or takes longer than its deadline, and is renamed into place only
+when its sha256 is the job's.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import logging
 import os
 import socket
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -19,13 +21,22 @@ from .artifacts import ArtifactError
 
 log = logging.getLogger(__name__)
 
-TIMEOUT_S = 30.0  # per connection attempt and per read, not for the whole file
+TIMEOUT_S = 30.0  # per connection attempt and per read
+MIN_DEADLINE_S = 60.0  # for the whole file: this, or one second per MB, whichever is longer
+MIN_RATE_BYTES_S = 1_000_000
 _READ_BYTES = 1 << 20
 
 
-def download(ref: ArtifactRef, target: Path, timeout_s: float = TIMEOUT_S, user_agent: str = "edgeopt-agent") -> Path:
+def download_deadline_s(size: int) -> float:
+    return max(MIN_DEADLINE_S, size / MIN_RATE_BYTES_S)
+
+
+def download(ref: ArtifactRef, target: Path, timeout_s: float = TIMEOUT_S, user_agent: str = "edgeopt-agent",
+             deadline_s: float = MIN_DEADLINE_S) -> Path:
+    """Fetch `ref.url` into `target`; ArtifactError if it is not the artifact or takes over `deadline_s`."""
     if ref.url is None or ref.size is None:
         raise ValueError("the artifact has no url and size")
+    give_up = time.monotonic() + deadline_s
     target.parent.mkdir(parents=True, exist_ok=True)
     handle, temp = tempfile.mkstemp(dir=target.parent, prefix=".download-")
     digest = hashlib.sha256()
@@ -34,7 +45,13 @@ def download(ref: ArtifactRef, target: Path, timeout_s: float = TIMEOUT_S, user_
         with os.fdopen(handle, "wb") as out:
             request = urllib.request.Request(ref.url, headers={"User-Agent": user_agent})
             with urllib.request.urlopen(request, timeout=timeout_s) as response:
-                for data in iter(lambda: response.read(_READ_BYTES), b""):
+                # read1: whatever has arrived, so a server that trickles bytes cannot outlast the deadline
+                for data in iter(lambda: response.read1(_READ_BYTES), b""):
+                    if time.monotonic() > give_up:
+                        raise ArtifactError(
+                            f"{ref.url} sent {received} of {ref.size} bytes in {deadline_s:g} s; too slow, gave up",
+                            kind="download_failed",
+                        )
                     received += len(data)
                     if received > ref.size:
                         raise ArtifactError(

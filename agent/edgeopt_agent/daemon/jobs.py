@@ -1,23 +1,25 @@
 """Turns one job message into one result body. Bad input becomes an error result, never an exception.
 
 Checks run cheapest first and before anything is loaded: envelope, job schema, the artifact's
-signature (when the agent has a trusted key), artifact path, then the artifact's bytes (read,
-inline, received in chunks or downloaded) against its sha256. Only then is the benchmark engine
-imported and run; it loads the runtime and the model in a child process, so the daemon itself
-never holds numpy or onnxruntime.
+signature (when the agent has a trusted key), the bench options against the agent's limits,
+the paths (only under ``<data_dir>/models/``), then the artifact's bytes (copied, inline,
+received in chunks or downloaded) against its sha256, into a copy only the worker writes. Only
+then is the benchmark engine imported and run; it loads the runtime and the model in a child
+process, so the daemon itself never holds numpy or onnxruntime.
 """
 from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 from .. import protocol, signing
 from ..errors import UserError
 from ..signing import TrustedKey
-from .artifacts import INLINE_DIR, confined_path, materialize, sha256_file
-from .download import download
+from .artifacts import INLINE_DIR, materialize, model_path, sha256_file
+from .download import download, download_deadline_s
 from .transfers import Transfers
 
 log = logging.getLogger(__name__)
@@ -26,21 +28,44 @@ log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 2
 
 
+@dataclass(frozen=True)
+class BenchLimits:
+    """The most a job may ask of the board, in seconds (the agent config's max_* settings)."""
+
+    timeout_s: float = 1800.0  # the whole benchmark child process
+    max_duration_s: float = 600.0  # each of the warm-up and measured phases
+    idle_s: float = 60.0  # the idle power baseline, taken before the child starts
+
+    def check(self, options: Dict[str, Any]) -> None:
+        for name, limit in (("timeout_s", self.timeout_s), ("max_duration_s", self.max_duration_s),
+                            ("idle_s", self.idle_s)):
+            value = options.get(name)
+            if value is not None and value > limit:
+                raise protocol.ProtocolError(
+                    f"bench option '{name}' is {value:g} s, over this agent's limit of {limit:g} s",
+                    kind="invalid_job",
+                )
+
+
 class JobHandler:
     def __init__(self, device_id: str, data_dir: Path, sensors: Any = None,
-                 trusted_key: Optional[TrustedKey] = None, transfers: Optional[Transfers] = None):
+                 trusted_key: Optional[TrustedKey] = None, transfers: Optional[Transfers] = None,
+                 limits: BenchLimits = BenchLimits()):
         """With `trusted_key`, only artifacts signed by it are run; `transfers` receives chunked ones."""
         self.device_id = device_id
         self.data_dir = Path(data_dir)
         self.sensors = sensors
         self.trusted_key = trusted_key
         self.transfers = transfers or Transfers(device_id, self.data_dir, trusted_key)
+        self.limits = limits
 
     def handle(self, payload: bytes, attempts: int = 1) -> Dict[str, Any]:
-        request_id, job_type = _peek(payload)
+        request_id: Optional[str] = None
+        job_type: Optional[str] = None
         job_id: Optional[str] = None
         meta: Optional[Dict[str, Any]] = None
         try:
+            request_id, job_type = _peek(payload)
             envelope = protocol.Envelope.decode(payload, expect_device=self.device_id)
             job = protocol.parse_job(envelope)
             job_id, meta = job.job_id, job.meta
@@ -69,12 +94,14 @@ class JobHandler:
         return protocol.result_body(job_id, job_type, request_id, error=error, meta=meta)
 
     def _run_benchmark(self, job: protocol.BenchmarkJob) -> Dict[str, Any]:
-        artifact = self._artifact_file(job)
+        signing.check_job(self.trusted_key, job)  # before a single byte of the artifact is touched
+        self.limits.check(job.bench)
         options = dict(job.bench)
+        if options.get("input_file"):
+            options["input_file"] = str(model_path(self.data_dir, options["input_file"], "input file"))
+        artifact = self._artifact_file(job)
         # TensorRT engines built on this board are cached beside the agent's state.
         options["engine_cache_dir"] = str(self.data_dir / "engines")
-        if options.get("input_file"):
-            options["input_file"] = str(confined_path(self.data_dir, options["input_file"], "input file"))
         from ..bench import BenchmarkSpec, run_benchmark
 
         try:
@@ -84,8 +111,7 @@ class JobHandler:
         return run_benchmark(spec, sensors=self.sensors)
 
     def _artifact_file(self, job: protocol.BenchmarkJob) -> Path:
-        """The job's artifact as a local file whose sha256 has been checked."""
-        signing.check_job(self.trusted_key, job)  # before a single byte of the artifact is touched
+        """The job's artifact as a worker-owned local file whose sha256 has been checked."""
         ref = job.artifact
         if ref.chunks is not None:
             return self.transfers.fetch(job)
@@ -93,7 +119,7 @@ class JobHandler:
             target = self.data_dir / INLINE_DIR / f"{ref.sha256}.{ref.format}"
             if target.is_file() and sha256_file(target) == ref.sha256:
                 return target
-            return download(ref, target)
+            return download(ref, target, deadline_s=download_deadline_s(ref.size))
         return materialize(ref, self.data_dir)
 
 
@@ -101,7 +127,7 @@ def _peek(payload: bytes) -> Tuple[Optional[str], Optional[str]]:
     """The message id and type of a job, if it is readable at all (to address an error answer)."""
     try:
         data = json.loads(payload[: protocol.MAX_MESSAGE_BYTES].decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return None, None
     if not isinstance(data, dict):
         return None, None

@@ -48,6 +48,7 @@ class Transfers:
         self._asked: Set[str] = set()  # job message ids whose chunks were asked for
         self._last_chunk: Dict[str, float] = {}  # artifact sha256 -> monotonic time of its last new chunk
         self._refused: Dict[str, Tuple[str, str]] = {}  # artifact sha256 -> (error kind, message)
+        self._dropped: Dict[str, Set[int]] = {}  # artifact sha256 -> indices of chunks dropped as wrong
 
     def final_path(self, ref: protocol.ArtifactRef) -> Path:
         return self.data_dir / INLINE_DIR / f"{ref.sha256}.{ref.format}"
@@ -74,6 +75,14 @@ class Transfers:
         self._ask(job, missing)
 
     def chunk_arrived(self, payload: bytes) -> None:
+        """Store one chunk. Never raises: a chunk that cannot be taken is logged and dropped (then
+        acknowledged), since the transfer asks again for whatever is still missing."""
+        try:
+            self._take_chunk(payload)
+        except Exception:
+            log.exception("dropping a chunk message that could not be handled")
+
+    def _take_chunk(self, payload: bytes) -> None:
         try:
             chunk = protocol.parse_chunk(protocol.Envelope.decode(payload, expect_device=self.device_id))
         except protocol.ProtocolError as exc:
@@ -86,8 +95,10 @@ class Transfers:
             if exc.kind == "unknown_artifact":
                 log.info("dropping chunk %d: %s", chunk.index, exc)  # late copy of a finished transfer
                 return
-            log.warning("refusing a chunk: %s", exc)
-            self._refuse(sha, exc.kind, str(exc))
+            log.warning("dropping a chunk; it will be asked for again: %s", exc)
+            with self._cond:
+                self._dropped.setdefault(sha, set()).add(chunk.index)
+                self._cond.notify_all()
             return
         except OSError as exc:
             log.error("cannot store chunk %d of artifact %s: %s", chunk.index, sha[:12], exc)
@@ -114,20 +125,24 @@ class Transfers:
         missing = self.store.register(ref)
         if missing:
             self._ask(job, missing, again=damaged)  # else a no-op, unless the agent restarted since the job came
-            self._wait(ref)
+            self._wait(job)
         try:
             return self.store.assemble(ref.sha256, target)
         except TransferError as exc:
             raise ArtifactError(str(exc), kind=exc.kind) from None
 
-    def _wait(self, ref: protocol.ArtifactRef) -> None:
-        sha = ref.sha256
+    def _wait(self, job: protocol.BenchmarkJob) -> None:
+        sha = job.artifact.sha256
         idle_until = time.monotonic() + self.idle_timeout_s
         with self._cond:
             while not self.store.complete(sha):
                 if sha in self._refused:
                     kind, message = self._refused.pop(sha)
                     raise ArtifactError(message, kind=kind)
+                dropped = self._dropped.pop(sha, set())
+                again = sorted(dropped.intersection(self.store.missing(sha)))
+                if again:
+                    self._ask(job, again, again=True)
                 idle_until = max(idle_until, self._last_chunk.get(sha, 0.0) + self.idle_timeout_s)
                 left = idle_until - time.monotonic()
                 if left <= 0:

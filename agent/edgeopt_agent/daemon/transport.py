@@ -157,18 +157,27 @@ class MqttSession:
                 self._connected = False
             if self._stop.is_set():
                 break
-            if self._refused_v5 and self.protocol == V5:
-                log.info("broker %s refused or did not answer MQTT v5; using MQTT 3.1.1", self.settings.address)
-                self.protocol = V311
-                self._refused_v5 = False
-                self._client.disconnect()  # closes the socket if the broker left it open
-                self._client = self._new_client()
-                self._on_new_client()
+            if self._refused_v5 and self.protocol == V5 and self._fall_back_to_v311():
                 continue
             delay = self._backoff.next()
             log.info("reconnecting to %s in %.1f s", self.settings.address, delay)
             self._stop.wait(delay)
         self._close()
+
+    def _fall_back_to_v311(self) -> bool:
+        """Replace the client by an MQTT 3.1.1 one; False (v5 is tried again later) if that fails."""
+        log.info("broker %s refused or did not answer MQTT v5; using MQTT 3.1.1", self.settings.address)
+        self.protocol = V311  # what _new_client builds
+        try:
+            self._client.disconnect()  # closes the socket if the broker left it open
+            self._client = self._new_client()
+        except Exception:  # e.g. a TLS file gone since the start: keep the v5 client, retry after a pause
+            log.exception("cannot set up an MQTT 3.1.1 client")
+            self.protocol = V5
+            return False
+        self._refused_v5 = False
+        self._on_new_client()
+        return True
 
     def _open(self) -> bool:
         will = self._before_connect()

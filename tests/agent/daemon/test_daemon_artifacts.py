@@ -21,9 +21,32 @@ def data_dir(tmp_path):
     return folder
 
 
-def test_a_file_by_path_is_verified_and_returned(data_dir):
+def test_a_file_by_path_is_verified_and_run_from_the_workers_own_copy(data_dir):
     path = materialize(ArtifactRef(sha256=sha(b"model bytes"), format="onnx", path="models/m.onnx"), data_dir)
-    assert path == (data_dir / "models" / "m.onnx").resolve()
+    assert path == data_dir / "artifacts" / f"{sha(b'model bytes')}.onnx"
+    (data_dir / "models" / "m.onnx").write_bytes(b"swapped after the check")
+    assert path.read_bytes() == b"model bytes"  # what runs is exactly what was hashed
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary files left
+
+
+@pytest.mark.parametrize("relative", ["transfers/S/000000.chunk", "artifacts/x.onnx", "agent.db", "agent.lock",
+                                      "engines/e.plan", "m.onnx"])
+def test_paths_into_the_agents_own_state_are_refused(data_dir, relative):
+    target = data_dir / relative.replace("S", "a" * 64)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(b"model bytes")
+    with pytest.raises(ArtifactError, match="not under models/") as caught:
+        materialize(ArtifactRef(sha256=sha(b"model bytes"), format="onnx", path=str(target.relative_to(data_dir))),
+                    data_dir)
+    assert caught.value.kind == "invalid_path"
+
+
+def test_a_symlink_from_models_into_the_agents_state_is_refused(data_dir):
+    (data_dir / "transfers").mkdir()
+    (data_dir / "transfers" / "000000.chunk").write_bytes(b"model bytes")
+    os.symlink(data_dir / "transfers" / "000000.chunk", data_dir / "models" / "chunk.onnx")
+    with pytest.raises(ArtifactError, match="not under models/"):
+        materialize(ArtifactRef(sha256=sha(b"model bytes"), format="onnx", path="models/chunk.onnx"), data_dir)
 
 
 @pytest.mark.parametrize("relative", ["../secret.onnx", "models/../../secret.onnx", "/etc/passwd", "a\x00b"])
@@ -50,6 +73,7 @@ def test_a_corrupt_file_is_refused_by_its_sha256(data_dir):
     with pytest.raises(ArtifactError, match="corrupt") as caught:
         materialize(ArtifactRef(sha256=sha(b"other bytes"), format="onnx", path="models/m.onnx"), data_dir)
     assert caught.value.kind == "artifact_mismatch"
+    assert list((data_dir / "artifacts").iterdir()) == []  # the copy that did not match is gone
 
 
 def test_inline_artifacts_are_checked_then_stored_by_hash(data_dir):

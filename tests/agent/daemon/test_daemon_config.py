@@ -61,6 +61,7 @@ def test_broker_addresses(text, expected):
         (dict(password="x"), "username"),
         (dict(reconnect_min=5.0, reconnect_max=1.0), "reconnect"),
         (dict(log_level="loud"), "log level"),
+        (dict(max_job_timeout=0.0), "max_job_timeout must be positive"),
     ],
 )
 def test_bad_settings_are_user_errors(given, fragment):

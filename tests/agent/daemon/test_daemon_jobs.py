@@ -7,6 +7,7 @@ import pytest
 from agent_harness import QUICK_BENCH, job, write_tiny_onnx
 
 from edgeopt_agent import protocol
+from edgeopt_agent.daemon.config import build_config
 from edgeopt_agent.daemon.jobs import MAX_ATTEMPTS, JobHandler
 
 DEVICE = "dev-1"
@@ -82,6 +83,17 @@ def test_malformed_json(handler):
     assert (body["job_id"], body["request_id"]) == (None, None)
 
 
+@pytest.mark.parametrize("payload", [b"[" * 5000, b'{"id": ' * 5000])
+def test_a_message_that_cannot_be_parsed_is_answered_not_raised(handler, payload):
+    assert error_of(handler.handle(payload))[0] == "malformed_message"
+
+
+def test_a_number_too_big_for_a_float_is_a_malformed_message(handler, data_dir):
+    message = dict(benchmark(data_dir).to_dict(), ts=10 ** 400)
+    body = handler.handle(json.dumps(message).encode())
+    assert error_of(body)[0] == "malformed_message" and body["job_id"] == "job-tiny.onnx"
+
+
 def test_a_message_for_another_device(handler, data_dir):
     envelope = job("dev-2", benchmark(data_dir).body)
     body = handler.handle(envelope.encode())
@@ -127,6 +139,31 @@ def test_input_file_is_confined_too(handler, data_dir):
     body = handler.handle(benchmark(data_dir, input_file="../outside.onnx").encode())
     kind, message = error_of(body)
     assert kind == "invalid_path" and "input file" in message
+
+
+def test_input_file_must_be_under_models(handler, data_dir):
+    (data_dir / "agent.db").touch()
+    kind, message = error_of(handler.handle(benchmark(data_dir, input_file="agent.db").encode()))
+    assert kind == "invalid_path" and "not under models/" in message
+
+
+@pytest.mark.parametrize("option, value", [("timeout_s", 1801), ("max_duration_s", 601), ("idle_s", 61)])
+def test_bench_options_over_the_agents_limits_are_refused(handler, data_dir, option, value):
+    kind, message = error_of(handler.handle(benchmark(data_dir, **{option: value}).encode()))
+    assert kind == "invalid_job" and f"'{option}' is {value} s, over this agent's limit" in message
+
+
+def test_the_limits_come_from_the_config(tmp_path):
+    limits = build_config({"device_id": DEVICE, "max_job_timeout": 10.0}).bench_limits
+    handler = JobHandler(DEVICE, tmp_path, limits=limits)
+    kind, message = error_of(handler.handle(benchmark_for(tmp_path, timeout_s=11)))
+    assert kind == "invalid_job" and "limit of 10 s" in message
+
+
+def benchmark_for(data_dir, **bench) -> bytes:
+    sha = write_tiny_onnx(data_dir / "models" / "tiny.onnx")
+    return protocol.benchmark_job(DEVICE, 1, "j", sha, "onnx", path="models/tiny.onnx",
+                                  **dict(QUICK_BENCH, **bench)).encode()
 
 
 def test_a_model_the_runtime_cannot_load(handler, data_dir):

@@ -73,6 +73,9 @@ def test_non_finite_numbers_become_null_so_the_json_stays_valid():
         (encode(envelope_dict(seq=-1)), "malformed_message", "'seq'"),
         (encode(envelope_dict(seq=True)), "malformed_message", "'seq'"),
         (encode(envelope_dict(ts="yesterday")), "malformed_message", "'ts'"),
+        (encode(envelope_dict(ts=10 ** 400)), "malformed_message", "'ts'"),
+        (b"[" * 5000, "malformed_message", "nested too deeply"),
+        (b'{"x": ' * 5000, "malformed_message", "nested too deeply"),
         (encode(envelope_dict(type="")), "malformed_message", "'type'"),
         (encode(envelope_dict(body=[1])), "malformed_message", "'body'"),
         (encode(envelope_dict(device_id="a/b")), "malformed_message", "invalid device id"),
@@ -136,7 +139,11 @@ GOOD_ARTIFACT = {"sha256": SHA, "format": "onnx", "path": "m.onnx"}
         ({"job_id": "j", "artifact": GOOD_ARTIFACT, "bench": {"batch_sizes": [0]}}, "invalid_job", "batch_sizes"),
         ({"job_id": "j", "artifact": GOOD_ARTIFACT, "bench": {"duration_s": float("inf")}}, "invalid_job", "duration_s"),
         ({"job_id": "j", "artifact": GOOD_ARTIFACT, "bench": []}, "invalid_job", "'bench' must be an object"),
+        ({"job_id": "j", "artifact": GOOD_ARTIFACT, "bench": {"timeout_s": 10 ** 400}}, "invalid_job", "timeout_s"),
         ({"job_id": "j", "artifact": GOOD_ARTIFACT, "meta": "resnet"}, "invalid_job", "'meta' must be an object"),
+        ({"job_id": "j", "artifact": GOOD_ARTIFACT, "meta": {"notes": "x" * 20000}}, "invalid_job", "16384-byte limit"),
+        ({"job_id": "j", "artifact": GOOD_ARTIFACT, "meta": {"a": [[[[[[[[[1]]]]]]]]]}}, "invalid_job",
+         "nested more than 8"),
     ],
 )
 def test_invalid_jobs_are_refused_with_their_job_id(body, kind, fragment):
