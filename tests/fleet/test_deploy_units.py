@@ -11,7 +11,9 @@ from edgeopt.cli.deploy import row_cells
 from edgeopt.cli.main import main
 from edgeopt.deploy import deploy
 from edgeopt.deploy.artifact import choose_artifact
-from edgeopt.deploy.targets import DeviceStatus, parse_status, select_targets
+from edgeopt.deploy.mqtt import Received
+from edgeopt.deploy.rollout import Rollout
+from edgeopt.deploy.targets import DeviceStatus, parse_status, read_statuses, select_targets
 from edgeopt.errors import UserError
 from edgeopt_agent import protocol
 
@@ -135,3 +137,62 @@ def test_result_rows_show_latency_energy_chunks_and_errors():
     assert row_cells(refused)[3:] == ["-", "-", "-", "0/5", "unsigned_artifact"]
     waiting = dict(answered, state="delivered", ok=None, result=None, chunks_total=0)
     assert row_cells(waiting)[6:] == ["-", "waiting"]
+
+
+class QueuedClient:
+    """A broker stand-in for deploy: hands out the messages given, in order, and records what is published."""
+
+    def __init__(self, messages):
+        self.messages = list(messages)
+        self.published = []
+
+    def subscribe(self, filters):
+        pass
+
+    def publish(self, topic, payload):
+        self.published.append((topic, payload))
+
+    def wait_acked(self, info):
+        pass
+
+    def receive(self, timeout_s):
+        return self.messages.pop(0) if self.messages else None
+
+
+def too_big_ts(envelope):
+    return envelope.encode().replace(b'"ts":', b'"ts":1' + b"0" * 400 + b',"x":')
+
+
+def test_malformed_retained_statuses_are_skipped_not_fatal():
+    good = protocol.Envelope("pi-1", 3, protocol.STATUS_TYPE, protocol.status_body("online", "connected"))
+    client = QueuedClient([Received(protocol.status_topic("pi-2"), b"[" * 5000, True),
+                           Received(protocol.status_topic("pi-3"), too_big_ts(good), True),
+                           Received(protocol.status_topic("pi-1"), good.encode(), True)])
+    assert list(read_statuses(client, quiet_s=0.01, max_s=1.0)) == ["pi-1"]
+
+
+def test_a_deploy_takes_only_well_formed_answers_from_the_targeted_device(tmp_path):
+    chosen = choose_artifact(write_outdir(tmp_path / "out"))
+    jobs = {device_id: protocol.benchmark_job(device_id, 1, "job-1", chosen.sha256, chosen.format,
+                                              url="http://models/a.onnx", size=chosen.size)
+            for device_id in ("pi-1", "pi-2")}
+
+    def answer(device_id, job_device, drop_ok=False, **body):
+        full = protocol.result_body("job-1", protocol.BENCHMARK_JOB, jobs[job_device].id, **body)
+        if drop_ok:
+            del full["ok"]
+        envelope = protocol.Envelope(device_id, 1, protocol.RESULT_TYPE, full)
+        return Received(protocol.results_topic(device_id), envelope.encode(), False)
+
+    client = QueuedClient([
+        Received(protocol.results_topic("pi-1"), b"[" * 5000, False),
+        Received(protocol.results_topic("pi-1"), too_big_ts(jobs["pi-1"]), False),
+        answer("pi-1", "pi-1", drop_ok=True, result={"ok": True}),
+        answer("pi-1", "pi-1", result={"ok": True, "runtime": "onnxruntime"}),
+        answer("pi-2", "pi-1", error=protocol.error_info("failed", "not mine to answer")),
+        answer("pi-2", "pi-2", error=protocol.error_info("failed", "no runtime")),
+    ])
+    outcomes = {o["device_id"]: o for o in Rollout(client, chosen, jobs).run(wait=True, timeout_s=5.0)}
+    assert (outcomes["pi-1"]["state"], outcomes["pi-1"]["ok"], outcomes["pi-1"]["result"]["runtime"]) == (
+        "answered", True, "onnxruntime")
+    assert (outcomes["pi-2"]["ok"], outcomes["pi-2"]["error"]["message"]) == (False, "no runtime")

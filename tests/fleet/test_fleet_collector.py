@@ -160,6 +160,27 @@ def test_every_kind_of_bad_message_is_rejected_and_the_collector_carries_on(mqtt
     assert running.thread.is_alive()
 
 
+def test_values_the_database_cannot_hold_cost_one_message_not_the_collector(mqtt_broker, tmp_path, cleanup):
+    store = open_store(f"sqlite:///{tmp_path}/fleet.db")
+    cleanup.append(store)
+    running = start(cleanup, store, mqtt_broker)
+    pub = publisher(cleanup, mqtt_broker)
+    device = SimulatedDevice("rpi-01")
+    huge_seq = json.loads(device.telemetry().payload)
+    huge_seq["seq"] = 2 ** 64
+    odd_text = json.loads(device.status().payload)
+    odd_text["body"]["reason"] = "lost\ud800\x00"
+    topic = protocol.telemetry_topic("rpi-01")
+    pub.raw(topic, json.dumps(huge_seq).encode())
+    pub.raw(protocol.status_topic("rpi-01"), json.dumps(odd_text).encode())
+    pub.raw(topic, b"[" * 5000)
+    pub.send([device.telemetry()])
+    wait_until(lambda: running.collector.counters.stored == 2, what="the storable messages")
+    assert running.collector.counters.rejected == 2 and running.collector.counters.failed_commits == 0
+    assert store.devices()[0]["state_reason"] == "lost" and [r["seq"] for r in store.telemetry()] == [2]
+    assert running.thread.is_alive()
+
+
 def test_messages_sent_while_the_collector_is_down_arrive_when_it_returns(mqtt_broker, tmp_path, cleanup):
     needs_offline_queueing(mqtt_broker)
     url = f"sqlite:///{tmp_path}/fleet.db"

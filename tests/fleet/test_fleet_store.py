@@ -401,3 +401,81 @@ def test_unreachable_postgresql_is_a_user_error_without_the_password():
     pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'edgeopt[fleet]')")
     with pytest.raises(UserError, match=r"cannot connect to PostgreSQL at postgresql://u:\*\*\*@127.0.0.1:9/db"):
         open_store("postgresql://u:secret@127.0.0.1:9/db?connect_timeout=2")
+
+
+def with_body(published, seq=None, **changes):
+    data = json.loads(published.payload)
+    data["body"].update(changes)
+    if seq is not None:
+        data["seq"] = seq
+    return published.topic, json.dumps(data).encode()
+
+
+def test_values_no_database_column_takes_are_rejected_or_cleaned(store):
+    device = SimulatedDevice("rpi-01")
+    result = json.loads(device.result("job-1").payload)["body"]
+    batch = [
+        with_body(device.telemetry(), seq=2 ** 63),
+        with_body(device.result("job-2"), result={**result["result"], "threads": 2 ** 63}),
+        with_body(device.status(), reason="lost\ud800 link\x00"),
+        with_body(device.result("job-\x003"), ok=False, error={"kind": "failed", "message": "bad \udfff byte"},
+                  meta={"model": "m\x00", "accuracy_drop_points": 2 ** 64}),
+        with_body(device.telemetry(), memory={"total_mb": 10 ** 400, "available_mb": 1.0}),
+        (protocol.telemetry_topic("rpi-01"), json.dumps({"id": "\ud800\x00", "type": "x"}).encode()),
+        (protocol.telemetry_topic("rpi-01"), json.dumps({**json.loads(device.telemetry().payload),
+                                                         "type": "\ud800\x00"}).encode()),
+        (protocol.telemetry_topic("rpi-01"), b"[" * 5000),
+        (protocol.telemetry_topic("rpi-01"), device.telemetry().payload.replace(b'"ts":', b'"ts":1' + b"0" * 400 + b',"x":')),
+    ]
+    report = store.ingest_many(batch)
+    assert [(o.status, o.reason) for o in report.outcomes] == [
+        ("rejected", "malformed_message"), ("rejected", "invalid_body"), ("stored", None), ("stored", None),
+        ("stored", None), ("rejected", "malformed_message"), ("rejected", "unexpected_type"),
+        ("rejected", "malformed_message"), ("rejected", "malformed_message")]
+    assert store.devices()[0]["state_reason"] == "lost link"
+    [failed] = store.results()
+    assert (failed["job_id"], failed["error_message"], failed["model"]) == ("job-3", "bad  byte", "m")
+    assert failed["accuracy_drop_points"] == float(2 ** 64)
+    assert store.telemetry()[0]["memory_used_mb"] is None
+    rejected = store.rejected(limit=50)
+    assert "2147483647" in [r for r in rejected if r["reason"] == "invalid_body"][0]["detail"]
+    assert [r["message_id"] for r in rejected if "lacks" in r["detail"]] == [""]
+    assert ["a '' message" in r["detail"] for r in rejected if r["reason"] == "unexpected_type"] == [True]
+
+
+def refuse_long_text(store, db_url, limit):
+    """Make the database itself refuse text over `limit` characters, as a column it cannot fit."""
+    if db_url.startswith("sqlite"):
+        store.db._db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limit)
+    else:
+        with store.db.transaction() as tx:
+            tx.execute(f"ALTER TABLE telemetry ALTER COLUMN body TYPE VARCHAR({limit})")
+
+
+def test_a_message_the_database_refuses_costs_only_itself(store, db_url):
+    refuse_long_text(store, db_url, 3000)
+    device = SimulatedDevice("rpi-01")
+    first, big, last = device.telemetry(), with_body(device.telemetry(), pad="x" * 4000), device.telemetry()
+    report = store.ingest_many([(first.topic, first.payload), big, (last.topic, last.payload)])
+    assert [(o.status, o.reason) for o in report.outcomes] == [("stored", None), ("rejected", "unstorable"),
+                                                               ("stored", None)]
+    assert report.counts["stored"] == 2 and report.new_gaps == 1 and report.missing == 1
+    assert seqs_of(store, "rpi-01") == [1, 3]
+    [rejected] = store.rejected()
+    assert rejected["message_id"] == json.loads(big[1])["id"] and rejected["excerpt"].startswith('{"id":')
+    assert store.ingest(*big).reason == "unstorable"  # alone too
+
+
+def test_an_agent_whose_state_was_wiped_gets_a_new_baseline(store):
+    before = SimulatedDevice("rpi-01", clock=lambda: 1000.0)
+    ingest(store, before.status(seq=40))
+    for seq in (90, 91):
+        ingest(store, before.telemetry(seq=seq))
+    wiped = SimulatedDevice("rpi-01", clock=lambda: 2000.0)  # numbers from 1 again
+    ingest(store, wiped.status())
+    for seq in (1, 2, 5):
+        ingest(store, wiped.telemetry(seq=seq))
+    assert [(g["first_missing_seq"], g["last_missing_seq"]) for g in store.gaps()] == [(3, 4)]
+    ingest(store, before.status(seq=41))  # the old agent's late Will is no restart
+    ingest(store, wiped.telemetry(seq=7))
+    assert [(g["first_missing_seq"], g["last_missing_seq"]) for g in store.gaps()] == [(3, 4), (6, 6)]

@@ -13,7 +13,7 @@ import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from edgeopt_agent import protocol
 from edgeopt_agent.transfer import read_chunk
@@ -140,25 +140,39 @@ class Rollout:
 
     def _handle(self, message: Received, deadline: float) -> None:
         try:
-            device_id, kind = protocol.parse_topic(message.topic)
-            if device_id not in self.runs or kind not in (protocol.RESULTS, protocol.TRANSFER):
-                return
-            envelope = protocol.Envelope.decode(message.payload, expect_device=device_id)
-            request_id = envelope.body.get("request_id")
-            run = self._by_request.get(request_id) if isinstance(request_id, str) else None
-            if run is None:
-                return  # about another job
-            if kind == protocol.TRANSFER:
-                request = protocol.parse_transfer(envelope)
+            found = self._match(message)
         except protocol.ProtocolError as exc:
             log.warning("ignoring a message on %s: %s", message.topic, exc)
             return
-        if kind == protocol.RESULTS:
+        except Exception as exc:  # RecursionError, OverflowError: a payload the JSON parser cannot take
+            log.warning("ignoring a message on %s: it could not be decoded (%s)", message.topic, type(exc).__name__)
+            return
+        if found is None:
+            return
+        run, envelope, request = found
+        if request is None:
             run.answer = envelope.body
             run.state = ANSWERED
             self._report(run)
         elif run.state != ANSWERED:
             self._send_chunks(run, request, deadline)
+
+    def _match(self, message: Received) -> Optional[Tuple[DeviceRun, protocol.Envelope, Any]]:
+        """The run a message is about, its envelope and (on a transfer topic) the request; None if another job's."""
+        device_id, kind = protocol.parse_topic(message.topic)
+        if device_id not in self.runs or kind not in (protocol.RESULTS, protocol.TRANSFER):
+            return None
+        envelope = protocol.Envelope.decode(message.payload, expect_device=device_id)
+        request_id = envelope.body.get("request_id")
+        run = self._by_request.get(request_id) if isinstance(request_id, str) else None
+        if run is None:
+            return None  # about another job
+        if run.device_id != device_id:
+            raise protocol.ProtocolError(f"device '{device_id}' answered job {run.job_id} of device '{run.device_id}'")
+        if kind == protocol.TRANSFER:
+            return run, envelope, protocol.parse_transfer(envelope)
+        check_answer(envelope.body)
+        return run, envelope, None
 
     def _send_chunks(self, run: DeviceRun, request: protocol.TransferRequest, deadline: float) -> None:
         if request.artifact_sha256 != self.artifact.sha256 or request.chunks != self.artifact.chunks.count:
@@ -195,3 +209,14 @@ class Rollout:
     def _report(self, run: DeviceRun) -> None:
         ok = run.answer["ok"] if run.answer is not None else None
         self.progress(Progress(run.device_id, run.state, run.chunks_sent, run.chunks_wanted, run.chunks_total, ok))
+
+
+def check_answer(body: Dict[str, Any]) -> None:
+    """A result body as the deploy reads it: ok true or false, error and result objects or null."""
+    if not isinstance(body.get("ok"), bool):
+        raise protocol.ProtocolError(f"result 'ok' must be true or false, got {body.get('ok')!r}")
+    for key in ("error", "result"):
+        if body.get(key) is not None and not isinstance(body[key], dict):
+            raise protocol.ProtocolError(f"result '{key}' must be an object or null, got {type(body[key]).__name__}")
+    if not body["ok"] and body.get("error") is None:
+        raise protocol.ProtocolError("a result with ok=false needs an 'error' object")

@@ -66,6 +66,9 @@ def parse_status(topic: str, payload: bytes) -> Optional[DeviceStatus]:
     except protocol.ProtocolError as exc:
         log.debug("ignoring a message on %s: %s", topic, exc)
         return None
+    except Exception as exc:  # RecursionError, OverflowError: a payload the JSON parser cannot take
+        log.warning("ignoring a message on %s: it could not be decoded (%s)", topic, type(exc).__name__)
+        return None
     body = envelope.body
     if kind != protocol.STATUS or body.get("state") not in (protocol.ONLINE, protocol.OFFLINE):
         return None

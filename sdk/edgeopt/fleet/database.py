@@ -15,7 +15,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import UserError, require
 
@@ -47,6 +47,10 @@ POSTGRESQL = Dialect(
 
 class RetryableError(Exception):
     """A transaction lost a race with another writer; running it again is safe."""
+
+
+class DataError(Exception):
+    """The database refused a value (a number out of range, text it cannot hold); nothing was written."""
 
 
 class Transaction:
@@ -86,6 +90,7 @@ class Database:
     """
 
     dialect: Dialect
+    data_errors: Tuple[type, ...] = (OverflowError, UnicodeError)  # what the driver raises for such a value
 
     def __init__(self, url: str):
         self.url = url
@@ -101,11 +106,16 @@ class Database:
         raise NotImplementedError
 
     def run(self, work, retries: int = RETRIES):
-        """`work(tx)` in a transaction, run again from the start when it lost a race."""
+        """`work(tx)` in a transaction, run again from the start when it lost a race.
+
+        Raises DataError when the database refused a value of it.
+        """
         for attempt in range(retries + 1):
             try:
                 with self.transaction() as tx:
                     return work(tx)
+            except self.data_errors as exc:
+                raise DataError(f"{type(exc).__name__}: {exc}") from exc
             except RetryableError:
                 if attempt == retries:
                     raise
@@ -117,6 +127,7 @@ class Database:
 
 class SqliteDatabase(Database):
     dialect = SQLITE
+    data_errors = (OverflowError, UnicodeError, sqlite3.DataError)
 
     def __init__(self, url: str, path: Path, create: bool):
         super().__init__(url)
@@ -171,6 +182,7 @@ class PostgresDatabase(Database):
     def __init__(self, url: str):
         super().__init__(url)
         self._psycopg = require("psycopg", "fleet", "PostgreSQL storage")
+        self.data_errors = (OverflowError, UnicodeError, self._psycopg.DataError)
         self._conn = self._connect()
         self._depth = 0
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Union
 
@@ -16,6 +17,11 @@ from edgeopt_agent import protocol
 
 EXCERPT_BYTES = 256
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # shown escaped; tab and newline stay
+# Text no database column takes: NUL (PostgreSQL) and lone surrogates, which JSON's "\ud800" can
+# produce and UTF-8 cannot encode (a valid pair is already one character once parsed).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+MAX_INT64 = 2 ** 63 - 1  # BIGINT and SQLite's INTEGER: the seq columns
+MAX_INT32 = 2 ** 31 - 1  # INTEGER on PostgreSQL: results.threads
 # The only topic kinds a device sends and the collector stores, with the envelope type each carries.
 DEVICE_KINDS = {
     protocol.STATUS: protocol.STATUS_TYPE,
@@ -62,7 +68,8 @@ def parse(topic: str, payload: bytes, max_bytes: int = protocol.MAX_MESSAGE_BYTE
     """Validate one message. Never raises for bad input: that becomes a Rejection."""
 
     def reject(reason: str, detail: str, device_id: Optional[str] = None, message_id: Optional[str] = None):
-        return Rejection(topic, reason, detail, len(payload), excerpt(payload), device_id, message_id)
+        return Rejection(clean(topic), reason, clean(detail), len(payload), excerpt(payload), device_id,
+                         clean(message_id))
 
     try:
         device_id, kind = protocol.parse_topic(topic)
@@ -75,11 +82,16 @@ def parse(topic: str, payload: bytes, max_bytes: int = protocol.MAX_MESSAGE_BYTE
         envelope = protocol.Envelope.decode(payload, expect_device=device_id, max_bytes=max_bytes)
     except protocol.ProtocolError as exc:
         return reject(exc.kind, str(exc), device_id, _message_id_of(payload, max_bytes))
+    except Exception as exc:  # RecursionError, OverflowError: a payload the JSON parser cannot take
+        return reject("malformed_message", f"message could not be decoded: {type(exc).__name__}", device_id,
+                      _message_id_of(payload, max_bytes))
+    if envelope.seq > MAX_INT64:
+        return reject("malformed_message", f"'seq' must be at most {MAX_INT64}", device_id, envelope.id)
     if envelope.type != DEVICE_KINDS[kind]:
         return reject("unexpected_type", f"a '{envelope.type}' message on a {kind} topic; expected "
                                          f"'{DEVICE_KINDS[kind]}'", device_id, envelope.id)
     try:
-        row = _ROWS[kind](envelope)
+        row = _cleaned(_ROWS[kind](envelope))
     except BodyError as exc:
         return reject("invalid_body", str(exc), device_id, envelope.id)
     row.update(id=envelope.id, device_id=device_id, seq=envelope.seq, ts=envelope.ts)
@@ -93,12 +105,17 @@ def excerpt(payload: bytes) -> str:
     return text + ("…" if len(payload) > EXCERPT_BYTES else "")
 
 
+def clean(text: Optional[str]) -> Optional[str]:
+    """Text as every database stores it: without NUL and lone surrogates."""
+    return _UNSTORABLE.sub("", text) if text is not None else None
+
+
 def _message_id_of(payload: bytes, max_bytes: int) -> Optional[str]:
     if len(payload) > max_bytes:
         return None
     try:
         data = json.loads(payload)
-    except ValueError:
+    except Exception:  # ValueError, or RecursionError for deep nesting
         return None
     found = data.get("id") if isinstance(data, dict) else None
     return found if isinstance(found, str) and len(found) <= 64 else None
@@ -123,11 +140,11 @@ def telemetry_row(envelope: protocol.Envelope) -> Dict[str, Any]:
     body = envelope.body
     cpu, memory, power = _section(body, "cpu"), _section(body, "memory"), _section(body, "power")
     per_cpu = cpu.get("load_pct")
-    loads = [v for v in per_cpu if _is_number(v)] if isinstance(per_cpu, list) else []
-    total, available = memory.get("total_mb"), memory.get("available_mb")
+    loads = [float(v) for v in per_cpu if _is_number(v)] if isinstance(per_cpu, list) else []
+    total, available = _number(memory, "total_mb"), _number(memory, "available_mb")
     return {
-        "cpu_percent": round(sum(loads) / len(loads), 2) if loads else None,
-        "memory_used_mb": round(total - available, 1) if _is_number(total) and _is_number(available) else None,
+        "cpu_percent": _finite(round(sum(loads) / len(loads), 2)) if loads else None,
+        "memory_used_mb": None if total is None or available is None else _finite(round(total - available, 1)),
         "temperature_c": hottest(body),
         "power_w": _number(power, "watts"),
         "power_source": _text(power, "source"),
@@ -165,6 +182,9 @@ def result_row(envelope: protocol.Envelope) -> Dict[str, Any]:
         raise BodyError("a result with ok=false needs an 'error' object")
     meta = _meta(body.get("meta"))
     result = result or {}
+    threads = result.get("threads")
+    if _is_int(threads) and not 0 <= threads <= MAX_INT32:
+        raise BodyError(f"result 'threads' must be between 0 and {MAX_INT32}")
     latency = result.get("latency_ms") if isinstance(result.get("latency_ms"), dict) else {}
     reasons = result.get("invalid_reasons")
     artifact = result.get("artifact")
@@ -181,9 +201,9 @@ def result_row(envelope: protocol.Envelope) -> Dict[str, Any]:
         "format": meta.get("format") or _text(result, "format") or _format_of(artifact),
         "precision": meta.get("precision") or _text(result, "precision"),
         "manifest_sha256": meta.get("manifest_sha256"),
-        "accuracy_drop_points": meta.get("accuracy_drop_points"),
+        "accuracy_drop_points": _number(meta, "accuracy_drop_points"),
         "runtime": _text(result, "runtime"),
-        "threads": result.get("threads") if _is_int(result.get("threads")) else None,
+        "threads": threads if _is_int(threads) else None,
         "p50_ms": _number(latency, "p50"),
         "p90_ms": _number(latency, "p90"),
         "p95_ms": _number(latency, "p95"),
@@ -229,7 +249,7 @@ def _section(body: Mapping[str, Any], key: str) -> Dict[str, Any]:
 
 def _text(data: Mapping[str, Any], key: str) -> Optional[str]:
     value = data.get(key)
-    return value if isinstance(value, str) else None
+    return clean(value) if isinstance(value, str) else None
 
 
 def _number(data: Mapping[str, Any], key: str) -> Optional[float]:
@@ -242,7 +262,14 @@ def _is_int(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
+    """A finite float, or an int that converts to one."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return _is_int(value) and -sys.float_info.max <= value <= sys.float_info.max
+
+
+def _cleaned(row: Dict[str, Any]) -> Dict[str, Any]:
+    return {column: clean(value) if isinstance(value, str) else value for column, value in row.items()}
 
 
 def _basename(path: str) -> str:

@@ -24,7 +24,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 from edgeopt_agent import protocol
 
 from . import messages as msg
-from .database import Database, Transaction, connect
+from .database import Database, DataError, Transaction, connect
 from .migrations import MIGRATIONS, Migration, migrate
 from .sequences import track
 
@@ -98,12 +98,22 @@ class FleetStore:
     def ingest_many(self, batch: Sequence[Tuple[str, bytes]], received_at: Optional[float] = None) -> BatchReport:
         """Store messages in one transaction; outcomes come back in the order given.
 
-        Raises only when the database fails (nothing of the batch is then stored); bad messages
-        are outcomes, never exceptions.
+        Raises only when the database fails; bad messages are outcomes, never exceptions. A
+        message the database refuses a value of costs only itself: the batch is then stored one
+        message at a time and that one is rejected (a failure midway then leaves the first ones
+        stored, and a retry counts them as duplicates).
         """
         now = time.time() if received_at is None else received_at
         parsed = [self._parse(topic, payload) for topic, payload in batch]
-        return self.db.run(lambda tx: self._write(tx, parsed, now))
+        try:
+            return self.db.run(lambda tx: self._write(tx, parsed, now))
+        except DataError as exc:
+            if len(parsed) == 1:
+                refused = [_unstorable(batch[0], parsed[0], exc)]
+                return self.db.run(lambda tx: self._write(tx, refused, now))
+            log.warning("the database refused a value in a batch of %d messages (%s); storing them one by one",
+                        len(parsed), exc)
+        return _merged([self.ingest_many([item], now) for item in batch])
 
     def _parse(self, topic: str, payload: bytes) -> msg.Parsed:
         try:
@@ -127,7 +137,9 @@ class FleetStore:
         # One lock order for every writer (device, kind, seq), so collectors sharing a
         # PostgreSQL database never deadlock; ascending seqs also make in-batch reordering harmless.
         good.sort(key=lambda pair: (pair[1].device_id, pair[1].kind, pair[1].envelope.seq))
-        for device_id, of_device in groupby(good, key=lambda pair: pair[1].device_id):
+        for device_id, grouped in groupby(good, key=lambda pair: pair[1].device_id):
+            of_device = list(grouped)
+            self._forget_baselines_if_reset(tx, device_id, [m for _, m in of_device if m.kind == protocol.STATUS])
             stored: List[msg.DeviceMessage] = []
             for kind, of_kind in groupby(of_device, key=lambda pair: pair[1].kind):
                 seqs = []
@@ -152,6 +164,23 @@ class FleetStore:
         report.counts = Counter(o.status for o in report.outcomes)
         return report
 
+    def _forget_baselines_if_reset(self, tx: Transaction, device_id: str, statuses: List[msg.DeviceMessage]) -> None:
+        """An agent whose state was wiped numbers from 1 again, so its streams take a new baseline.
+
+        Status numbers survive restarts: a newer start with a lower number than the newest status
+        stored is the sign.
+        """
+        if not statuses:
+            return
+        row = tx.one("SELECT state_started_at, state_seq FROM devices WHERE device_id = ?", (device_id,))
+        if row is None or row["state_seq"] is None:
+            return
+        if any(msg.device_facts(m)["started_at"] > (row["state_started_at"] or 0.0) and m.envelope.seq < row["state_seq"]
+               for m in statuses):
+            log.warning("%s restarted with its sequence numbers reset; checking its messages for gaps from the "
+                        "new numbers on", device_id)
+            tx.execute("DELETE FROM streams WHERE device_id = ?", (device_id,))
+
     def _insert(self, tx: Transaction, message: msg.DeviceMessage, now: float) -> bool:
         e = message.envelope
         fresh = tx.execute(
@@ -173,8 +202,8 @@ class FleetStore:
         tx.execute(
             "INSERT INTO rejected (received_at, topic, reason, detail, device_id, message_id, payload_bytes, excerpt) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (now, item.topic, item.reason, item.detail[:1000], item.device_id, item.message_id,
-             item.payload_bytes, item.excerpt),
+            (now, msg.clean(item.topic), item.reason, msg.clean(item.detail[:1000]), msg.clean(item.device_id),
+             msg.clean(item.message_id), item.payload_bytes, item.excerpt),
         )
 
     def _count(self, tx: Transaction, increments: Dict[str, int]) -> None:
@@ -408,6 +437,23 @@ def open_store(
         db.close()
         raise
     return FleetStore(db, max_message_bytes)
+
+
+def _unstorable(message: Tuple[str, bytes], parsed: msg.Parsed, error: DataError) -> msg.Rejection:
+    topic, payload = message
+    device_id = parsed.device_id
+    message_id = parsed.message_id if isinstance(parsed, msg.Rejection) else parsed.envelope.id
+    return msg.Rejection(topic, "unstorable", f"the database refused it: {error}", len(payload),
+                         msg.excerpt(bytes(payload)), device_id, message_id)
+
+
+def _merged(reports: List[BatchReport]) -> BatchReport:
+    merged = BatchReport(outcomes=[o for r in reports for o in r.outcomes])
+    merged.new_gaps = sum(r.new_gaps for r in reports)
+    merged.missing = sum(r.missing for r in reports)
+    merged.filled = sum(r.filled for r in reports)
+    merged.counts = Counter(o.status for o in merged.outcomes)
+    return merged
 
 
 def _update_known(device: Dict[str, Any], facts: Dict[str, Any], keys: Iterable[str]) -> None:
