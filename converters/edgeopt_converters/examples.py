@@ -13,6 +13,7 @@ import numpy as np
 
 from edgeopt_agent.errors import UserError, require
 
+from .hashing import update_with_weights
 from .tensors import Dataset, InputSpec
 
 
@@ -56,8 +57,7 @@ def _digits_cnn():
     splits = digits_splits()
     model = train_digits_cnn(*splits["train"])
     digest = hashlib.sha256(b"example:digits-cnn")
-    for tensor in model.state_dict().values():
-        digest.update(tensor.numpy().tobytes())
+    update_with_weights(digest, model)
     calib_x, _ = splits["calibration"]
     eval_x, eval_y = splits["eval"]
     return SourceModel(

@@ -16,7 +16,7 @@ from typing import Any, List, Optional
 
 from edgeopt_agent.errors import UserError, require
 
-from .hashing import sha256_file
+from .hashing import sha256_file, update_with_weights
 from .pt2_guard import check_pt2
 from .tensors import Dataset, InputSpec
 
@@ -103,8 +103,7 @@ def _load_factory(path: Path, factory: str, weights: Optional[Path]) -> SourceMo
         _load_weights(model, Path(weights))
         digest.update(Path(weights).read_bytes())
     else:
-        for tensor in model.state_dict().values():
-            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        update_with_weights(digest, model)
     return SourceModel("module", f"{path}:{factory}", digest.hexdigest(), module=model.eval())
 
 

@@ -7,6 +7,7 @@ manifest and no half-written artifact behind.
 """
 from __future__ import annotations
 
+import hashlib
 import inspect
 import logging
 import os
@@ -19,10 +20,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 
-from edgeopt_agent.errors import UserError
+from edgeopt_agent.errors import UserError, require
 from edgeopt_agent.profiles import DeviceProfile, load_profile
 
 from . import accuracy as acc
+from .hashing import update_with_weights
 from .host_timing import time_interleaved
 from .manifest import ArtifactRecord, build_manifest, publish
 from .model_source import SourceModel, load_source
@@ -218,15 +220,10 @@ def convert(model: Any, opts: ConvertOptions, progress: Progress = Progress()) -
 def _source(model: Any, opts: ConvertOptions) -> SourceModel:
     if isinstance(model, (str, os.PathLike)):
         return load_source(str(model), opts.weights)
-    from edgeopt_agent.errors import require
-
     torch = require("torch", "convert")
     if isinstance(model, torch.nn.Module):
-        import hashlib
-
         digest = hashlib.sha256()
-        for tensor in model.state_dict().values():
-            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        update_with_weights(digest, model)
         return SourceModel("module", type(model).__name__, digest.hexdigest(), module=model.eval())
     raise UserError(f"model must be a path/spec string or a torch.nn.Module, got {type(model).__name__}")
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional
 
-from edgeopt_agent.daemon.config import BrokerSettings
+from edgeopt_agent.daemon.config import BrokerSettings, broker_settings
 
 from .errors import UserError
 
@@ -45,17 +45,10 @@ class QuickstartResult:
     broker: str
 
 
-def _parse_address(text: str) -> BrokerSettings:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
-        raise UserError(f"--broker '{text}' must be HOST:PORT, e.g. 127.0.0.1:1883")
-    return BrokerSettings(host=host.strip("[]") or "127.0.0.1", port=int(port))
-
-
 @contextlib.contextmanager
 def _broker(opts: QuickstartOptions, say: Callable[[str], None]) -> Iterator[BrokerSettings]:
     if opts.broker:
-        yield _parse_address(opts.broker)
+        yield broker_settings(opts.broker)
         return
     from .fleet.broker import MqttBroker
 

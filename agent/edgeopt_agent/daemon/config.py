@@ -12,7 +12,7 @@ import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 from .. import protocol
 from ..errors import UserError
@@ -189,6 +189,17 @@ def parse_broker(text: str) -> Tuple[str, Optional[int]]:
     if port is not None and not 0 < port < 65536:
         raise UserError(f"broker port {port} is out of range 1-65535")
     return match.group(1), port
+
+
+def broker_settings(address: str, tls: bool = False, tls_ca: Optional[Union[str, Path]] = None,
+                    username: Optional[str] = None, password: Optional[str] = None) -> BrokerSettings:
+    """Settings for a client of the broker at `address` ('host', 'host:port', '[v6]:port')."""
+    host, port = parse_broker(address)
+    if password and not username:
+        raise UserError("a broker password needs a username too")
+    tls = tls or tls_ca is not None
+    return BrokerSettings(host=host, port=port or (DEFAULT_TLS_PORT if tls else DEFAULT_PORT), tls=tls,
+                          tls_ca=Path(tls_ca) if tls_ca else None, username=username, password=password)
 
 
 def default_device_id() -> str:

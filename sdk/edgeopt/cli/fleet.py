@@ -46,22 +46,16 @@ def fleet():
               help=f"File holding the broker password (or set ${PASSWORD_ENV}).")
 def serve(broker, db_url, group, client_id, max_batch, tls, tls_ca, username, password_file):
     """Store every device's status, telemetry and results until Ctrl-C or SIGTERM."""
-    from edgeopt_agent.daemon.config import DEFAULT_PORT, DEFAULT_TLS_PORT, BrokerSettings, parse_broker
+    from edgeopt_agent.daemon.config import broker_settings
     from edgeopt_agent.protocol import shared_subscription
 
-    from ..errors import UserError
     from ..fleet.collector import Collector
     from ..fleet.store import open_store
 
-    host, port = parse_broker(broker)
     if group is not None:
         shared_subscription(group)  # a bad group name fails here, as a user error
     password = Path(password_file).read_text(encoding="utf-8").strip() if password_file else os.environ.get(PASSWORD_ENV)
-    if password and not username:
-        raise UserError("a broker password needs --username too")
-    tls = tls or tls_ca is not None
-    settings = BrokerSettings(host=host, port=port or (DEFAULT_TLS_PORT if tls else DEFAULT_PORT), tls=tls,
-                              tls_ca=Path(tls_ca) if tls_ca else None, username=username, password=password)
+    settings = broker_settings(broker, tls=tls, tls_ca=tls_ca, username=username, password=password)
     store = open_store(db_url)
     try:
         collector = Collector(store, settings, client_id=client_id, shared_group=group, max_batch=max_batch)

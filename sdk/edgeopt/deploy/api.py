@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
 from edgeopt_agent import protocol
-from edgeopt_agent.daemon.config import DEFAULT_PORT, DEFAULT_TLS_PORT, BrokerSettings, parse_broker
+from edgeopt_agent.daemon.config import BrokerSettings, broker_settings
 
 from ..errors import UserError
 from .artifact import choose_artifact
@@ -95,16 +95,6 @@ def signing_key(private_key: Union[PathLike, SigningKey, None], unsigned: bool =
                     "and agents with a trusted key will refuse it")
         return None
     return SigningKey.load(path)
-
-
-def broker_settings(address: str, tls: bool = False, tls_ca: Optional[PathLike] = None,
-                    username: Optional[str] = None, password: Optional[str] = None) -> BrokerSettings:
-    host, port = parse_broker(address)
-    if password and not username:
-        raise UserError("a broker password needs a username too")
-    tls = tls or tls_ca is not None
-    return BrokerSettings(host=host, port=port or (DEFAULT_TLS_PORT if tls else DEFAULT_PORT), tls=tls,
-                          tls_ca=Path(tls_ca) if tls_ca else None, username=username, password=password)
 
 
 def _warn_about_signatures(targets: List[DeviceStatus], key: Optional[SigningKey]) -> None:
