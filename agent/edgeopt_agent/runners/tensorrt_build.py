@@ -6,6 +6,8 @@ networks, `build_serialized_network`, a timing cache, and the workspace set thro
 
 INT8 comes only from explicit quantization: a QDQ ONNX built with the INT8 flag (and FP16, so
 the layers left unquantized run in FP16), never from a calibrator, which TensorRT 10 deprecates.
+TensorRT 11 builds every network strongly typed and has no FP16/INT8 builder flags: there an
+engine's precision is the ONNX file's own (FP16 from the FP16 ONNX, INT8 from the QDQ ONNX).
 """
 from __future__ import annotations
 
@@ -75,17 +77,24 @@ class PrecisionPlan:
     notes: Tuple[str, ...] = ()
 
 
+def strongly_typed_only(trt: Any) -> bool:
+    """True where TensorRT has no precision builder flags (11.0 and newer): types come from the network."""
+    return not hasattr(trt.BuilderFlag, "FP16")
+
+
 def plan_precision(
     requested: Optional[str],
     model_precision: str,
     fast_fp16: Optional[bool],
     fast_int8: Optional[bool],
     model_name: str = "the model",
+    strongly_typed: bool = False,
 ) -> PrecisionPlan:
     """The builder flags for building `model_name` at `requested` (None: at the model's own precision).
 
     model_precision: "int8" when the network holds Q/DQ layers, "fp16" when it holds FP16
     tensors, else "fp32". fast_fp16/fast_int8: what TensorRT says of this GPU (None: not asked).
+    strongly_typed: TensorRT takes every layer's precision from the network (see strongly_typed_only).
     """
     precision = requested or model_precision
     if precision not in PRECISIONS:
@@ -104,6 +113,8 @@ def plan_precision(
         raise UnsupportedModelError(
             "this GPU has no fast INT8 path (TensorRT: platform_has_fast_int8 is False); build at fp16 instead"
         )
+    if strongly_typed:
+        return _strongly_typed_plan(precision, model_precision, model_name)
     notes: List[str] = []
     if precision in ("fp16", "int8") and fast_fp16 is False:
         notes.append("this GPU has no fast FP16: TensorRT may choose FP32 kernels for FP16 layers")
@@ -116,6 +127,22 @@ def plan_precision(
         # FP16 as well: the layers TensorRT cannot fuse into INT8 then run in FP16, not FP32.
         flags = ("INT8",) if fast_fp16 is False else ("INT8", "FP16")
     return PrecisionPlan(precision, flags, tuple(notes))
+
+
+_ARTIFACT_FOR = {"fp32": "the FP32 ONNX artifact", "fp16": "the FP16 ONNX artifact (`edgeopt convert` makes one for Jetson profiles)"}
+
+
+def _strongly_typed_plan(precision: str, model_precision: str, model_name: str) -> PrecisionPlan:
+    if precision != model_precision:
+        raise UnsupportedModelError(
+            f"this TensorRT builds every network strongly typed (TensorRT 11 has no FP16/INT8 builder flags), so "
+            f"{model_name} builds only at its own precision, {model_precision}; for {precision}, give {_ARTIFACT_FOR[precision]}"
+        )
+    notes: Tuple[str, ...] = ()
+    if precision == "int8":
+        notes = ("strongly typed build: layers outside Q/DQ pairs run at the ONNX file's float type (FP32 in edgeopt's "
+                 "INT8 QDQ ONNX), not in FP16 as TensorRT 8-10 builds with the FP16 flag run them",)
+    return PrecisionPlan(precision, (), notes)
 
 
 # -- parsing ----------------------------------------------------------------------------------------
@@ -224,6 +251,7 @@ def build_engine(
         getattr(builder, "platform_has_fast_fp16", None),
         getattr(builder, "platform_has_fast_int8", None),
         model_name,
+        strongly_typed=strongly_typed_only(trt),
     )
     config = builder.create_builder_config()
     set_workspace(trt, config, workspace_mb << 20)

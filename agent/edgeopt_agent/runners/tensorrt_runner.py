@@ -127,7 +127,7 @@ class TensorRTRunner(Runner):
             "compute_capability": ".".join(map(str, self._gpu.compute_capability)),
             "max_batch": self.max_batch,
             "workspace_mb": self.workspace_mb,
-            "activation_memory_mb": _mb(getattr(engine, "device_memory_size", 0)),
+            "activation_memory_mb": activation_memory_mb(engine),
         }
         self.engine_info["gpu_memory_mb"] = self.gpu_memory_mb()
 
@@ -284,6 +284,15 @@ class TensorRTRunner(Runner):
 def _info(tensor) -> TensorInfo:
     shape = tuple(None if d < 0 else d for d in tensor.shape)
     return TensorInfo(name=tensor.name, shape=shape, dtype=tensor.dtype.name)
+
+
+def activation_memory_mb(engine: Any) -> Optional[float]:
+    """Device memory an execution context needs: `device_memory_size_v2` where it exists (TensorRT
+    10; 11 has only that one), `device_memory_size` before; None where the engine tells neither."""
+    for name in ("device_memory_size_v2", "device_memory_size"):
+        if hasattr(engine, name):
+            return _mb(getattr(engine, name))
+    return None
 
 
 def _mb(nbytes: int) -> float:

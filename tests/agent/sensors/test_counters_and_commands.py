@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes.util
 import importlib.util
 import os
 import sys
@@ -11,7 +12,7 @@ import pytest
 
 from edgeopt_agent.profiles import load_profile
 from edgeopt_agent.sensors import discover
-from edgeopt_agent.sensors.base import CommandError, run_command
+from edgeopt_agent.sensors.base import CommandError, SensorError, run_command
 from edgeopt_agent.sensors.nvml import NvmlSensor
 from edgeopt_agent.sensors.rapl import RaplSensor
 
@@ -19,6 +20,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 RAPL0 = "sys/class/powercap/intel-rapl:0"
 MAX_RANGE_UJ = 262143328850
 HAS_PYNVML = importlib.util.find_spec("pynvml") is not None
+HAS_NVML_LIBRARY = ctypes.util.find_library("nvidia-ml") is not None
 
 
 def test_rapl_counts_microjoules_since_discovery(board, rewrite, commands):
@@ -95,8 +97,8 @@ def test_rapl_counter_that_is_not_a_number_disables_the_sensor(board, rewrite, c
     assert suite.power is None
 
 
-@pytest.mark.skipif(HAS_PYNVML, reason="pynvml is installed: this test covers its absence")
-def test_nvml_without_pynvml_is_disabled_with_the_extra_to_install(commands):
+def test_nvml_without_pynvml_is_disabled_with_the_extra_to_install(commands, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # None in sys.modules: importing it fails
     suite = discover(FIXTURES / "x86-64-rapl", run_command=commands("none"))
     reason = suite.disabled["nvml"]
 
@@ -105,10 +107,19 @@ def test_nvml_without_pynvml_is_disabled_with_the_extra_to_install(commands):
 
 
 @pytest.mark.skipif(not HAS_PYNVML, reason="pynvml (nvidia-ml-py) is not installed")
+@pytest.mark.skipif(HAS_NVML_LIBRARY, reason="this machine has NVIDIA's driver: test_nvml_energy_counter_on_a_real_gpu covers it")
+def test_nvml_without_a_driver_is_disabled_with_nvmls_own_reason(commands):
+    suite = discover(FIXTURES / "x86-64-rapl", run_command=commands("none"))
+    assert "nvml" not in suite.active
+    assert suite.disabled["nvml"] == "NVML unavailable: NVML Shared Library Not Found"
+
+
+@pytest.mark.skipif(not HAS_PYNVML, reason="pynvml (nvidia-ml-py) is not installed")
+@pytest.mark.skipif(not HAS_NVML_LIBRARY, reason="no NVIDIA driver here (libnvidia-ml not found)")
 def test_nvml_energy_counter_on_a_real_gpu(commands):
     try:
         sensor = NvmlSensor.probe(FIXTURES / "x86-64-rapl", commands("none"))
-    except Exception as exc:
+    except SensorError as exc:
         pytest.skip(f"NVML present but unusable here: {exc}")
     if sensor is None:
         pytest.skip("NVML found no GPU")

@@ -3,6 +3,8 @@ runtime names, precision rules, builder flags, optimization profiles, ONNX Runti
 options, the benchmark spec's new fields and the summaries of GPU timings."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from edgeopt_agent.bench import BenchmarkSpec
@@ -13,6 +15,7 @@ from edgeopt_agent.runners.formats import ORT_PROVIDERS, check_precision
 from edgeopt_agent.runners.onnxruntime_runner import choose_providers
 from edgeopt_agent.runners.ort_gpu_runner import provider_options
 from edgeopt_agent.runners.tensorrt_build import plan_precision, profile_shapes
+from edgeopt_agent.runners.tensorrt_runner import activation_memory_mb
 
 ALL_PROVIDERS = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
 
@@ -87,6 +90,43 @@ def test_a_gpu_without_int8_refuses_int8_and_warns_about_fp16():
     # A desktop Pascal GPU (sm_61): INT8 yes, fast FP16 no.
     notes = plan_precision("fp16", "fp32", False, True).notes
     assert notes == ("this GPU has no fast FP16: TensorRT may choose FP32 kernels for FP16 layers",)
+
+
+@pytest.mark.parametrize("model", ["fp32", "fp16", "int8"])
+def test_strongly_typed_tensorrt_builds_each_model_at_its_own_precision_without_flags(model):
+    # TensorRT 11: no BuilderFlag.FP16/INT8 and no platform_has_fast_* (read off the 11.4 bindings).
+    plan = plan_precision(None, model, None, None, strongly_typed=True)
+    assert (plan.precision, plan.flags) == (model, ())
+    assert plan_precision(model, model, None, None, strongly_typed=True).flags == ()
+
+
+def test_strongly_typed_int8_says_the_unquantized_layers_stay_fp32():
+    (note,) = plan_precision("int8", "int8", None, None, strongly_typed=True).notes
+    assert "layers outside Q/DQ pairs run at the ONNX file's float type (FP32" in note
+
+
+@pytest.mark.parametrize(
+    "requested, model, artifact",
+    [("fp16", "fp32", "the FP16 ONNX artifact"), ("fp32", "fp16", "the FP32 ONNX artifact")],
+)
+def test_strongly_typed_tensorrt_asks_for_the_artifact_of_the_wanted_precision(requested, model, artifact):
+    with pytest.raises(UnsupportedModelError, match=f"strongly typed .* m.onnx builds only at its own precision, {model}; "
+                                                    f"for {requested}, give {artifact}"):
+        plan_precision(requested, model, None, None, "m.onnx", strongly_typed=True)
+
+
+def test_strongly_typed_tensorrt_keeps_the_qdq_rules():
+    with pytest.raises(UnsupportedModelError, match="precision int8 needs an INT8 QDQ ONNX"):
+        plan_precision("int8", "fp32", None, None, strongly_typed=True)
+    with pytest.raises(UnsupportedModelError, match="holds Q/DQ nodes"):
+        plan_precision("fp16", "int8", None, None, strongly_typed=True)
+
+
+def test_activation_memory_prefers_the_v2_figure_and_admits_not_knowing():
+    mib = 1 << 20
+    assert activation_memory_mb(SimpleNamespace(device_memory_size_v2=3 * mib, device_memory_size=2 * mib)) == 3.0
+    assert activation_memory_mb(SimpleNamespace(device_memory_size=2 * mib)) == 2.0  # TensorRT 8.x
+    assert activation_memory_mb(SimpleNamespace()) is None
 
 
 # -- optimization profile --------------------------------------------------------------------------------

@@ -20,7 +20,6 @@ from edgeopt_agent.runners.cuda_runtime import import_cudart
 from edgeopt_agent.runners.tensorrt_build import import_tensorrt
 
 HAS_TENSORRT = importlib.util.find_spec("tensorrt") is not None
-HAS_CUDA_PYTHON = importlib.util.find_spec("cuda") is not None
 needs_no_tensorrt = pytest.mark.skipif(HAS_TENSORRT, reason="TensorRT is installed here: nothing to refuse")
 
 
@@ -30,9 +29,11 @@ def test_tensorrt_missing_is_named_with_where_to_get_it():
         import_tensorrt()
 
 
-@pytest.mark.skipif(HAS_CUDA_PYTHON, reason="cuda-python is installed here: nothing to refuse")
-def test_cuda_python_missing_is_named_with_the_version_to_install():
-    with pytest.raises(UnsupportedModelError, match=r"cuda-python is not installed .*cuda-python==12\.\*.*JetPack 6"):
+def test_cuda_python_missing_is_named_with_the_version_to_install(monkeypatch):
+    for module in ("cuda.bindings.runtime", "cuda.cudart"):  # None in sys.modules: importing it fails
+        monkeypatch.setitem(sys.modules, module, None)
+    with pytest.raises(UnsupportedModelError, match=r"cuda-python is not installed .*cuda-python==12\.\*.*JetPack 6.*"
+                                                    r"cuda-python==13\.\*.*JetPack 7; JetPack 4\.6's CUDA 10\.2 has none"):
         import_cudart()
 
 
