@@ -7,14 +7,16 @@ when its sha256 is the job's.
 from __future__ import annotations
 
 import hashlib
+import http.client
 import logging
 import os
 import socket
 import tempfile
-import time
+import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import List
 
 from ..protocol import ArtifactRef
 from .artifacts import ArtifactError
@@ -36,30 +38,39 @@ def download(ref: ArtifactRef, target: Path, timeout_s: float = TIMEOUT_S, user_
     """Fetch `ref.url` into `target`; ArtifactError if it is not the artifact or takes over `deadline_s`."""
     if ref.url is None or ref.size is None:
         raise ValueError("the artifact has no url and size")
-    give_up = time.monotonic() + deadline_s
     target.parent.mkdir(parents=True, exist_ok=True)
     handle, temp = tempfile.mkstemp(dir=target.parent, prefix=".download-")
     digest = hashlib.sha256()
     received = 0
+    deadline = _Deadline(deadline_s)
+
+    def too_slow() -> ArtifactError:
+        return ArtifactError(f"{ref.url} sent {received} of {ref.size} bytes in {deadline_s:g} s; too slow, gave up",
+                             kind="download_failed")
+
     try:
         with os.fdopen(handle, "wb") as out:
             request = urllib.request.Request(ref.url, headers={"User-Agent": user_agent})
-            with urllib.request.urlopen(request, timeout=timeout_s) as response:
-                # read1: whatever has arrived, so a server that trickles bytes cannot outlast the deadline
-                for data in iter(lambda: response.read1(_READ_BYTES), b""):
-                    if time.monotonic() > give_up:
-                        raise ArtifactError(
-                            f"{ref.url} sent {received} of {ref.size} bytes in {deadline_s:g} s; too slow, gave up",
-                            kind="download_failed",
-                        )
-                    received += len(data)
-                    if received > ref.size:
-                        raise ArtifactError(
-                            f"{ref.url} sent more than the {ref.size} bytes the job names; it is not the artifact",
-                            kind="artifact_mismatch",
-                        )
-                    digest.update(data)
-                    out.write(data)
+            try:
+                with _opener(deadline).open(request, timeout=timeout_s) as response:
+                    # read1: whatever has arrived, so a server that trickles bytes cannot outlast the deadline
+                    for data in iter(lambda: response.read1(_READ_BYTES), b""):
+                        if deadline.expired:
+                            break
+                        received += len(data)
+                        if received > ref.size:
+                            raise ArtifactError(
+                                f"{ref.url} sent more than the {ref.size} bytes the job names; it is not the artifact",
+                                kind="artifact_mismatch",
+                            )
+                        digest.update(data)
+                        out.write(data)
+            except (OSError, http.client.HTTPException):
+                if deadline.expired:  # the deadline shut the socket under a read
+                    raise too_slow() from None
+                raise
+            if deadline.expired:
+                raise too_slow()
             out.flush()
             os.fsync(out.fileno())
         if received != ref.size or digest.hexdigest() != ref.sha256:
@@ -71,10 +82,72 @@ def download(ref: ArtifactRef, target: Path, timeout_s: float = TIMEOUT_S, user_
         os.replace(temp, target)
     except urllib.error.HTTPError as exc:
         raise ArtifactError(f"downloading {ref.url} failed: HTTP {exc.code} {exc.reason}", kind="download_failed") from None
-    except (urllib.error.URLError, socket.timeout, ConnectionError) as exc:
+    except (urllib.error.URLError, socket.timeout, ConnectionError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", None) or exc
         raise ArtifactError(f"downloading {ref.url} failed: {reason}", kind="download_failed") from None
     finally:
+        deadline.cancel()
         Path(temp).unlink(missing_ok=True)
     log.info("downloaded %s (%d bytes)", ref.url, received)
     return target
+
+
+class _Deadline:
+    """Shuts the download's sockets when the deadline passes, so that no read, of the headers or the
+    body, outlives it (a per-read timeout alone lets a server that sends a byte now and then go on)."""
+
+    def __init__(self, seconds: float):
+        self.expired = False
+        self._sockets: List[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.append(sock)
+            expired = self.expired
+        if expired:
+            _shut(sock)
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            sockets = list(self._sockets)
+        for sock in sockets:
+            _shut(sock)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # already closed by its connection: nothing left to stop
+
+
+def _opener(deadline: _Deadline) -> urllib.request.OpenerDirector:
+    """urllib's opener, with every connection's socket (after any TLS handshake) under `deadline`."""
+
+    class WatchedHTTPConnection(http.client.HTTPConnection):
+        def connect(self) -> None:
+            super().connect()
+            deadline.watch(self.sock)
+
+    class WatchedHTTPSConnection(http.client.HTTPSConnection):
+        def connect(self) -> None:
+            super().connect()
+            deadline.watch(self.sock)
+
+    class HTTPHandler(urllib.request.HTTPHandler):
+        def http_open(self, req):
+            return self.do_open(WatchedHTTPConnection, req)
+
+    class HTTPSHandler(urllib.request.HTTPSHandler):
+        def https_open(self, req):
+            return self.do_open(WatchedHTTPSConnection, req, context=self._context)
+
+    return urllib.request.build_opener(HTTPHandler(), HTTPSHandler())
