@@ -158,7 +158,9 @@ class Row:
     cosine: Optional[float] = None
     gpu_compute: Dict[str, float] = field(default_factory=dict)
     end_to_end: Dict[str, float] = field(default_factory=dict)
+    enqueue: Dict[str, float] = field(default_factory=dict)
     engine_reused: Optional[bool] = None
+    notes: List[str] = field(default_factory=list)
     problems: List[str] = field(default_factory=list)
     skipped: Optional[str] = None
 
@@ -204,17 +206,21 @@ def measure(row: Row, onnx: Path, input_name: str, output_name: str, inputs, ref
     import numpy as np
 
     from edgeopt_agent.bench import BenchmarkSpec, run_benchmark
-    from edgeopt_agent.runners import UnsupportedModelError, open_runner
+    from edgeopt_agent.errors import UserError
+    from edgeopt_agent.runners import open_runner
+    from edgeopt_agent.runners.cuda_runtime import CudaError
 
     try:
         with open_runner(onnx, runtime="tensorrt", precision=row.precision, cache_dir=engines) as runner:
             row.build_s = runner.describe()["engine"]["build_s"]
+            row.notes = list(runner.notes)
             outputs = np.concatenate([runner.infer({input_name: inputs[i:i + 1]})[output_name] for i in range(len(inputs))])
-    except UnsupportedModelError as exc:
-        if row.precision == "int8" and "no fast INT8 path" in str(exc):
+    except (UserError, CudaError, MemoryError, RuntimeError) as exc:
+        cannot = ("no fast INT8 path", "strongly typed")  # the GPU or the TensorRT version, not a fault
+        if any(reason in str(exc) for reason in cannot):
             row.skipped = str(exc)
         else:
-            row.problems.append(f"engine: {exc}")
+            row.problems.append(f"engine: {type(exc).__name__}: {exc}")
         return
     row.cosine = cosine(outputs, reference)
     if row.cosine < COSINE_FLOOR:
@@ -231,6 +237,7 @@ def measure(row: Row, onnx: Path, input_name: str, output_name: str, inputs, ref
     if not row.engine_reused:
         row.problems.append("the benchmark rebuilt the engine instead of reusing the cached one")
     row.gpu_compute = result.get("gpu_compute_ms") or {}
+    row.enqueue = result.get("enqueue_ms") or {}
     row.end_to_end = result["latency_ms"]
     if not row.gpu_compute:
         row.problems.append("no GPU compute time was measured")
@@ -259,6 +266,12 @@ def print_report(rows: List[Row]) -> None:
               f"{_num(row.gpu_compute.get('p50')):>9} {_num(row.gpu_compute.get('p99')):>9} "
               f"{_num(row.end_to_end.get('p50')):>9} {_num(row.end_to_end.get('p99')):>9}  {status}")
     print("(times in ms; GPU = engine compute between CUDA events; e2e = host clock, copies to and from the GPU included)")
+    for row in rows:
+        for note in row.notes:
+            print(f"note, {row.net} {row.precision}: {note}")
+        if row.enqueue and row.gpu_compute and row.enqueue["p50"] >= 0.5 * row.gpu_compute["p50"]:
+            print(f"note, {row.net} {row.precision}: enqueueing takes the host {row.enqueue['p50']:.3f} ms (p50), at least "
+                  "half the GPU compute time, so that time may include part of it")
     for net in dict.fromkeys(row.net for row in rows):
         by = {row.precision: row for row in rows if row.net == net}
         fp16, int8 = by.get("fp16"), by.get("int8")

@@ -44,7 +44,7 @@ _BATCH_KEYS = (
     "output_stable",
 ) + ENERGY_KEYS
 # What a batch on a GPU runtime adds (CUDA event timings, device memory); copied where present.
-_DEVICE_KEYS = ("gpu_compute_ms", "gpu_latency_ms", "h2d_ms", "d2h_ms", "gpu_memory_mb")
+_DEVICE_KEYS = ("gpu_compute_ms", "gpu_latency_ms", "h2d_ms", "d2h_ms", "enqueue_ms", "gpu_memory_mb")
 
 
 def run_benchmark(

@@ -43,6 +43,7 @@ DEVICE_TIMING_KEYS = {
     "gpu_latency": "gpu_latency_ms",  # H2D copy + compute + D2H copy on the GPU's clock (trtexec's "Latency")
     "h2d": "h2d_ms",
     "d2h": "d2h_ms",
+    "enqueue": "enqueue_ms",  # host time to enqueue the engine; the GPU idles for it after the input copy
 }
 
 

@@ -101,8 +101,12 @@ class CudaRuntime:
         return (int(total) - int(free)) / (1 << 20)
 
     def runtime_version(self) -> str:
-        version = int(self._check(self.cudart.cudaRuntimeGetVersion(), "cudaRuntimeGetVersion"))
-        return f"{version // 1000}.{(version % 1000) // 10}"
+        """The CUDA version cuda-python was built for (its runtime is linked in)."""
+        return _version(self._check(self.cudart.cudaRuntimeGetVersion(), "cudaRuntimeGetVersion"))
+
+    def driver_version(self) -> str:
+        """The newest CUDA version this machine's driver supports."""
+        return _version(self._check(self.cudart.cudaDriverGetVersion(), "cudaDriverGetVersion"))
 
     # -- memory -------------------------------------------------------------------------------
     def device_buffer(self, nbytes: int) -> "DeviceBuffer":
@@ -194,6 +198,11 @@ class Event:
         if self.handle is not None:
             self._cuda._check(self._cuda.cudart.cudaEventDestroy(self.handle), "cudaEventDestroy")
             self.handle = None
+
+
+def _version(number: Any) -> str:
+    number = int(number)
+    return f"{number // 1000}.{(number % 1000) // 10}"
 
 
 def _text(value: Any) -> str:

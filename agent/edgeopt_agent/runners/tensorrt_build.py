@@ -15,7 +15,7 @@ import importlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .errors import ArtifactError, UnsupportedModelError, looks_like_out_of_memory
 from .formats import PRECISIONS
@@ -49,22 +49,46 @@ def _major(version: str) -> int:
         return 0
 
 
+_LOGGERS: Dict[int, Any] = {}
+
+
 def make_logger(trt: Any) -> Any:
-    """A TensorRT logger that keeps warnings and errors, so failures can say what TensorRT said."""
+    """The process's TensorRT logger, emptied: it keeps the warnings and errors logged from now on,
+    so failures can say what TensorRT said. One per process, because TensorRT keeps the first
+    logger it is given and sends every later builder's and runtime's messages there."""
+    logger = _LOGGERS.get(id(trt))
+    if logger is None:
 
-    class CapturingLogger(trt.ILogger):
-        def __init__(self) -> None:
-            trt.ILogger.__init__(self)
-            self.messages: List[str] = []
+        class CapturingLogger(trt.ILogger):
+            def __init__(self) -> None:
+                trt.ILogger.__init__(self)
+                self.messages: List[str] = []
 
-        def log(self, severity: Any, msg: str) -> None:
-            if int(severity) <= int(trt.ILogger.Severity.WARNING):
-                self.messages.append(str(msg).strip())
+            def log(self, severity: Any, msg: str) -> None:
+                if int(severity) <= int(trt.ILogger.Severity.WARNING):
+                    self.messages.append(str(msg).strip())
+                    del self.messages[:-50]
 
-        def errors(self) -> List[str]:
-            return self.messages[-5:]
+            def errors(self) -> List[str]:
+                return self.messages[-5:]
 
-    return CapturingLogger()
+        logger = _LOGGERS[id(trt)] = CapturingLogger()
+    logger.messages.clear()
+    return logger
+
+
+def create(trt_class: Any, logger: Any, what: str) -> Any:
+    """trt.Builder(logger) or trt.Runtime(logger), or UnsupportedModelError with TensorRT's reason."""
+    try:
+        made = trt_class(logger)
+    except TypeError as exc:  # pybind11 raises this when TensorRT's factory returns null
+        made, detail = None, str(exc)
+    else:
+        detail = "no reason given"
+    if made is None:
+        said = "; ".join(logger.errors()) or detail
+        raise UnsupportedModelError(f"TensorRT could not create a {what} (is the GPU usable?): {said}")
+    return made
 
 
 # -- precision ------------------------------------------------------------------------------------
@@ -171,9 +195,7 @@ def network_flags(trt: Any) -> int:
 
 
 def parse_onnx(trt: Any, logger: Any, path: Path) -> ParsedNetwork:
-    builder = trt.Builder(logger)
-    if builder is None:
-        raise UnsupportedModelError(f"TensorRT could not create a builder: {'; '.join(logger.errors()) or 'no reason given'}")
+    builder = create(trt.Builder, logger, "builder")
     network = builder.create_network(network_flags(trt))
     parser = trt.OnnxParser(network, logger)
     if not parser.parse_from_file(str(path)):
@@ -263,8 +285,12 @@ def build_engine(
         for name, smallest, optimal, largest in shapes:
             profile.set_shape(name, smallest, optimal, largest)
         config.add_optimization_profile(profile)
+    notes = list(plan.notes)
     cache = config.create_timing_cache(timing_cache)
-    config.set_timing_cache(cache, False)
+    if cache is None or not config.set_timing_cache(cache, False):
+        if timing_cache:
+            notes.append("the stored timing cache was refused by this TensorRT; built with a new one")
+        config.set_timing_cache(config.create_timing_cache(b""), False)
 
     start = time.perf_counter()
     serialized = builder.build_serialized_network(parsed.network, config)
@@ -274,10 +300,11 @@ def build_engine(
         if looks_like_out_of_memory(said):
             raise MemoryError(f"TensorRT ran out of memory building {model_name} at {plan.precision}: {said}")
         raise UnsupportedModelError(f"TensorRT could not build {model_name} at {plan.precision}: {said}")
+    used_cache = config.get_timing_cache()
     return BuiltEngine(
         plan=bytes(memoryview(serialized)),
-        timing_cache=bytes(memoryview(config.get_timing_cache().serialize())),
+        timing_cache=bytes(memoryview(used_cache.serialize())) if used_cache is not None else b"",
         build_s=build_s,
         precision=plan.precision,
-        notes=list(plan.notes),
+        notes=notes,
     )

@@ -13,6 +13,7 @@ UnsupportedModelError with the reason.
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
@@ -27,6 +28,7 @@ from .tensorrt_build import (
     DEFAULT_WORKSPACE_MB,
     ParsedNetwork,
     build_engine,
+    create,
     import_tensorrt,
     make_logger,
     model_precision,
@@ -34,8 +36,9 @@ from .tensorrt_build import (
 )
 from .tensorrt_io import tensor_io
 
-# The per-call timings the CUDA events give, in milliseconds.
-TIMING_KEYS = ("gpu_compute", "h2d", "d2h", "gpu_latency")
+# The per-call timings, in milliseconds: the CUDA events', and the host's time to enqueue the engine
+# (the GPU waits for that after the input copy, so on a small net it can show in gpu_compute).
+TIMING_KEYS = ("gpu_compute", "h2d", "d2h", "gpu_latency", "enqueue")
 
 
 class _Buffers:
@@ -84,6 +87,13 @@ class TensorRTRunner(Runner):
 
     # -- loading --------------------------------------------------------------------------------
     def _load(self) -> None:
+        try:
+            self._load_engine()
+        except BaseException:
+            self._close()  # what was made before the failure: stream, events, context
+            raise
+
+    def _load_engine(self) -> None:
         trt, cuda = self._trt, self._cuda
         self._memory_before_mb = cuda.memory_used_mb()
         logger = make_logger(trt)
@@ -100,17 +110,23 @@ class TensorRTRunner(Runner):
             precision=precision,
             options={"max_batch": self.max_batch, "workspace_mb": self.workspace_mb},
         )
-        runtime = trt.Runtime(logger)
+        self._runtime = runtime = create(trt.Runtime, logger, "runtime")
         engine, record = self._cached_engine(runtime, logger, key)
         cached, build_s = engine is not None, 0.0
         if not cached:
-            engine, record, build_s = self._build(trt, logger, runtime, key, parsed)
+            plan, record, build_s = self._build(trt, logger, key, parsed)
+            parsed = None  # the builder, network and parser go before the engine is loaded (small boards)
+            engine = runtime.deserialize_cuda_engine(plan)
+            del plan
+            if engine is None:
+                raise UnsupportedModelError(f"TensorRT built an engine it then could not load: {'; '.join(logger.errors())}")
+        self._engine = engine
         context = engine.create_execution_context()
         if context is None:
             raise MemoryError(
                 f"TensorRT could not create an execution context (out of GPU memory?): {'; '.join(logger.errors())}"
             )
-        self._runtime, self._engine, self._context = runtime, engine, context
+        self._context = context
         self._io = tensor_io(trt, engine, context)
         self._stream = cuda.stream()
         self._events = tuple(cuda.event() for _ in range(4))
@@ -143,7 +159,8 @@ class TensorRTRunner(Runner):
             self.notes.append(f"the cached engine {record.path.name} could not be loaded ({said}); rebuilt")
         return engine, record
 
-    def _build(self, trt, logger, runtime, key: EngineKey, parsed: Optional[ParsedNetwork]) -> Tuple[Any, CachedEngine, float]:
+    def _build(self, trt, logger, key: EngineKey, parsed: Optional[ParsedNetwork]) -> Tuple[bytes, CachedEngine, float]:
+        """The serialized engine for `key`, built now and stored in the cache with its timing cache."""
         if parsed is None:
             parsed = parse_onnx(trt, logger, self.path)
         built = build_engine(
@@ -158,11 +175,9 @@ class TensorRTRunner(Runner):
         )
         self.notes.extend(built.notes)
         stored = self.cache.store(key, built.plan, built.build_s)
-        self.cache.store_timing_cache(key, built.timing_cache)
-        engine = runtime.deserialize_cuda_engine(built.plan)
-        if engine is None:
-            raise UnsupportedModelError(f"TensorRT built an engine it then could not load: {'; '.join(logger.errors())}")
-        return engine, stored, built.build_s
+        if built.timing_cache:
+            self.cache.store_timing_cache(key, built.timing_cache)
+        return built.plan, stored, built.build_s
 
     def _close(self) -> None:
         for buffers in self._buffers.values():
@@ -200,6 +215,7 @@ class TensorRTRunner(Runner):
                 "memory_mb": self._gpu.total_memory_mb,
                 "integrated": self._gpu.integrated,
                 "cuda_runtime": self._cuda.runtime_version(),
+                "cuda_driver": self._cuda.driver_version(),
             },
         }
 
@@ -213,7 +229,7 @@ class TensorRTRunner(Runner):
         return {"gpu_memory_mb": self.gpu_memory_mb()}
 
     def take_device_timings(self) -> Dict[str, List[float]]:
-        """Per-call GPU timings (ms) since the last call: compute, H2D copy, D2H copy, and all three."""
+        """Per-call timings (ms) since the last call: GPU compute, H2D copy, D2H copy, all three, host enqueue."""
         taken = {kind: list(values) for kind, values in self._timings.items()}
         for values in self._timings.values():  # cleared in place: bound calls append to these lists
             values.clear()
@@ -255,8 +271,10 @@ class TensorRTRunner(Runner):
             for buffers, nbytes in feeds:
                 cuda.copy_to_device_async(buffers.device, buffers.host, nbytes, stream)
             compute_start.record(stream)
+            enqueue_start = time.perf_counter()
             if not io.enqueue(stream.address):
                 raise RuntimeError("TensorRT failed to enqueue the engine")
+            enqueue_ms = (time.perf_counter() - enqueue_start) * 1000.0
             compute_end.record(stream)
             for buffers, nbytes, _ in fetches:
                 cuda.copy_to_host_async(buffers.host, buffers.device, nbytes, stream)
@@ -266,6 +284,7 @@ class TensorRTRunner(Runner):
             timings["h2d"].append(elapsed(start, compute_start))
             timings["d2h"].append(elapsed(compute_end, end))
             timings["gpu_latency"].append(elapsed(start, end))
+            timings["enqueue"].append(enqueue_ms)
             return [view.copy() for _, _, view in fetches]
 
         return call

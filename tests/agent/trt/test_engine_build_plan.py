@@ -14,7 +14,7 @@ from edgeopt_agent.runners import UnsupportedModelError, resolve_runtime
 from edgeopt_agent.runners.formats import ORT_PROVIDERS, check_precision
 from edgeopt_agent.runners.onnxruntime_runner import choose_providers
 from edgeopt_agent.runners.ort_gpu_runner import provider_options
-from edgeopt_agent.runners.tensorrt_build import plan_precision, profile_shapes
+from edgeopt_agent.runners.tensorrt_build import create, plan_precision, profile_shapes
 from edgeopt_agent.runners.tensorrt_runner import activation_memory_mb
 
 ALL_PROVIDERS = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
@@ -129,6 +129,24 @@ def test_activation_memory_prefers_the_v2_figure_and_admits_not_knowing():
     assert activation_memory_mb(SimpleNamespace()) is None
 
 
+def test_a_builder_or_runtime_tensorrt_cannot_create_is_refused_with_its_reason():
+    said = SimpleNamespace(errors=lambda: ["CUDA initialization failure with error: 35"])
+    silent = SimpleNamespace(errors=lambda: [])
+
+    def returns_null(logger):
+        return None
+
+    def pybind_null(logger):  # how the bindings report a null factory result
+        raise TypeError("pybind11::init(): factory function returned nullptr")
+
+    with pytest.raises(UnsupportedModelError, match=r"could not create a runtime \(is the GPU usable\?\): CUDA initialization failure"):
+        create(pybind_null, said, "runtime")
+    with pytest.raises(UnsupportedModelError, match=r"could not create a builder .*: factory function returned nullptr"):
+        create(pybind_null, silent, "builder")
+    with pytest.raises(UnsupportedModelError, match=r"could not create a builder .*: no reason given"):
+        create(returns_null, silent, "builder")
+
+
 # -- optimization profile --------------------------------------------------------------------------------
 
 
@@ -201,9 +219,10 @@ def test_a_precision_for_the_default_onnx_runtime_is_refused_before_anything_run
 
 
 def test_gpu_timings_are_summarized_like_latency():
-    timings = {"gpu_compute": [1.0, 2.0, 3.0, 4.0], "h2d": [0.1] * 4, "d2h": [0.2] * 4, "gpu_latency": [1.3, 2.3, 3.3, 4.3]}
+    timings = {"gpu_compute": [1.0, 2.0, 3.0, 4.0], "h2d": [0.1] * 4, "d2h": [0.2] * 4, "gpu_latency": [1.3, 2.3, 3.3, 4.3],
+               "enqueue": [0.05] * 4}
     fields = device_timing_fields(timings)
-    assert set(fields) == {"gpu_compute_ms", "h2d_ms", "d2h_ms", "gpu_latency_ms"}
+    assert set(fields) == {"gpu_compute_ms", "h2d_ms", "d2h_ms", "gpu_latency_ms", "enqueue_ms"}
     assert fields["gpu_compute_ms"]["p50"] == 2.0 and fields["gpu_compute_ms"]["p99"] == 4.0
     assert fields["gpu_compute_ms"]["mean"] == 2.5 and fields["h2d_ms"]["max"] == 0.1
     assert device_timing_fields({"gpu_compute": [], "h2d": []}) == {}

@@ -140,7 +140,7 @@ def test_benchmark_reports_gpu_compute_apart_from_end_to_end(models, tmp_path):
         assert entry["ok"] is True, entry
         compute, latency = entry["gpu_compute_ms"], entry["gpu_latency_ms"]
         assert 0 < compute["p50"] <= latency["p50"] <= entry["latency_ms"]["p50"]
-        assert entry["h2d_ms"]["p50"] > 0 and entry["d2h_ms"]["p50"] > 0
+        assert entry["h2d_ms"]["p50"] > 0 and entry["d2h_ms"]["p50"] > 0 and entry["enqueue_ms"]["p50"] > 0
         assert entry["gpu_memory_mb"] is not None
         assert entry["output_stable"] is True
     assert result["gpu_compute_ms"] == result["batches"][0]["gpu_compute_ms"]
