@@ -7,6 +7,7 @@ sensor); it never branches on a board's name. The data files live in the top-lev
 from __future__ import annotations
 
 import difflib
+import importlib
 import platform
 import sys
 from dataclasses import dataclass, field
@@ -205,7 +206,10 @@ def parse_profile(data: Mapping[str, Any], source: str) -> DeviceProfile:
 
 
 def _profile_files() -> Dict[str, Path]:
-    folder = resources.files("edgeopt_device_profiles")
+    if sys.version_info >= (3, 9):
+        folder = resources.files("edgeopt_device_profiles")
+    else:  # Python 3.8 (JetPack 5) has no resources.files; the TOML files ship as plain files
+        folder = Path(importlib.import_module("edgeopt_device_profiles").__file__).parent
     return {
         entry.name[: -len(".toml")]: Path(str(entry))
         for entry in folder.iterdir()

@@ -1,4 +1,5 @@
-"""The agent package must stay light: no torch, onnx, tensorflow or litert-torch, no host packages."""
+"""The agent package must stay light (no torch, onnx, tensorflow or litert-torch, no host packages)
+and run on Python 3.8+ (JetPack 5 ships 3.8; its TensorRT bindings exist for 3.8 only)."""
 import ast
 import json
 import subprocess
@@ -45,3 +46,17 @@ def test_importing_every_agent_module_loads_none_of_them():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+
+
+def test_agent_and_device_profiles_parse_as_python_3_8():
+    """Syntax only (parenthesized context managers, match, except*); 3.9+ library calls need a 3.8 run."""
+    import edgeopt_device_profiles
+
+    roots = (AGENT_ROOT, Path(edgeopt_device_profiles.__file__).parent)
+    offences = []
+    for path in (p for root in roots for p in root.rglob("*.py")):
+        try:
+            ast.parse(path.read_text(encoding="utf-8"), filename=str(path), feature_version=(3, 8))
+        except SyntaxError as exc:
+            offences.append(f"{path}:{exc.lineno}: {exc.msg}")
+    assert not offences, "\n".join(offences)

@@ -20,8 +20,8 @@ from .errors import UnsupportedModelError
 
 CUDA_PYTHON_HINT = (
     "install NVIDIA's cuda-python matching this machine's CUDA major version "
-    "(pip install 'cuda-python==12.*' on JetPack 6, 'cuda-python==11.8.*' on JetPack 5, 'cuda-python==13.*' "
-    "on JetPack 7; JetPack 4.6's CUDA 10.2 has none)"
+    "(pip install 'cuda-python==12.*' on JetPack 6, 'cuda-python==11.8.2' on JetPack 5 (the last with Python 3.8 "
+    "builds), 'cuda-python==13.*' on JetPack 7; JetPack 4.6's CUDA 10.2 has none)"
 )
 
 
