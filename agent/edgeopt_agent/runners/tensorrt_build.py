@@ -15,7 +15,7 @@ import importlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 from .errors import ArtifactError, UnsupportedModelError, looks_like_out_of_memory
 from .formats import PRECISIONS
@@ -49,15 +49,15 @@ def _major(version: str) -> int:
         return 0
 
 
-_LOGGERS: Dict[int, Any] = {}
+_LOGGER: Optional[Any] = None
 
 
 def make_logger(trt: Any) -> Any:
     """The process's TensorRT logger, emptied: it keeps the warnings and errors logged from now on,
     so failures can say what TensorRT said. One per process, because TensorRT keeps the first
     logger it is given and sends every later builder's and runtime's messages there."""
-    logger = _LOGGERS.get(id(trt))
-    if logger is None:
+    global _LOGGER
+    if _LOGGER is None:
 
         class CapturingLogger(trt.ILogger):
             def __init__(self) -> None:
@@ -72,9 +72,9 @@ def make_logger(trt: Any) -> Any:
             def errors(self) -> List[str]:
                 return self.messages[-5:]
 
-        logger = _LOGGERS[id(trt)] = CapturingLogger()
-    logger.messages.clear()
-    return logger
+        _LOGGER = CapturingLogger()
+    _LOGGER.messages.clear()
+    return _LOGGER
 
 
 def create(trt_class: Any, logger: Any, what: str) -> Any:
