@@ -48,6 +48,7 @@ CREATE TABLE IF NOT EXISTS counters (
 # Run after SCHEMA, once the columns added since the first release exist.
 INDEXES = """
 CREATE INDEX IF NOT EXISTS outbox_message ON outbox (message_id);
+CREATE INDEX IF NOT EXISTS outbox_size ON outbox (size);
 """
 STATE_FILE = "agent.db"
 LOCK_FILE = "agent.lock"
