@@ -161,8 +161,9 @@ class OutboxSender:
                 taken.append(row)
         if silent and taken:
             self._probe_at = now + self._probe.next()
-            log.info("no confirmation from a collector for %.0f s; sending the oldest unconfirmed message again",
-                     now - self._last_confirmed)
+            log.warning("no confirmation from a collector for %.0f s (%d message(s) unconfirmed); sending the "
+                        "oldest again. Is a collector running? Without one, run the agent with delivery = broker",
+                        now - self._last_confirmed, len(self._awaiting) + len(taken))
         return taken
 
     def _send(self, publish: Publish, rows: List[int], again: bool = False) -> None:
