@@ -17,7 +17,7 @@ from typing import Any, List, Optional
 from edgeopt_agent.errors import UserError, require
 
 from .hashing import sha256_file, update_with_weights
-from .pt2_guard import check_pt2
+from .pt2_guard import checked_archive
 from .tensors import Dataset, InputSpec
 
 TORCHSCRIPT_SUFFIXES = (".pt", ".pth", ".ts", ".torchscript", ".jit")
@@ -137,9 +137,9 @@ def _load_torchscript(path: Path) -> SourceModel:
 
 def _load_exported(path: Path) -> SourceModel:
     torch = _torch()
-    check_pt2(path)
+    archive = checked_archive(path)
     try:
-        program = torch.export.load(str(path))
+        program = torch.export.load(archive)
     except Exception as exc:
         raise UserError(f"{path} is not a loadable ExportedProgram (.pt2): {str(exc).splitlines()[0]}") from exc
     specs = []
