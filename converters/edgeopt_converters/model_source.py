@@ -3,6 +3,8 @@
 Accepted: `path/to/file.py:factory` (a function returning an nn.Module), a TorchScript file,
 an ExportedProgram `.pt2`, an `.onnx` file, or `example:NAME` for a bundled example. Nothing is
 unpickled implicitly: weights given with `--weights` are read with `torch.load(weights_only=True)`.
+A TorchScript file is a program (PyTorch has no safe mode for `torch.jit.load`), so it is loaded
+only when the caller says it trusts where the file came from.
 """
 from __future__ import annotations
 
@@ -47,7 +49,7 @@ def _torch():
     return require("torch", "convert", "loading PyTorch models")
 
 
-def load_source(spec: str, weights: Optional[Path] = None) -> SourceModel:
+def load_source(spec: str, weights: Optional[Path] = None, trust_model_code: bool = False) -> SourceModel:
     if spec.startswith("example:"):
         from .examples import load_example
 
@@ -69,6 +71,10 @@ def load_source(spec: str, weights: Optional[Path] = None) -> SourceModel:
     if path.suffix == ".pt2":
         return _load_exported(path)
     if path.suffix in TORCHSCRIPT_SUFFIXES or zipfile.is_zipfile(path):
+        if not trust_model_code:
+            raise UserError(f"{spec} is TorchScript, a program that runs when loaded (PyTorch has no safe mode "
+                            f"for torch.jit.load); give file.py:factory, re-export it with torch.export.save (.pt2) "
+                            f"or ONNX, or pass --trust-model-code if you trust its source")
         return _load_torchscript(path)
     raise UserError(
         f"{spec}: unrecognised model file (suffix '{path.suffix}'); accepted: file.py:factory, "

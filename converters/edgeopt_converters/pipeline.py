@@ -63,6 +63,7 @@ class ConvertOptions:
     max_calibration_samples: int = DEFAULT_MAX_CALIBRATION
     max_eval_samples: int = DEFAULT_MAX_EVAL
     weights: Optional[Path] = None
+    trust_model_code: bool = False  # TorchScript files run code when loaded
     opset: int = 18
     time_on_host: bool = True
 
@@ -219,7 +220,7 @@ def convert(model: Any, opts: ConvertOptions, progress: Progress = Progress()) -
 
 def _source(model: Any, opts: ConvertOptions) -> SourceModel:
     if isinstance(model, (str, os.PathLike)):
-        return load_source(str(model), opts.weights)
+        return load_source(str(model), opts.weights, opts.trust_model_code)
     torch = require("torch", "convert")
     if isinstance(model, torch.nn.Module):
         digest = hashlib.sha256()

@@ -46,6 +46,7 @@ def convert(
     threads: Optional[int] = None,
     calibrate_method: str = "minmax",
     weights: Optional[PathLike] = None,
+    trust_model_code: bool = False,
     time_on_host: bool = True,
     progress=None,
 ) -> Dict[str, Any]:
@@ -54,6 +55,7 @@ def convert(
     `model` is an nn.Module, or the same spec the CLI takes: "file.py:factory", a TorchScript
     file, a .pt2 ExportedProgram, an .onnx file or "example:digits-cnn". `input_shape` is a tuple
     like (1, 3, 224, 224), a string "1,3,224,224", or a list of those for several inputs.
+    `trust_model_code=True` is needed for a TorchScript file, which runs code when loaded.
     """
     from edgeopt_converters.pipeline import ConvertOptions, convert as run
     from edgeopt_converters.progress import Progress
@@ -72,6 +74,7 @@ def convert(
         threads=threads,
         calibrate_method=calibrate_method,
         weights=Path(weights) if weights else None,
+        trust_model_code=trust_model_code,
         time_on_host=time_on_host,
     )
     return run(model, options, progress or Progress())

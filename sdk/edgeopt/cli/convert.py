@@ -36,10 +36,12 @@ file, an ExportedProgram .pt2, an .onnx file, or example:digits-cnn (bundled).""
 @click.option("--calibrate-method", type=click.Choice(["minmax", "entropy", "percentile"]), default="minmax",
               show_default=True, help="How ONNX INT8 activation ranges are chosen.")
 @click.option("--weights", type=click.Path(dir_okay=False), help="state_dict for a file.py:factory model (loaded with weights_only=True).")
+@click.option("--trust-model-code", is_flag=True,
+              help="Load a TorchScript MODEL, which runs code when loaded: only for files from a source you trust.")
 @click.option("--no-timing", is_flag=True, help="Skip the host timing (the recommendation then falls back to the profile's prediction).")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON instead of the summary table.")
 def convert(model, device, output_dir, input_shapes, input_dtypes, calibration, eval_data, formats, precisions,
-            max_accuracy_drop, min_cosine, threads, calibrate_method, weights, no_timing, as_json):
+            max_accuracy_drop, min_cosine, threads, calibrate_method, weights, trust_model_code, no_timing, as_json):
     from edgeopt.api import convert as run
     from edgeopt_converters.progress import Progress, RichProgress
 
@@ -48,7 +50,7 @@ def convert(model, device, output_dir, input_shapes, input_dtypes, calibration, 
         input_shape=list(input_shapes) or None, input_dtype=list(input_dtypes) or None,
         calibration=calibration, eval_data=eval_data, formats=formats, precisions=precisions,
         max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine, threads=threads, calibrate_method=calibrate_method,
-        weights=weights, time_on_host=not no_timing, progress=reporter,
+        weights=weights, trust_model_code=trust_model_code, time_on_host=not no_timing, progress=reporter,
     )
     if as_json:
         manifest = run(model, device, output_dir, **kwargs)
