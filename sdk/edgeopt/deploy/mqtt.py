@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
 from edgeopt_agent.daemon.config import BrokerSettings
+from edgeopt_agent.daemon.transport import apply_credentials
 
 from ..errors import UserError, require
 
@@ -40,18 +41,7 @@ class HostClient:
         self._client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.client_id,
                                    protocol=mqtt.MQTTv311, clean_session=True)
         self._client.connect_timeout = CONNECT_TIMEOUT_S
-        if settings.tls:
-            try:
-                self._client.tls_set(
-                    ca_certs=str(settings.tls_ca) if settings.tls_ca else None,
-                    certfile=str(settings.tls_cert) if settings.tls_cert else None,
-                    keyfile=str(settings.tls_key) if settings.tls_key else None,
-                )
-            except (OSError, ValueError) as exc:
-                raise UserError(f"cannot set up TLS for {settings.address}: {exc}") from exc
-            self._client.tls_insecure_set(settings.tls_insecure)
-        if settings.username:
-            self._client.username_pw_set(settings.username, settings.password)
+        apply_credentials(self._client, settings)
         self._client.on_connect = self._on_connect
         self._client.on_disconnect = self._on_disconnect
         self._client.on_subscribe = self._on_subscribe
