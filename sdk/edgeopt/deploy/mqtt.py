@@ -46,12 +46,15 @@ class HostClient:
         self._client.on_disconnect = self._on_disconnect
         self._client.on_subscribe = self._on_subscribe
         self._client.on_message = self._on_message
+        self._client.on_log = self._on_log
         paho_log = logging.getLogger("paho.mqtt")
         if paho_log.isEnabledFor(logging.DEBUG):  # packet traces with -v; paho's noise stays out otherwise
             self._client.enable_logger(paho_log)
         self.messages: "queue.Queue[Received]" = queue.Queue()
         self._cond = threading.Condition()
         self._connected = False
+        self._ever_connected = False
+        self._last_error: Optional[str] = None  # paho's last error line: why a TLS connection died
         self._refusal: Optional[str] = None
         self._filters: List[str] = []
         self._subacks: Dict[int, List[str]] = {}  # packet id -> refusal reasons (empty: granted)
@@ -74,7 +77,9 @@ class HostClient:
             if not self._cond.wait_for(lambda: self._connected or self._refusal, timeout_s):
                 raise UserError(f"the MQTT broker at {s.address} did not answer within {timeout_s:.0f} s")
         if self._refusal:
-            raise UserError(f"the MQTT broker at {s.address} refused the connection: {self._refusal}")
+            hint = ("; if the broker wants a client certificate, pass --tls-cert and --tls-key"
+                    if s.tls and not s.tls_cert else "")
+            raise UserError(f"the MQTT broker at {s.address} refused the connection: {self._refusal}{hint}")
 
     def subscribe(self, filters: Sequence[str], timeout_s: float = ACK_TIMEOUT_S) -> None:
         """Subscribe (again after any reconnect) and wait until the broker confirmed it."""
@@ -123,7 +128,7 @@ class HostClient:
             if reason_code.is_failure:
                 self._refusal = str(reason_code)
             else:
-                self._connected = True
+                self._connected = self._ever_connected = True
                 if self._filters:  # a clean session forgets subscriptions across a reconnect
                     client.subscribe([(name, QOS) for name in self._filters])
             self._cond.notify_all()
@@ -131,13 +136,21 @@ class HostClient:
     def _on_disconnect(self, client, userdata, flags, reason_code, properties) -> None:
         with self._cond:
             self._connected = False
-        if self._started:
+            if not self._ever_connected and not self._refusal:  # e.g. TLS: a client certificate it wanted
+                self._refusal = "it closed the connection before accepting it" + (
+                    f" ({self._last_error})" if self._last_error else "")
+            self._cond.notify_all()
+        if self._started and self._ever_connected:
             log.warning("lost the connection to %s (%s); reconnecting", self.settings.address, reason_code)
 
     def _on_subscribe(self, client, userdata, mid, reason_codes, properties) -> None:
         with self._cond:
             self._subacks[mid] = [str(code) for code in reason_codes if code.is_failure]
             self._cond.notify_all()
+
+    def _on_log(self, client, userdata, level, text) -> None:
+        if level == self._mqtt.MQTT_LOG_ERR:
+            self._last_error = text
 
     def _on_message(self, client, userdata, message) -> None:
         self.messages.put(Received(message.topic, message.payload, bool(message.retain)))
