@@ -193,9 +193,13 @@ def test_a_device_cannot_speak_for_another_and_the_collector_stores_only_its_own
                   b.envelope(protocol.TRANSFER, protocol.TRANSFER_TYPE, {"job_id": "x"})]
         for message in forged:  # A's login, B's topics and B's device id in the envelope
             assert device_a.publish(message.topic, message.payload, retain=message.retain) == NOT_AUTHORIZED, message.topic
+        # On its own topic the ACL lets A through, but an envelope naming B is the collector's to refuse.
+        posing = b.result("posing-job")
+        assert device_a.publish(protocol.results_topic("dev-a"), posing.payload) == 0
         own = a.result("a-job")
         assert device_a.publish(own.topic, own.payload) == 0
         wait_until(lambda: {r["job_id"] for r in store.results()} >= {"real-job", "a-job"}, "both real results")
+        wait_until(lambda: store.stats()["rejected"] == {"wrong_device": 1}, "the posing result to be rejected")
     finally:
         collector.close()
         device_a.close()
@@ -205,6 +209,8 @@ def test_a_device_cannot_speak_for_another_and_the_collector_stores_only_its_own
     states = {d["device_id"]: d["state"] for d in store.devices()}
     assert states["dev-b"] == "online"
     assert store.telemetry(device="dev-b") == []
+    [rejected] = store.rejected()
+    assert (rejected["topic"], rejected["device_id"]) == (protocol.results_topic("dev-a"), "dev-a")
     store.close()
     # The retained status still says B is online: A's offline never replaced it.
     deployer = HostClient(fleet.settings(broker, "deploy-1"))
@@ -388,3 +394,17 @@ def test_mutual_tls_the_collector_connects_with_its_certificate_and_is_refused_w
     finally:
         store.close()
         broker.stop()
+
+
+def test_fleet_serve_and_deploy_take_the_agents_tls_options(tmp_path, capsys):
+    cert, key = tmp_path / "c.crt", tmp_path / "c.key"
+    cert.write_text("x")
+    key.write_text("x")
+    for command in (["fleet", "serve", "--db", f"sqlite:///{tmp_path}/f.db"], ["deploy", str(tmp_path), "--all"]):
+        assert main([*command, "--tls-cert", str(cert)]) == 2
+        assert "needs both --tls-cert and --tls-key" in capsys.readouterr().err
+    settings = broker_settings("broker.lab", tls_cert=cert, tls_key=key, tls_insecure=True)
+    assert (settings.tls, settings.port, settings.tls_cert, settings.tls_key, settings.tls_insecure) == (
+        True, 8883, cert, key, True)
+    with pytest.raises(UserError, match="tls_ca: no such file"):
+        broker_settings("broker.lab", tls_ca=tmp_path / "missing.pem")

@@ -245,7 +245,8 @@ def stats(db_url, as_json):
 @click.option("--broker", default="localhost", show_default=True, metavar="HOST[:PORT]",
               help="The broker address written into the config.")
 @click.option("--host", "server_names", multiple=True, metavar="NAME",
-              help="With --role broker: a host name or IP address the broker is reached at (repeatable; default NAME).")
+              help="With --role broker: another host name or IP address the broker is reached at "
+                   "(repeatable; NAME is always one).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Where to write the credentials and config (default: ./edgeopt-credentials/NAME).")
 @click.option("--keys-dir", type=click.Path(file_okay=False, path_type=Path),

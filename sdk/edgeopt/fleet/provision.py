@@ -112,8 +112,8 @@ def provision(
     if cert:
         ca = FleetCA.open(keys_dir)
         result.ca_created = ca.created
-        result.cert, result.key = ca.issue(name, folder, server_names=server_names or ((name,) if role == "broker" else ()),
-                                           server=role == "broker")
+        hosts = list(dict.fromkeys([name, *server_names])) if role == "broker" else []
+        result.cert, result.key = ca.issue(name, folder, server_names=hosts, server=role == "broker")
         result.ca_cert = folder / "ca.crt"
         shutil.copyfile(ca.cert_path, result.ca_cert)
     if role in ROLE_ACL:
@@ -311,8 +311,8 @@ def _write_config(result: Provisioned, broker: str) -> tuple:
     else:
         options = [f"--broker {broker}"]
         if result.password_path is not None:
-            options += [f"--username {result.name}", f"--password-file {result.password_path}"]
-        options += [f"--{key.replace('_', '-')} {path}" for key, path in tls.items() if path is not None]
+            options += [f"--username {result.name}", f"--password-file {result.password_path.resolve()}"]
+        options += [f"--{key.replace('_', '-')} {path.resolve()}" for key, path in tls.items() if path is not None]
         if result.role == "collector":
             options.append(f"--client-id {result.name}")
         command = "edgeopt fleet serve" if result.role == "collector" else "edgeopt deploy OUTDIR --all"
