@@ -12,6 +12,8 @@ import json
 import logging
 import queue
 import shutil
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -408,3 +410,45 @@ def test_fleet_serve_and_deploy_take_the_agents_tls_options(tmp_path, capsys):
         True, 8883, cert, key, True)
     with pytest.raises(UserError, match="tls_ca: no such file"):
         broker_settings("broker.lab", tls_ca=tmp_path / "missing.pem")
+
+
+@needs_mosquitto
+@pytest.mark.slow
+def test_a_real_agent_with_its_provisioned_config_works_under_the_acl(tmp_path):
+    """The agent as shipped, started with the agent.toml that provision wrote: its status (and
+    Will), telemetry and results reach the collector, and it gets the jobs deploy sends it."""
+    fleet = Fleet(tmp_path)
+    broker = fleet.broker()
+    folder = tmp_path / "credentials" / "dev-a"
+    config = folder / "agent.toml"
+    config.write_text(config.read_text().replace('broker = "localhost"', f'broker = "{broker.address}"'))
+    store = open_store(f"sqlite:///{tmp_path}/fleet.db")
+    collector = started_collector(store, fleet.settings(broker, "collector-1"), client_id="collector-1")
+    log_path = tmp_path / "agent.log"
+    with open(log_path, "wb") as log:
+        agent = subprocess.Popen([sys.executable, "-m", "edgeopt_agent.daemon", "--config", str(config),
+                                  "--data-dir", str(tmp_path / "agent-data"), "--telemetry-interval", "1",
+                                  "--log-level", "debug"], stdout=log, stderr=subprocess.STDOUT)
+    deployer = HostClient(fleet.settings(broker, "deploy-1"))
+    try:
+        wait_until(lambda: any(d["device_id"] == "dev-a" and d["state"] == "online" for d in store.devices()),
+                   "the agent's online status", timeout=30)
+        wait_until(lambda: store.telemetry(device="dev-a"), "the agent's telemetry")
+        deployer.connect()
+        job = protocol.Envelope("dev-a", 1, protocol.BENCHMARK_JOB, {"job_id": "no-artifact"}).encode()
+        deployer.wait_acked(deployer.publish(protocol.jobs_topic("dev-a"), job))
+        [answer] = wait_until(lambda: store.results(device="dev-a"), "the agent's answer")
+        assert (answer["job_id"], answer["ok"], answer["error_kind"]) == ("no-artifact", False, "invalid_job")
+        agent.kill()  # the broker sends its Last Will, which the ACL lets through
+        agent.wait(10)
+        wait_until(lambda: [d["state"] for d in store.devices() if d["device_id"] == "dev-a"] == ["offline"],
+                   "the Last Will", timeout=90)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait(10)
+        deployer.close()
+        collector.close()
+        store.close()
+        broker.stop()
+    assert "not authorized" not in log_path.read_text(errors="replace").lower()
