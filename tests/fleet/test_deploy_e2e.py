@@ -7,6 +7,7 @@ import json
 import math
 import shutil
 import threading
+import time
 
 import pytest
 from deploy_harness import QUICK_BENCH, Agent, RawClient, wait_until
@@ -243,7 +244,8 @@ def test_a_device_that_never_answers_times_out(converted, mqtt_broker, capsys, w
     outdir, _ = converted
     ghost = RawClient(mqtt_broker, [])
     try:
-        status = protocol.status_body(protocol.ONLINE, "connected", profile="x86-64")
+        status = protocol.status_body(protocol.ONLINE, "connected", profile="x86-64", agent_version="0.1.0",
+                                      started_at=time.time())
         ghost.publish(protocol.status_topic("ghost"), protocol.Envelope("ghost", 1, protocol.STATUS_TYPE, status),
                       retain=True)
         code, out, err = run_cli(capsys, outdir, "--device", "ghost", "--broker", mqtt_broker.address, "--unsigned",

@@ -104,7 +104,7 @@ def test_bad_targets_are_refused(kwargs, fragment):
 
 def test_status_messages_give_state_profile_and_signature_policy():
     body = protocol.status_body("online", "connected", profile="rpi5", signatures="required",
-                                trusted_key_id="0123456789abcdef", agent_version="0.1.0")
+                                trusted_key_id="0123456789abcdef", agent_version="0.1.0", started_at=1732189000.5)
     envelope = protocol.Envelope("pi-1", 7, protocol.STATUS_TYPE, body)
     parsed = parse_status(protocol.status_topic("pi-1"), envelope.encode())
     assert parsed == DeviceStatus("pi-1", "online", 7, "rpi5", "required", "0123456789abcdef", "0.1.0")
@@ -164,11 +164,33 @@ def too_big_ts(envelope):
 
 
 def test_malformed_retained_statuses_are_skipped_not_fatal():
-    good = protocol.Envelope("pi-1", 3, protocol.STATUS_TYPE, protocol.status_body("online", "connected"))
+    good = protocol.Envelope("pi-1", 3, protocol.STATUS_TYPE, agent_status("online"))
     client = QueuedClient([Received(protocol.status_topic("pi-2"), b"[" * 5000, True),
                            Received(protocol.status_topic("pi-3"), too_big_ts(good), True),
                            Received(protocol.status_topic("pi-1"), good.encode(), True)])
     assert list(read_statuses(client, quiet_s=0.01, max_s=1.0)) == ["pi-1"]
+
+
+def agent_status(state):
+    return protocol.status_body(state, "connected", agent_version="0.1.0", started_at=1732189000.5, profile="rpi5")
+
+
+def test_junk_retained_statuses_are_not_deploy_targets():
+    """100 statuses a client left on the broker that no agent sent (fields missing or of the wrong
+    type) are ignored: `--all` targets only the real device and so waits on it alone."""
+    junk = [protocol.status_body("online", "connected"),  # no agent_version, no started_at
+            protocol.status_body("online", "connected", agent_version=1, started_at=5.0),
+            protocol.status_body("online", "connected", agent_version="0.1", started_at="yesterday"),
+            protocol.status_body("online", "connected", agent_version="0.1", started_at=True),
+            {"state": "online", "agent_version": "0.1", "started_at": 5.0}]  # no reason
+    messages = [Received(protocol.status_topic(f"junk-{i}"),
+                         protocol.Envelope(f"junk-{i}", 1, protocol.STATUS_TYPE, junk[i % len(junk)]).encode(), True)
+                for i in range(100)]
+    real = protocol.Envelope("pi-1", 3, protocol.STATUS_TYPE, agent_status("online"))
+    messages.append(Received(protocol.status_topic("pi-1"), real.encode(), True))
+    statuses = read_statuses(QueuedClient(messages), quiet_s=0.01, max_s=5.0)
+    assert list(statuses) == ["pi-1"]
+    assert [t.device_id for t in select_targets(statuses, all_devices=True)] == ["pi-1"]
 
 
 def test_a_deploy_takes_only_well_formed_answers_from_the_targeted_device(tmp_path):

@@ -192,14 +192,29 @@ def parse_broker(text: str) -> Tuple[str, Optional[int]]:
 
 
 def broker_settings(address: str, tls: bool = False, tls_ca: Optional[Union[str, Path]] = None,
-                    username: Optional[str] = None, password: Optional[str] = None) -> BrokerSettings:
-    """Settings for a client of the broker at `address` ('host', 'host:port', '[v6]:port')."""
+                    username: Optional[str] = None, password: Optional[str] = None,
+                    tls_cert: Optional[Union[str, Path]] = None, tls_key: Optional[Union[str, Path]] = None,
+                    tls_insecure: bool = False) -> BrokerSettings:
+    """Settings for a client of the broker at `address` ('host', 'host:port', '[v6]:port').
+
+    The same rules as the agent's config: any TLS file (or `tls_insecure`) turns TLS on, a client
+    certificate needs its key, and a password needs a username.
+    """
     host, port = parse_broker(address)
     if password and not username:
         raise UserError("a broker password needs a username too")
-    tls = tls or tls_ca is not None
+    if bool(tls_cert) != bool(tls_key):
+        raise UserError("a TLS client certificate needs both --tls-cert and --tls-key")
+    tls = bool(tls or tls_ca or tls_cert or tls_insecure)
     return BrokerSettings(host=host, port=port or (DEFAULT_TLS_PORT if tls else DEFAULT_PORT), tls=tls,
-                          tls_ca=Path(tls_ca) if tls_ca else None, username=username, password=password)
+                          tls_ca=_existing_file(_text(tls_ca), "tls_ca"),
+                          tls_cert=_existing_file(_text(tls_cert), "tls_cert"),
+                          tls_key=_existing_file(_text(tls_key), "tls_key"),
+                          tls_insecure=bool(tls_insecure), username=username, password=password)
+
+
+def _text(path: Optional[Union[str, Path]]) -> Optional[str]:
+    return str(path) if path is not None else None
 
 
 def default_device_id() -> str:

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
 import click
 
+from .broker_options import broker_options, broker_settings_from
 from .output import console, table
 
 PASSWORD_ENV = "EDGEOPT_DEPLOY_PASSWORD"
@@ -20,7 +20,6 @@ PASSWORD_ENV = "EDGEOPT_DEPLOY_PASSWORD"
 @click.option("--profile", metavar="NAME", help="Deploy to every online device of this profile.")
 @click.option("--all", "all_devices", is_flag=True, help="Deploy to every online device.")
 @click.option("--artifact", "artifact_key", metavar="KEY", help="Artifact of the manifest (default: the recommended one).")
-@click.option("--broker", default="localhost:1883", show_default=True, metavar="HOST[:PORT]", help="MQTT broker.")
 @click.option("--key", "key_path", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
               help="Ed25519 private key to sign with (default: $EDGEOPT_SIGNING_KEY, or the key of "
                    "`edgeopt keys init` when there is one).")
@@ -38,13 +37,9 @@ PASSWORD_ENV = "EDGEOPT_DEPLOY_PASSWORD"
 @click.option("--chunk-kb", type=click.IntRange(min=1, max=4096), default=256, show_default=True,
               help="Size of the chunks the artifact travels in.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON list (one object per device) instead of a table.")
-@click.option("--tls", is_flag=True, help="Connect with TLS (system CA store unless --tls-ca).")
-@click.option("--tls-ca", type=click.Path(exists=True, dir_okay=False), help="CA certificate(s) for the broker.")
-@click.option("--username", help="Broker user name.")
-@click.option("--password-file", type=click.Path(exists=True, dir_okay=False),
-              help=f"File holding the broker password (or set ${PASSWORD_ENV}).")
-def deploy(outdir: Path, device_id, profile, all_devices, artifact_key, broker, key_path, unsigned, url, wait,
-           timeout_s, runs, duration_s, threads, idle_s, chunk_kb, as_json, tls, tls_ca, username, password_file):
+@broker_options(PASSWORD_ENV)
+def deploy(outdir: Path, device_id, profile, all_devices, artifact_key, key_path, unsigned, url, wait,
+           timeout_s, runs, duration_s, threads, idle_s, chunk_kb, as_json, **broker):
     """Send the recommended artifact of OUTDIR (an `edgeopt convert` output) to devices as a benchmark job.
 
     The file travels through the broker in chunks (a device that already holds some gets only
@@ -53,11 +48,10 @@ def deploy(outdir: Path, device_id, profile, all_devices, artifact_key, broker, 
     (its online devices) or --all. With --wait, shows progress until each device answered and
     prints their measurements.
     """
-    from ..deploy import broker_settings, signing_key
     from ..deploy import deploy as run_deploy
+    from ..deploy import signing_key
 
-    password = Path(password_file).read_text(encoding="utf-8").strip() if password_file else os.environ.get(PASSWORD_ENV)
-    settings = broker_settings(broker, tls=tls, tls_ca=tls_ca, username=username, password=password)
+    settings = broker_settings_from(PASSWORD_ENV, **broker)
     key = signing_key(key_path, unsigned)
     bench = {name: value for name, value in
              (("runs", runs), ("duration_s", duration_s), ("threads", threads), ("idle_s", idle_s)) if value is not None}
