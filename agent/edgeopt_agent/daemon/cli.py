@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     add = parser.add_argument
     add("--config", type=Path, metavar="FILE", help="TOML config file (see scripts/agent.example.toml)")
     add("--broker", metavar="HOST:PORT", help="MQTT broker (default localhost:1883, 8883 with TLS)")
-    add("--device-id", help="this board's id in topics (default: the host name)")
+    add("--device-id", help="this board's id in topics: 1-64 letters, digits, '.', '_' or '-' (default: the host name)")
     add("--profile", help="device profile, e.g. rpi5 or jetson-orin-nano (see `edgeopt devices`)")
     add("--data-dir", help=f"where state and artifacts live (default {DEFAULT_DATA_DIR})")
     add("--telemetry-interval", type=float, metavar="SECONDS",

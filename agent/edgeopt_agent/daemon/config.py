@@ -167,7 +167,7 @@ def build_config(flags: Mapping[str, Any], config_file: Optional[Path] = None) -
     )
     return AgentConfig(
         broker=broker,
-        device_id=protocol.validate_device_id(values["device_id"] or default_device_id()),
+        device_id=_device_id(values["device_id"]),
         data_dir=Path(values["data_dir"]).expanduser(),
         profile=values["profile"],
         telemetry_interval_s=values["telemetry_interval"],
@@ -206,6 +206,19 @@ def default_device_id() -> str:
     """The host name, reduced to the characters a device id allows."""
     name = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname().split(".")[0]).strip("-._")
     return name[:64] or "edgeopt-device"
+
+
+def _device_id(value: Optional[str]) -> str:
+    """The id given (checked as a topic level), or the host name when none was given at all."""
+    if value is None:
+        return protocol.validate_device_id(default_device_id())
+    if not value.strip():
+        raise UserError("device id is empty: give --device-id ID (device_id in the config file), 1-64 letters, "
+                        "digits, '.', '_' or '-', or leave it out to use the host name")
+    try:
+        return protocol.validate_device_id(value)
+    except protocol.ProtocolError as exc:
+        raise UserError(f"{exc}; it names this board's MQTT topics (edgeopt/v1/<device_id>/...)") from None
 
 
 def _coerce(key: str, kind: type, value: Any) -> Any:
