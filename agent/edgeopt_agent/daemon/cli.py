@@ -11,6 +11,7 @@ from typing import List, Optional
 
 from ..errors import UserError
 from .config import (
+    DEFAULT_CLOCK_SKEW_S,
     DEFAULT_DATA_DIR,
     DEFAULT_TELEMETRY_INTERVAL_S,
     DEFAULT_TRANSFER_TIMEOUT_S,
@@ -49,7 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--reconnect-min", type=float, metavar="SECONDS", help="first reconnect delay (default 1)")
     add("--reconnect-max", type=float, metavar="SECONDS", help="longest reconnect delay (default 60)")
     add("--trusted-key", metavar="FILE",
-        help="Ed25519 public key (PEM, from `edgeopt keys init`): run only artifacts signed with its private key")
+        help="Ed25519 public key (PEM, from `edgeopt keys init`): run only jobs signed with its private key")
+    add("--clock-skew", type=float, metavar="SECONDS",
+        help=f"how far the host's clock may be off when a signed job's validity is checked (default {DEFAULT_CLOCK_SKEW_S:g})")
     add("--transfer-timeout", type=float, metavar="SECONDS",
         help=f"give up a chunked artifact transfer after this long without a chunk (default {DEFAULT_TRANSFER_TIMEOUT_S:g})")
     add("--log-level", choices=LOG_LEVELS, help="default info")

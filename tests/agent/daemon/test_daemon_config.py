@@ -62,6 +62,7 @@ def test_broker_addresses(text, expected):
         (dict(reconnect_min=5.0, reconnect_max=1.0), "reconnect"),
         (dict(log_level="loud"), "log level"),
         (dict(max_job_timeout=0.0), "max_job_timeout must be positive"),
+        (dict(clock_skew=-1.0), "clock skew must be zero or more"),
         (dict(device_id=" "), "device id is empty"),
         (dict(device_id="-lead"), "invalid device id '-lead'"),
         (dict(device_id="x" * 65), "1-64 letters"),
@@ -109,6 +110,14 @@ def test_an_empty_device_id_is_a_user_error_not_the_host_name(capsys, tmp_path):
     with pytest.raises(UserError, match="device id is empty"):
         build_config({}, path)
     assert build_config({"device_id": None}).device_id  # left out entirely: the host name
+
+
+def test_clock_skew_from_file_and_flag(tmp_path):
+    path = tmp_path / "agent.toml"
+    path.write_text('device_id = "d"\nclock_skew = 30\n')
+    assert build_config({}, path).clock_skew_s == 30.0
+    assert build_config({"clock_skew": 5.0}, path).clock_skew_s == 5.0
+    assert build_config({"device_id": "d"}).clock_skew_s == 300.0
 
 
 def test_cli_version(capsys):
