@@ -143,6 +143,7 @@ def test_benchmark_jobs_round_trip_and_bad_input_leaves_the_agent_running(mqtt_b
     assert [e["seq"] for e in results] == list(range(1, 8))  # one result per job, in order
     assert agent.alive()
     assert agent.terminate() == 0
+    assert "NO TRUSTED KEY" in agent.log() and "without checking who sent it" in agent.log()  # said loudly
 
 
 def test_broker_outage_loses_no_telemetry(mqtt_broker, data_dir, agents, listeners):
@@ -254,3 +255,4 @@ def test_a_signed_job_runs_once_even_across_a_restart_and_only_on_the_device_it_
     again = send(body)  # queued in the agent's persistent session until it is back
     assert again["ok"] is False and again["error"]["kind"] == "replayed"  # the restart forgot nothing
     assert agent.terminate() == 0
+    assert "NO TRUSTED KEY" not in agent.log()
