@@ -46,6 +46,25 @@ def test_the_recommended_artifact_is_planned_in_chunks_with_the_manifest_facts(t
     assert choose_artifact(outdir, "onnx-fp32").precision == "fp32"
 
 
+def test_the_release_is_the_model_source_and_the_manifest_creation_time(tmp_path):
+    outdir = write_outdir(tmp_path / "out")
+    assert choose_artifact(outdir).release is None  # a manifest without "created": no rollback check possible
+    manifest = json.loads((outdir / "manifest.json").read_text())
+    (outdir / "manifest.json").write_text(json.dumps(dict(manifest, created="2026-11-24T06:00:00+00:00")))
+    assert choose_artifact(outdir).release == protocol.Release("nets.py:small_cnn", 1795500000.0)
+
+
+@pytest.mark.parametrize("expires, fragment", [
+    ("soon", "is not a duration: give seconds or a number with s, m, h or d"),
+    ("0", "is not a duration"),
+    ("31d", "valid for 1 s to 30 days, got 2.6784e+06 s"),
+])
+def test_the_job_lifetime_is_checked_before_anything_is_sent(tmp_path, capsys, expires, fragment):
+    outdir = write_outdir(tmp_path / "out")
+    assert main(["deploy", str(outdir), "--device", "pi-1", "--unsigned", "--expires", expires]) == 2
+    assert fragment in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("setup, key, fragment", [
     ("nothing", None, "has no manifest.json"),
     ("bad json", None, "is not valid JSON"),

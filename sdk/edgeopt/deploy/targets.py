@@ -1,7 +1,7 @@
 """Which devices a deploy goes to, learned from the broker alone: every agent's retained status.
 
 Subscribing to ``edgeopt/v1/+/status`` returns each known device's last status at once (it is
-retained): online or offline, its profile, whether it requires signed artifacts. No database.
+retained): online or offline, its profile, whether it requires signed jobs. No database.
 """
 from __future__ import annotations
 
