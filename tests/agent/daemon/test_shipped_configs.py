@@ -68,9 +68,10 @@ def test_shipped_mosquitto_config_starts_and_raises_the_queue_limit(tmp_path):
 
 
 def test_shipped_mosquitto_config_saves_on_changes_like_the_local_broker(tmp_path):
-    text = (SCRIPTS / "mosquitto.conf").read_text()
-    assert re.search(r"^autosave_on_changes true$", text, re.M)
-    assert int(re.search(r"^autosave_interval (\d+)$", text, re.M).group(1)) == AUTOSAVE_CHANGES
+    for name in ("mosquitto.conf", "mosquitto-secure.conf"):
+        text = (SCRIPTS / name).read_text()
+        assert re.search(r"^autosave_on_changes true$", text, re.M), name
+        assert int(re.search(r"^autosave_interval (\d+)$", text, re.M).group(1)) == AUTOSAVE_CHANGES, name
     assert f"autosave_interval {AUTOSAVE_CHANGES}" in MqttBroker(tmp_path / "local")._write_mosquitto_config().read_text()
 
 
