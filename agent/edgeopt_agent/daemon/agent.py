@@ -11,6 +11,7 @@ import time
 from typing import Any, Dict, Optional
 
 from .. import protocol, signing
+from ..bench.leftovers import RECORD_FILE, ChildRecord
 from ..profiles import load_profile
 from .backoff import Backoff
 from .config import AgentConfig
@@ -43,6 +44,10 @@ class Agent:
 
             sensors = discover(sysfs_root="/", profile=profile)
         self._lock = lock_data_dir(config.data_dir)
+        child_record = ChildRecord(config.data_dir / RECORD_FILE)
+        self.reaped_child = child_record.reap()  # only now: the lock says no other agent uses it
+        if self.reaped_child:
+            log.warning("%s", self.reaped_child)
         self.store = Store(config.data_dir / STATE_FILE)
         self.outbox = Outbox(self.store, self.device_id)
         self.inbox = Inbox(self.store)
@@ -57,7 +62,7 @@ class Agent:
         )
         self.jobs = JobHandler(self.device_id, config.data_dir, sensors, self.trusted_key, self.transfers,
                                config.bench_limits)
-        self.worker = JobWorker(self.store, self.inbox, self.outbox, self.jobs)
+        self.worker = JobWorker(self.store, self.inbox, self.outbox, self.jobs, child_record=child_record)
         self.session = MqttSession(
             config.broker,
             config.client_id,
