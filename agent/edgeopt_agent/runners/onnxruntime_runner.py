@@ -7,9 +7,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..errors import require
 from .base import Runner, TensorInfo
 from .errors import ArtifactError, UnsupportedModelError, looks_like_out_of_memory
+from .onnxruntime_import import import_onnxruntime
 
 # Preference order when the build offers them; anything else (e.g. Azure) is never picked.
 PROVIDER_PREFERENCE = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
@@ -52,7 +52,7 @@ class OnnxRuntimeRunner(Runner):
         required_provider: Optional[str] = None,
     ):
         super().__init__(path, threads)
-        self._ort = require("onnxruntime", "agent", "ONNX models")
+        self._ort = import_onnxruntime("agent", "ONNX models")
         self.providers = choose_providers(self._ort.get_available_providers(), required_provider)
         self._session = None
         self._inputs: Tuple[TensorInfo, ...] = ()
