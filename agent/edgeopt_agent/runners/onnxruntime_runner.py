@@ -69,10 +69,14 @@ class OnnxRuntimeRunner(Runner):
             session = ort.InferenceSession(str(self.path), sess_options=options, providers=self.providers)
         except Exception as exc:
             raise _load_error(self.path, exc) from exc
+        try:
+            inputs = tuple(_tensor_info(i) for i in session.get_inputs())
+            outputs = tuple(_tensor_info(o) for o in session.get_outputs())
+        except UnicodeDecodeError as exc:  # protobuf does not check proto2 strings; Python must
+            raise _load_error(self.path, exc) from exc
         self._session = session
         self.providers = list(session.get_providers())
-        self._inputs = tuple(_tensor_info(i) for i in session.get_inputs())
-        self._outputs = tuple(_tensor_info(o) for o in session.get_outputs())
+        self._inputs, self._outputs = inputs, outputs
 
     def _close(self) -> None:
         self._session = None
@@ -103,6 +107,8 @@ def _load_error(path: Path, exc: Exception) -> Exception:
     message = str(exc).strip().splitlines()[0] if str(exc).strip() else kind
     if looks_like_out_of_memory(str(exc)):
         return exc  # the engine reports it as out_of_memory
+    if isinstance(exc, UnicodeDecodeError):  # a name, or the runtime's message quoting one
+        return ArtifactError(f"{path.name} is not a valid ONNX model: it holds a name that is not UTF-8 text ({exc.reason})")
     if kind == "NoSuchFile":
         return ArtifactError(f"artifact not found: {path}")
     if kind == "NotImplemented" or "No Op registered" in message or "Could not find an implementation" in message:

@@ -73,7 +73,12 @@ class TFLiteRunner(Runner):
                 raise
             raise UnsupportedModelError(f"{self._source.package} cannot run {self.path.name}: {_first_line(exc)}") from exc
         self._interpreter = interpreter
-        self._refresh_details()
+        try:
+            self._refresh_details()
+        except UnicodeDecodeError as exc:  # flatbuffers do not check that strings are UTF-8
+            self._interpreter = None
+            raise ArtifactError(f"{self.path.name} is not a valid TFLite model: "
+                                f"it holds a tensor name that is not UTF-8 text ({exc.reason})") from exc
 
     def _refresh_details(self) -> None:
         inputs = self._interpreter.get_input_details()
