@@ -71,6 +71,8 @@ class TFLiteRunner(Runner):
         except RuntimeError as exc:
             if looks_like_out_of_memory(str(exc)):
                 raise
+            if "Invalid tensor index" in str(exc):  # a node names a tensor the file does not have
+                raise ArtifactError(f"{self.path.name} is not a valid TFLite model: {_first_line(exc)}") from exc
             raise UnsupportedModelError(f"{self._source.package} cannot run {self.path.name}: {_first_line(exc)}") from exc
         self._interpreter = interpreter
         try:
