@@ -116,7 +116,7 @@ def no_children_left():
             if p.status() != psutil.STATUS_ZOMBIE and "edgeopt_agent.bench.child" in " ".join(p.cmdline())] == []
 
 
-@pytest.mark.parametrize("count, seed", [(40, 1), pytest.param(120, 2, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("count, seed", [(40, 1), pytest.param(80, 2, marks=pytest.mark.slow)])
 def test_mutated_onnx_files_give_classified_results(tmp_path, count, seed):
     source = conv_net_onnx(tmp_path / "conv_net.onnx")
     assert benchmark_outcome(source)["ok"] is True  # the unbroken model runs
@@ -125,7 +125,7 @@ def test_mutated_onnx_files_give_classified_results(tmp_path, count, seed):
     assert no_children_left()
 
 
-@pytest.mark.parametrize("count, seed", [(30, 1), pytest.param(100, 2, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("count, seed", [(30, 1), pytest.param(60, 2, marks=pytest.mark.slow)])
 def test_mutated_tflite_files_give_classified_results(int8_tflite, tmp_path, count, seed):
     source = int8_tflite[0]
     kinds = fuzz(source, ".tflite", count, seed, tmp_path)

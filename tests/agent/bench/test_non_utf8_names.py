@@ -48,10 +48,10 @@ def write_with_invalid_bytes(path, model, placeholder: bytes):
 @pytest.mark.parametrize(
     "where, model, placeholder",
     [
-        ("input name", relu_model(input_name="PLCHA"), b"PLCHA"),
-        ("output name", relu_model(output_name="PLCHB"), b"PLCHB"),
-        ("operator type", relu_model(op="PLCHC"), b"PLCHC"),
-        ("operator domain", relu_model(domain="PLCHA"), b"PLCHA"),
+        pytest.param("input name", relu_model(input_name="PLCHA"), b"PLCHA", id="input-name"),
+        pytest.param("output name", relu_model(output_name="PLCHB"), b"PLCHB", id="output-name"),
+        pytest.param("operator type", relu_model(op="PLCHC"), b"PLCHC", id="operator-type"),
+        pytest.param("operator domain", relu_model(domain="PLCHA"), b"PLCHA", id="operator-domain"),
     ],
 )
 def test_onnx_names_that_are_not_utf8_are_a_bad_artifact(tmp_path, where, model, placeholder):

@@ -79,7 +79,7 @@ def run_job_cases(handler, transfers, template, count, seed):
     return kinds
 
 
-@pytest.mark.parametrize("count, seed", [(150, 1), pytest.param(600, 2, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("count, seed", [(150, 1), pytest.param(400, 2, marks=pytest.mark.slow)])
 def test_hostile_jobs_are_answered_and_a_valid_job_still_runs(agent_parts, caplog, count, seed):
     sha, handler, transfers = agent_parts
     caplog.set_level(logging.INFO)
