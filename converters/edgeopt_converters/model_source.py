@@ -3,12 +3,12 @@
 Accepted: `path/to/file.py:factory` (a function returning an nn.Module), a TorchScript file,
 an ExportedProgram `.pt2`, an `.onnx` file, or `example:NAME` for a bundled example. Nothing is
 unpickled implicitly: weights given with `--weights` are read with `torch.load(weights_only=True)`.
+A TorchScript file is a program (PyTorch has no safe mode for `torch.jit.load`), so it is loaded
+only when the caller says it trusts where the file came from.
 """
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import sys
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,8 +17,9 @@ from typing import Any, List, Optional
 from edgeopt_agent.errors import UserError, require
 
 from .hashing import sha256_file, update_with_weights
-from .pt2_guard import check_pt2
+from .pt2_guard import checked_archive
 from .tensors import Dataset, InputSpec
+from .user_code import user_function
 
 TORCHSCRIPT_SUFFIXES = (".pt", ".pth", ".ts", ".torchscript", ".jit")
 
@@ -47,7 +48,7 @@ def _torch():
     return require("torch", "convert", "loading PyTorch models")
 
 
-def load_source(spec: str, weights: Optional[Path] = None) -> SourceModel:
+def load_source(spec: str, weights: Optional[Path] = None, trust_model_code: bool = False) -> SourceModel:
     if spec.startswith("example:"):
         from .examples import load_example
 
@@ -69,6 +70,10 @@ def load_source(spec: str, weights: Optional[Path] = None) -> SourceModel:
     if path.suffix == ".pt2":
         return _load_exported(path)
     if path.suffix in TORCHSCRIPT_SUFFIXES or zipfile.is_zipfile(path):
+        if not trust_model_code:
+            raise UserError(f"{spec} is TorchScript, a program that runs when loaded (PyTorch has no safe mode "
+                            f"for torch.jit.load); give file.py:factory, re-export it with torch.export.save (.pt2) "
+                            f"or ONNX, or pass --trust-model-code if you trust its source")
         return _load_torchscript(path)
     raise UserError(
         f"{spec}: unrecognised model file (suffix '{path.suffix}'); accepted: file.py:factory, "
@@ -77,21 +82,8 @@ def load_source(spec: str, weights: Optional[Path] = None) -> SourceModel:
 
 
 def _load_factory(path: Path, factory: str, weights: Optional[Path]) -> SourceModel:
-    if not path.exists():
-        raise UserError(f"model file not found: {path}")
     torch = _torch()
-    module_name = f"_edgeopt_user_model_{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    user_module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = user_module
-    try:
-        spec.loader.exec_module(user_module)
-    except Exception as exc:
-        raise UserError(f"importing {path} failed: {type(exc).__name__}: {exc}") from exc
-    fn = getattr(user_module, factory, None)
-    if not callable(fn):
-        available = sorted(n for n in dir(user_module) if callable(getattr(user_module, n)) and not n.startswith("_"))
-        raise UserError(f"{path} has no function '{factory}'; callables there: {', '.join(available) or 'none'}")
+    fn = user_function(path, factory, "model")
     try:
         model = fn()
     except Exception as exc:
@@ -137,9 +129,9 @@ def _load_torchscript(path: Path) -> SourceModel:
 
 def _load_exported(path: Path) -> SourceModel:
     torch = _torch()
-    check_pt2(path)
+    archive = checked_archive(path)
     try:
-        program = torch.export.load(str(path))
+        program = torch.export.load(archive)
     except Exception as exc:
         raise UserError(f"{path} is not a loadable ExportedProgram (.pt2): {str(exc).splitlines()[0]}") from exc
     specs = []

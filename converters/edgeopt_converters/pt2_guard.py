@@ -1,53 +1,248 @@
-"""Refuse ExportedProgram archives (.pt2) that would make torch unpickle anything.
+"""Read an ExportedProgram archive (.pt2) as data and hand torch only what was checked.
 
-`torch.export.load` unpickles weights or constants marked `use_pickle`, custom and opaque
-objects, legacy-format weight files, and sample inputs that `weights_only` cannot load. A model
-file from elsewhere is untrusted, so the archive is read as plain data first and loaded only
-when every payload is a raw tensor buffer.
+`torch.export.load` can run code from the file in several ways: it unpickles weights or constants
+marked `use_pickle`, custom and opaque objects, legacy-format weight files and sample inputs that
+`weights_only` cannot load; it loads AOTInductor shared libraries; it passes every `expr_str` of
+the program to `sympy.sympify` (which calls `eval`); it compiles the program's `guards_code` into
+a Python function that runs on every call; and its tree specs may import modules by name. Zip
+readers also disagree (Python's `zipfile` keeps the last member of a name, torch's reader the
+first), so checking one view and loading another proves nothing.
+
+So the archive is read once here, by `ZipInfo`: duplicate names, several top-level folders and
+any member this module does not know are refused; every known member is checked; and torch gets
+a fresh archive written from exactly the bytes that were checked (`checked_archive`).
 """
 from __future__ import annotations
 
+import ast
 import io
 import json
+import re
 import zipfile
 from pathlib import Path
-from typing import List
+from typing import Any, Callable, Dict, Iterator
 
 from edgeopt_agent.errors import UserError, require
 
-_TENSOR_PREFIXES = ("weight_", "tensor_")
+_FOLDER = re.compile(r"^[A-Za-z0-9_.-]+$")
+_PAYLOAD = {"data/weights/": re.compile(r"^weight_\d+$"), "data/constants/": re.compile(r"^tensor_\d+$")}
+_FIXED_MEMBERS = {"archive_format", "archive_version", "byteorder", ".data/version", ".data/serialization_id"}
+_MODEL = re.compile(r"^models/([A-Za-z0-9_.-]+)\.json$")
+_EXTRA = re.compile(r"^extra/[A-Za-z0-9_.-]+$")
+_MAX_EXPRESSION = 4096
+
+# Operator namespaces an exported program may call; anything else (custom libraries, extension
+# handlers) needs the user's own code, so it comes in as file.py:factory instead.
+_OP_PREFIXES = ("torch.ops.aten.", "torch.ops.prims.", "torch.ops.quantized_decomposed.",
+                "torch.ops.higher_order.", "_operator.", "math.", "torch.sym_")
+_TREESPEC_TYPES = {None, "builtins.tuple", "builtins.list", "builtins.dict", "collections.OrderedDict",
+                   "collections.namedtuple", "torch.fx.immutable_collections.immutable_list",
+                   "torch.fx.immutable_collections.immutable_dict"}
+# Names sympy may call while parsing a shape expression (torch's own sympy functions included).
+_SYMPY_CALLS = {"Symbol", "Integer", "Float", "Rational", "Add", "Mul", "Pow", "Piecewise", "ExprCondPair",
+                "Equality", "Unequality", "StrictLessThan", "LessThan", "StrictGreaterThan", "GreaterThan",
+                "BooleanTrue", "BooleanFalse", "NegativeOne", "One", "Zero", "Half", "Infinity",
+                "NegativeInfinity", "IntInfinity", "NegativeIntInfinity", "Eq", "Ne", "Lt", "Le", "Gt", "Ge", "And", "Or",
+                "Not", "Max", "Min", "Abs", "Mod", "floor", "ceiling", "sqrt", "FloorDiv",
+                "ModularIndexing", "Where", "PythonMod", "CleanDiv", "CeilToInt", "FloorToInt", "CeilDiv",
+                "LShift", "RShift", "PowByNatural", "FloatPow", "FloatTrueDiv", "IntTrueDiv",
+                "IsNonOverlappingAndDenseIndicator", "TruncToFloat", "TruncToInt", "RoundToInt",
+                "RoundDecimal", "ToFloat", "Identity"}
+_GUARD_METHODS = {"size", "stride", "storage_offset", "dim", "numel"}
+_ARITHMETIC = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.operator, ast.unaryop,
+               ast.cmpop, ast.boolop, ast.Load)
 
 
-def _members(archive: zipfile.ZipFile) -> List[str]:
-    """Member names without the archive's top folder (torch writes `<name>/data/...`)."""
-    return [name.split("/", 1)[1] if "/" in name else name for name in archive.namelist()]
+def checked_archive(path: Path) -> io.BytesIO:
+    """The archive's checked members, rewritten as a fresh .pt2 for torch.export.load."""
+    members = _read_members(path)
+    folder = _check_layout(path, members)
+    relative = {name[len(folder) + 1:]: data for name, data in members.items()}
+    for name, data in relative.items():
+        _check_member(path, name, data, relative)
+    rewritten = io.BytesIO()
+    with zipfile.ZipFile(rewritten, "w", zipfile.ZIP_STORED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    rewritten.seek(0)
+    return rewritten
 
 
-def check_pt2(path: Path) -> None:
-    refuse = f"{path} is refused: it would make torch unpickle"
+def _read_members(path: Path) -> Dict[str, bytes]:
     try:
         archive = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError) as exc:
         raise UserError(f"{path} is not a .pt2 archive: {exc}") from None
+    members: Dict[str, bytes] = {}
     with archive:
-        full = dict(zip(_members(archive), archive.namelist()))
-        if not any(n.startswith("models/") and n.endswith(".json") for n in full):
-            raise UserError(f"{path} holds no exported program (no models/*.json); is it a .pt2 from torch.export.save?")
-        for name, member in full.items():
-            folder = name.rsplit("/", 1)[0] + "/" if "/" in name else ""
-            if folder in ("data/weights/", "data/constants/") and name.endswith(".pt"):
-                raise UserError(f"{refuse} its legacy-format {name}; re-save it with a current torch.export.save")
-            if folder in ("data/weights/", "data/constants/") and name.endswith("_config.json"):
-                try:
-                    config = json.loads(archive.read(member)).get("config", {})
-                except (ValueError, AttributeError) as exc:
-                    raise UserError(f"{path}: {name} is not valid JSON ({exc})") from None
-                for key, meta in config.items():
-                    if meta.get("use_pickle") or not str(meta.get("path_name", "")).startswith(_TENSOR_PREFIXES):
-                        raise UserError(f"{refuse} '{key}' ({meta.get('path_name')}); "
-                                        f"export it without custom objects or give file.py:factory")
-            if folder == "data/sample_inputs/":
-                _check_tensors_only(archive.read(member), f"{path}: {name}")
+        for info in archive.infolist():
+            if info.filename in members:
+                raise UserError(f"{path} is refused: it holds two members named {info.filename!r} "
+                                f"(zip readers disagree on which one counts)")
+            if info.is_dir():
+                continue
+            try:
+                members[info.filename] = archive.read(info)
+            except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError) as exc:
+                raise UserError(f"{path}: member {info.filename!r} cannot be read ({exc})") from None
+    return members
+
+
+def _check_layout(path: Path, members: Dict[str, bytes]) -> str:
+    folders = {name.split("/", 1)[0] if "/" in name else "" for name in members}
+    if len(folders) != 1 or "" in folders:
+        shown = ", ".join(sorted(repr(f or "(top level)") for f in folders)) or "none"
+        raise UserError(f"{path} is refused: a .pt2 from torch.export.save keeps every member in one "
+                        f"top-level folder; this one has {shown}")
+    folder = folders.pop()
+    if not _FOLDER.match(folder):
+        raise UserError(f"{path} is refused: unexpected top-level folder name {folder!r}")
+    if members.get(f"{folder}/archive_format") != b"pt2":
+        raise UserError(f"{path} is not a .pt2 from torch.export.save (no archive_format 'pt2')")
+    if not any(_MODEL.match(name[len(folder) + 1:]) for name in members):
+        raise UserError(f"{path} holds no exported program (no models/*.json); is it a .pt2 from torch.export.save?")
+    return folder
+
+
+def _check_member(path: Path, name: str, data: bytes, members: Dict[str, bytes]) -> None:
+    refuse = f"{path} is refused: {name}"
+    folder, _, leaf = name.rpartition("/")
+    folder += "/"
+    if name in _FIXED_MEMBERS or _EXTRA.match(name):
+        _utf8(path, name, data)
+        return
+    model = _MODEL.match(name)
+    if model:
+        _check_program(path, name, _json(path, name, data))
+        for required in (f"data/sample_inputs/{model.group(1)}.pt", f"data/weights/{model.group(1)}_weights_config.json",
+                         f"data/constants/{model.group(1)}_constants_config.json"):
+            if required not in members:
+                raise UserError(f"{path} is refused: {name} has no {required} (only current torch.export.save "
+                                f"archives are read; legacy formats would be unpickled)")
+        return
+    if folder == "data/sample_inputs/" and leaf.endswith(".pt"):
+        _check_tensors_only(data, f"{path}: {name}")
+        return
+    if folder in _PAYLOAD and leaf.endswith(("_weights_config.json", "_constants_config.json")):
+        _check_payload_config(path, name, _json(path, name, data), _PAYLOAD[folder], members, folder)
+        return
+    if folder in _PAYLOAD and _PAYLOAD[folder].match(leaf):
+        return  # raw tensor bytes, named by a checked config
+    if name.endswith(".pt") or "custom_obj_" in leaf or "opaque_obj_" in leaf:
+        raise UserError(f"{refuse} would make torch unpickle it; export the model without custom objects "
+                        f"or give file.py:factory")
+    raise UserError(f"{refuse} is not part of an exported program that edgeopt reads (AOTInductor "
+                    f"libraries and other extras are refused); give file.py:factory or an .onnx file")
+
+
+def _check_payload_config(path: Path, name: str, config: Any, allowed: "re.Pattern[str]",
+                          members: Dict[str, bytes], folder: str) -> None:
+    entries = config.get("config") if isinstance(config, dict) else None
+    if not isinstance(entries, dict):
+        raise UserError(f"{path}: {name} has no 'config' table")
+    for key, meta in entries.items():
+        path_name = meta.get("path_name") if isinstance(meta, dict) else None
+        if not isinstance(meta, dict) or meta.get("use_pickle") is not False or not isinstance(path_name, str) \
+                or not allowed.match(path_name):
+            raise UserError(f"{path} is refused: it would make torch unpickle '{key}' ({path_name}); "
+                            f"export it without custom objects or give file.py:factory")
+        if folder + path_name not in members:
+            raise UserError(f"{path}: {name} names {path_name}, which the archive does not hold")
+
+
+def _check_program(path: Path, name: str, program: Any) -> None:
+    for key, value in _items(program):
+        if key == "expr_str":
+            _check_expression(path, name, value, _is_shape_expression, "shape expression")
+        elif key == "guards_code":
+            if not isinstance(value, list):
+                raise UserError(f"{path}: {name} has a malformed guards_code")
+            for guard in value:
+                _check_expression(path, name, guard, _is_shape_guard, "guard")
+        elif key in ("in_spec", "out_spec"):
+            _check_treespec(path, name, value)
+        elif key == "target" and isinstance(value, str) and not value.startswith(_OP_PREFIXES):
+            raise UserError(f"{path} is refused: {name} calls {value!r}, outside torch's own operator sets; "
+                            f"give file.py:factory so the operator's library is your code")
+
+
+def _items(node: Any) -> Iterator[tuple]:
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, dict):
+            for key, value in current.items():
+                yield key, value
+                stack.append(value)
+        elif isinstance(current, list):
+            stack.extend(current)
+
+
+def _check_expression(path: Path, name: str, text: Any, allowed: Callable[[ast.AST], bool], what: str) -> None:
+    if not isinstance(text, str) or len(text) > _MAX_EXPRESSION:
+        raise UserError(f"{path} is refused: {name} holds a {what} that is not a short string")
+    try:
+        tree = ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError, RecursionError):
+        raise UserError(f"{path} is refused: {name} holds a {what} that does not parse: {text[:80]!r}") from None
+    for node in ast.walk(tree):
+        if not allowed(node):
+            raise UserError(f"{path} is refused: {name} holds a {what} that could run code: {text[:80]!r}")
+
+
+def _is_shape_expression(node: ast.AST) -> bool:
+    """Arithmetic on symbols, numbers and sympy's own constructors; no attributes, no other calls."""
+    if isinstance(node, _ARITHMETIC):
+        return True
+    if isinstance(node, ast.Name):
+        return not node.id.startswith("_")
+    if isinstance(node, ast.Call):
+        return isinstance(node.func, ast.Name) and node.func.id in _SYMPY_CALLS
+    if isinstance(node, ast.keyword):
+        return isinstance(node.value, ast.Constant) and node.arg is not None and not node.arg.startswith("_")
+    return isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str, bool))
+
+
+def _is_shape_guard(node: ast.AST) -> bool:
+    """Comparisons of input sizes: `L['x'].size()[0] <= 1024` and the like."""
+    if isinstance(node, (*_ARITHMETIC, ast.Subscript)):
+        return True
+    if isinstance(node, ast.Name):
+        return node.id == "L"
+    if isinstance(node, ast.Attribute):
+        return node.attr in _GUARD_METHODS
+    if isinstance(node, ast.Call):
+        return isinstance(node.func, ast.Attribute) and node.func.attr in _GUARD_METHODS and not node.keywords
+    return isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str, bool))
+
+
+def _check_treespec(path: Path, name: str, text: Any) -> None:
+    try:
+        spec = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        spec = None
+    if not isinstance(spec, list) or len(spec) != 2:
+        raise UserError(f"{path}: {name} holds a malformed input/output spec")
+    for key, value in _items(spec[1]):
+        if key == "__enum__" or (key == "type" and value not in _TREESPEC_TYPES):
+            raise UserError(f"{path} is refused: {name} has inputs or outputs of type {value!r}, which torch "
+                            f"would import by name; give file.py:factory")
+        if key == "context" and isinstance(value, str) and "__enum__" in value:
+            raise UserError(f"{path} is refused: {name} has an input/output spec that imports an enum by name")
+
+
+def _json(path: Path, name: str, data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise UserError(f"{path}: {name} is not valid JSON ({exc})") from None
+
+
+def _utf8(path: Path, name: str, data: bytes) -> None:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: {name} is not text") from None
 
 
 def _check_tensors_only(data: bytes, what: str) -> None:
@@ -57,3 +252,4 @@ def _check_tensors_only(data: bytes, what: str) -> None:
     except Exception as exc:
         raise UserError(f"{what} is not plain tensors (weights_only load failed: {str(exc).splitlines()[0]}); "
                         f"refusing to unpickle it") from None
+

@@ -30,6 +30,15 @@ def _names(value) -> Tuple[str, ...]:
     return (value,) if isinstance(value, str) else tuple(value or ())
 
 
+def _pairs(value, parse) -> Dict[str, str]:
+    """{name: value} as given, or the CLI's NAME=VALUE strings parsed."""
+    if not value:
+        return {}
+    if isinstance(value, dict):
+        return {str(k): str(v) for k, v in value.items()}
+    return parse([value] if isinstance(value, str) else list(value))
+
+
 def convert(
     model: Any,
     device: str,
@@ -43,9 +52,15 @@ def convert(
     precisions: Sequence[str] = (),
     max_accuracy_drop: Optional[float] = None,
     min_cosine: Optional[float] = None,
+    output_kinds=None,
+    state=None,
+    stream_steps: int = 64,
+    metric: Optional[str] = None,
+    max_metric_drop: Optional[float] = None,
     threads: Optional[int] = None,
     calibrate_method: str = "minmax",
     weights: Optional[PathLike] = None,
+    trust_model_code: bool = False,
     time_on_host: bool = True,
     progress=None,
 ) -> Dict[str, Any]:
@@ -54,7 +69,12 @@ def convert(
     `model` is an nn.Module, or the same spec the CLI takes: "file.py:factory", a TorchScript
     file, a .pt2 ExportedProgram, an .onnx file or "example:digits-cnn". `input_shape` is a tuple
     like (1, 3, 224, 224), a string "1,3,224,224", or a list of those for several inputs.
+    `trust_model_code=True` is needed for a TorchScript file, which runs code when loaded.
+    `output_kinds` ({name: kind} or ["name=kind"]) says how outputs are judged; `state`
+    ({input: output}) names recurrent state for streamed judgement; `metric` is "file.py:fn".
     """
+    from edgeopt_converters.accuracy.kinds import parse_output_kinds
+    from edgeopt_converters.accuracy.streaming import parse_state_pairs
     from edgeopt_converters.pipeline import ConvertOptions, convert as run
     from edgeopt_converters.progress import Progress
 
@@ -69,9 +89,15 @@ def convert(
         precisions=_names(precisions),
         max_accuracy_drop=max_accuracy_drop,
         min_cosine=min_cosine,
+        output_kinds=_pairs(output_kinds, parse_output_kinds),
+        state_pairs=_pairs(state, parse_state_pairs),
+        stream_steps=stream_steps,
+        metric=metric,
+        max_metric_drop=max_metric_drop,
         threads=threads,
         calibrate_method=calibrate_method,
         weights=Path(weights) if weights else None,
+        trust_model_code=trust_model_code,
         time_on_host=time_on_host,
     )
     return run(model, options, progress or Progress())

@@ -169,7 +169,7 @@ def test_onnx_torchscript_and_exported_program_sources(tmp_path, nets_path, imag
 
     from_ts = edgeopt.convert(str(tmp_path / "m.ts"), device="x86-64", output_dir=tmp_path / "t",
                               input_shape="1,3,16,16", formats=["onnx"], calibration=calibration,
-                              time_on_host=False)
+                              trust_model_code=True, time_on_host=False)
     assert from_ts["artifacts"][0]["accuracy"]["max_abs_error"] < 1e-4
 
     from_pt2 = edgeopt.convert(str(tmp_path / "m.pt2"), device="x86-64", output_dir=tmp_path / "p",

@@ -55,7 +55,18 @@ def test_truncated_onnx_is_refused(run, tmp_path, nets_path):
 def test_corrupt_torchscript_is_refused(run, tmp_path):
     bad = tmp_path / "model.pt"
     bad.write_bytes(b"PK\x03\x04 broken zip")
-    assert_user_error(*run(bad, "--device", "x86-64", "--input-shape", "1,3,16,16"), "TorchScript")
+    assert_user_error(*run(bad, "--device", "x86-64", "--input-shape", "1,3,16,16", "--trust-model-code"),
+                      "not a loadable TorchScript")
+
+
+def test_torchscript_needs_trust_because_loading_it_runs_code(run, tmp_path):
+    import torch
+    from nets import small_cnn
+
+    scripted = tmp_path / "model.ts"
+    torch.jit.trace(small_cnn().eval(), torch.randn(1, 3, 16, 16)).save(str(scripted))
+    assert_user_error(*run(scripted, "--device", "x86-64", "--input-shape", "1,3,16,16"),
+                      "TorchScript", "--trust-model-code")
 
 
 def test_pickled_module_is_never_unpickled(run, tmp_path):
@@ -198,3 +209,31 @@ def test_output_folder_that_is_a_file(nets_path, tmp_path, capsys):
                  "-o", str(blocker / "sub"), "--no-timing"])
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err and "cannot create output folder" in err
+
+
+@pytest.mark.parametrize("escape", ["parent folder", "symlink"])
+def test_onnx_external_data_cannot_read_files_outside_the_model_folder(run, tmp_path, escape):
+    """An ONNX file from elsewhere must not pull a host file (a key, a password file) into an artifact."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(b"SECRET!!")
+    folder = tmp_path / "model"
+    folder.mkdir()
+    location = "../secret.bin"
+    if escape == "symlink":
+        (folder / "weights.bin").symlink_to(secret)
+        location = "weights.bin"
+    weight = numpy_helper.from_array(np.zeros(8, np.uint8), "w")
+    weight.ClearField("raw_data")
+    weight.data_location = TensorProto.EXTERNAL
+    for key, value in {"location": location, "offset": "0", "length": "8"}.items():
+        entry = weight.external_data.add()
+        entry.key, entry.value = key, value
+    graph = helper.make_graph([helper.make_node("Identity", ["w"], ["y"])], "g", [],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, [8])], [weight])
+    model = folder / "m.onnx"
+    model.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString())
+    code, err, out = run(model, "--device", "x86-64")
+    assert_user_error(code, err, out, "not a valid ONNX model")
+    assert "SECRET" not in err
