@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Tuple
 
-from edgeopt_agent.errors import UserError, require
+from edgeopt_agent.errors import UserError
+from edgeopt_agent.runners.onnxruntime_import import import_onnxruntime
 
 from ..tensors import Dataset
 from ._quiet import captured_output, log
@@ -78,7 +79,7 @@ class QuantizeOnnxInt8:
 
     def run(self, fp32_model: Path, calibration: Dataset, output: Path, batch: int = 1,
             on_batch: Optional[Callable[[int], None]] = None) -> Path:
-        require("onnxruntime", "convert", "ONNX INT8 quantization")
+        import_onnxruntime("convert", "ONNX INT8 quantization")
         from onnxruntime import quantization as q
 
         o = self.options
