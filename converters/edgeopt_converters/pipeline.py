@@ -8,7 +8,6 @@ manifest and no half-written artifact behind.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import logging
 import os
 import shutil
@@ -27,7 +26,8 @@ from . import accuracy as acc
 from .hashing import update_with_weights
 from .host_timing import time_interleaved
 from .manifest import ArtifactRecord, build_manifest, publish
-from .model_source import SourceModel, load_source
+from .input_specs import concrete_specs, resolve_specs, tensor_inputs
+from .model_source import SourceModel, bind_constants, load_source, module_source
 from .passes._quiet import captured_output
 from .passes.export_onnx import ExportOnnx, OnnxExportOptions
 from .passes.export_tflite import ExportTflite, TfliteOptions
@@ -37,7 +37,7 @@ from .progress import Progress
 from .recipe import PlannedArtifact, make_plan
 from .recommend import recommend
 from .runtime import open_predictor, reference_predictor
-from .tensors import Dataset, InputSpec, load_dataset, make_specs, random_dataset
+from .tensors import Dataset, InputSpec, feed_batch, load_dataset, random_dataset
 
 log = logging.getLogger("edgeopt.convert")
 DEFAULT_MAX_CALIBRATION = 256
@@ -51,6 +51,7 @@ class ConvertOptions:
     output_dir: Path
     input_shapes: Sequence[str] = ()
     input_dtypes: Sequence[str] = ()
+    input_values: Sequence[str] = ()  # NAME=NUMBER: constant arguments
     calibration: Optional[Path] = None
     eval_data: Optional[Path] = None
     formats: Sequence[str] = ()
@@ -79,44 +80,7 @@ class _Context:
     work: Path
     notes: List[str] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)
-
-
-def _forward_names(source: SourceModel) -> List[str]:
-    """Input names for a PyTorch model: its forward() parameter names."""
-    if source.module is None or source.kind == "torchscript":
-        return []
-    try:
-        params = inspect.signature(source.module.forward).parameters.values()
-    except (TypeError, ValueError):
-        return []
-    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-
-
-def resolve_specs(source: SourceModel, shapes: Sequence[str], dtypes: Sequence[str]) -> List[InputSpec]:
-    if shapes:
-        known_names = [s.name for s in source.input_specs]
-        if known_names and len(shapes) != len(known_names):
-            raise UserError(f"the model has {len(known_names)} inputs ({', '.join(known_names)}), "
-                            f"got {len(shapes)} --input-shape values")
-        names = known_names or _forward_names(source)
-        if not dtypes and source.input_specs:
-            dtypes = [s.dtype for s in source.input_specs]  # an ONNX model knows its input types
-        specs = make_specs(shapes, dtypes, names if len(names) == len(shapes) else [])
-        for given, known in zip(specs, source.input_specs):
-            fixed = [(i, d) for i, d in enumerate(known.shape) if d > 0]
-            if len(known.shape) != len(given.shape) or any(given.shape[i] != d for i, d in fixed):
-                raise UserError(f"--input-shape {list(given.shape)} does not fit input '{known.name}' "
-                                f"of shape {['?' if d < 0 else d for d in known.shape]}")
-        return specs
-    if not source.input_specs:
-        raise UserError(f"give the input shape of {source.description}, e.g. --input-shape 1,3,224,224 "
-                        f"(repeat the option for each input)")
-    specs = []
-    for spec in source.input_specs:
-        if any(d < 0 for d in spec.shape[1:]):
-            raise UserError(f"input '{spec.name}' has unknown dimensions {list(spec.shape)}; give --input-shape")
-        specs.append(replace(spec, shape=(1,) + tuple(spec.shape[1:]) if spec.shape[0] < 0 else spec.shape))
-    return specs
+    model_specs: List[InputSpec] = field(default_factory=list)  # every input, constants and dynamic dims included
 
 
 def _datasets(source: SourceModel, specs: List[InputSpec], opts: ConvertOptions, notes: List[str], warnings: List[str]):
@@ -145,8 +109,7 @@ def _datasets(source: SourceModel, specs: List[InputSpec], opts: ConvertOptions,
 def _head(data: Dataset, limit: int) -> Dataset:
     if limit <= 0 or data.size <= limit:
         return data
-    return Dataset({k: v[:limit] for k, v in data.arrays.items()},
-                   None if data.labels is None else data.labels[:limit], data.source)
+    return data.subset(slice(None, limit))
 
 
 def _check_options(opts: ConvertOptions) -> None:
@@ -186,10 +149,13 @@ def convert(model: Any, opts: ConvertOptions, progress: Progress = Progress()) -
     _check_options(opts)
     profile = load_profile(opts.device)
     source = _source(model, opts)
-    specs = resolve_specs(source, opts.input_shapes, opts.input_dtypes)
+    model_specs = resolve_specs(source, opts.input_shapes, opts.input_dtypes, opts.input_values)
+    source = bind_constants(source, model_specs)
+    fed = tensor_inputs(model_specs, baked=source.kind != "onnx")
     notes: List[str] = []
     warnings: List[str] = []
-    calibration, evaluation = _datasets(source, specs, opts, notes, warnings)
+    calibration, evaluation = _datasets(source, fed, opts, notes, warnings)
+    specs = concrete_specs(fed, calibration.feed_shapes(feed_batch(fed)))
     plan = make_plan(profile, opts.formats, opts.precisions, source.kind, opts.calibrate_method)
     notes.extend(plan.notes)
     threads = max(1, min(opts.threads or profile.default_threads, os.cpu_count() or 1))
@@ -203,7 +169,7 @@ def convert(model: Any, opts: ConvertOptions, progress: Progress = Progress()) -
     work = Path(tempfile.mkdtemp(prefix=".edgeopt-build-", dir=out))
     done = False
     try:
-        ctx = _Context(profile, source, specs, calibration, evaluation, threads, work, notes, warnings)
+        ctx = _Context(profile, source, specs, calibration, evaluation, threads, work, notes, warnings, model_specs)
         records = _build_all(ctx, plan.artifacts, opts, progress)
         _check_budget(records, opts.max_accuracy_drop, opts.min_cosine)
         measured, why_not = _measured_on_host(profile, opts.time_on_host)
@@ -225,7 +191,7 @@ def _source(model: Any, opts: ConvertOptions) -> SourceModel:
     if isinstance(model, torch.nn.Module):
         digest = hashlib.sha256()
         update_with_weights(digest, model)
-        return SourceModel("module", type(model).__name__, digest.hexdigest(), module=model.eval())
+        return module_source(model, type(model).__name__, digest.hexdigest())
     raise UserError(f"model must be a path/spec string or a torch.nn.Module, got {type(model).__name__}")
 
 
@@ -241,7 +207,7 @@ def _fit_outputs_in_memory(ctx: _Context, predict, batch: int) -> None:
 
 
 def _build_all(ctx: _Context, planned: List[PlannedArtifact], opts: ConvertOptions, progress: Progress) -> List[ArtifactRecord]:
-    eval_batch = ctx.specs[0].shape[0]
+    eval_batch = feed_batch(ctx.specs)
     reference_predict = reference_predictor(ctx.source, ctx.specs)
     _fit_outputs_in_memory(ctx, reference_predict, eval_batch)
     with progress.step("FP32 reference", ctx.evaluation.size) as advance:
@@ -253,7 +219,8 @@ def _build_all(ctx: _Context, planned: List[PlannedArtifact], opts: ConvertOptio
         target = ctx.work / item.filename
         if item.format == "onnx" and item.precision == "fp32":
             with progress.step("export ONNX FP32", 1) as advance:
-                result = ExportOnnx(OnnxExportOptions(opset=opts.opset)).run(ctx.source, ctx.specs, target)
+                result = ExportOnnx(OnnxExportOptions(opset=opts.opset)).run(
+                    ctx.source, ctx.specs, target, example=ctx.calibration.first_feed(eval_batch))
                 onnx_fp32, onnx_dynamic = result.path, result.dynamic_batch
                 advance()
         elif item.format == "onnx" and item.precision == "int8":
@@ -290,12 +257,12 @@ def _build_all(ctx: _Context, planned: List[PlannedArtifact], opts: ConvertOptio
 
 
 def _time_all(ctx: _Context, records: List[ArtifactRecord], progress: Progress, rounds: int = 7) -> None:
-    feed = {k: v[: ctx.specs[0].shape[0]] for k, v in ctx.evaluation.arrays.items()}
+    feed = ctx.evaluation.first_feed(feed_batch(ctx.specs))
     with captured_output("load artifacts for timing"):
         predictors = {r.planned.key: open_predictor(ctx.work / r.path, ctx.threads) for r in records}
     try:
         runs = {key: p.bound_call(feed) for key, p in predictors.items()}
-        with progress.step(f"time on host (batch {ctx.specs[0].shape[0]}, {ctx.threads} threads)", rounds) as advance:
+        with progress.step(f"time on host (batch {feed_batch(ctx.specs)}, {ctx.threads} threads)", rounds) as advance:
             timings = time_interleaved(runs, rounds=rounds, on_round=advance)
     finally:
         for p in predictors.values():

@@ -104,7 +104,8 @@ def test_missing_input_shape(run, nets_path):
 def test_calibration_of_the_wrong_shape(run, nets_path, tmp_path):
     np.save(tmp_path / "calib.npy", np.zeros((4, 3, 8, 8), np.float32))
     assert_user_error(*run(f"{nets_path}:small_cnn", "--device", "x86-64", "--input-shape", "1,3,16,16",
-                           "--calibration", tmp_path / "calib.npy"), "shape [4, 3, 8, 8]", "expected [N, 3, 16, 16]")
+                           "--calibration", tmp_path / "calib.npy"), "shape [4, 3, 8, 8]", "as N samples it would be [N, 1, 3, 16, 16]",
+                      "as batch-first rows [N, 3, 16, 16]")
 
 
 def test_calibration_of_the_wrong_dtype(run, nets_path, tmp_path):

@@ -3,12 +3,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
 
 from edgeopt_agent.errors import UserError, require
 
 from ..model_source import SourceModel
-from ..tensors import InputSpec
+from ..tensors import InputSpec, shared_batch
 from ._quiet import captured_output, log
 
 
@@ -24,8 +26,11 @@ class OnnxExportResult:
     dynamic_batch: bool
 
 
-def example_args(specs: Sequence[InputSpec]):
+def example_args(specs: Sequence[InputSpec], example: Optional[Mapping[str, np.ndarray]] = None):
+    """Tensors to trace with: a real sample where one is given, else seeded random data."""
     torch = require("torch", "convert")
+    if example is not None:
+        return tuple(torch.from_numpy(np.ascontiguousarray(example[s.name])) for s in specs)
     generator = torch.Generator().manual_seed(0)
     args = []
     for spec in specs:
@@ -41,15 +46,16 @@ class ExportOnnx:
     def __init__(self, options: OnnxExportOptions = OnnxExportOptions()):
         self.options = options
 
-    def run(self, source: SourceModel, specs: Sequence[InputSpec], output: Path) -> OnnxExportResult:
+    def run(self, source: SourceModel, specs: Sequence[InputSpec], output: Path,
+            example: Optional[Mapping[str, np.ndarray]] = None) -> OnnxExportResult:
         if source.kind == "onnx":
             self._copy_onnx(source.onnx_path, output)
             return OnnxExportResult(output, any(s.shape[0] == -1 for s in source.input_specs[:1]))
         torch = require("torch", "convert")
         require("onnxscript", "convert", "ONNX export")
-        args = example_args(specs)
+        args = example_args(specs, example)
         names = [s.name for s in specs]
-        if self.options.dynamic_batch:
+        if self.options.dynamic_batch and shared_batch(specs) is not None:
             try:
                 self._export(torch, source, args, names, output, dynamic=True)
                 return OnnxExportResult(output, True)
