@@ -27,10 +27,8 @@ class Predictor:
         matched by name where they agree and by position otherwise.
         """
         names = [info.name for info in self.runner.inputs()]
-        if set(feeds) == set(names):
-            return dict(feeds)
-        by_position = _positional_order(names)
-        return {name: value for name, value in zip(by_position, feeds.values())}
+        mapping = match_inputs(names, list(feeds))
+        return {name: feeds[mapping[name]] for name in names if name in mapping}
 
     def predict(self, feeds: Mapping[str, np.ndarray]) -> List[np.ndarray]:
         outputs = self.runner.infer(self._rename(feeds))
@@ -48,6 +46,14 @@ class Predictor:
 
     def close(self) -> None:
         self.runner.close()
+
+
+def match_inputs(artifact_names: Sequence[str], model_names: Sequence[str]) -> Dict[str, str]:
+    """{artifact input name: the model's input name}: by name where the names agree, else by
+    argument position (TFLite names inputs after its signature: `serving_default_args_0`)."""
+    if set(artifact_names) == set(model_names):
+        return {name: name for name in artifact_names}
+    return dict(zip(_positional_order(list(artifact_names)), model_names))
 
 
 def _positional_order(names: List[str]) -> List[str]:

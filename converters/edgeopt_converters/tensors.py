@@ -9,7 +9,7 @@ that is always fed that value.
 from __future__ import annotations
 
 import zipfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -179,7 +179,7 @@ class Dataset:
         With whole samples each feed is one sample, whatever `batch_size` says."""
         if self.whole:
             for i in range(self.size):
-                yield {k: v[i] for k, v in self.arrays.items()}, 1
+                yield {k: v[i, ...] for k, v in self.arrays.items()}, 1  # [i, ...]: a 0-d array, not a numpy scalar
             return
         for start in range(0, self.size, batch_size):
             feed = {k: v[start:start + batch_size] for k, v in self.arrays.items()}

@@ -93,8 +93,14 @@ class ExportOnnx:
             if dynamic:
                 kwargs["dynamic_axes"] = {n: {0: "batch"} for n in names}
             kwargs.update(dynamo=False)
+        module = source.module
+        if not use_dynamo and not isinstance(module, torch.jit.ScriptModule):
+            # TorchScript called from a Python wrapper (its constant arguments bound): the
+            # TorchScript exporter only takes it once traced into one script module.
+            with captured_output("torch.jit.trace"):
+                module = torch.jit.trace(module, args)
         with captured_output("torch.onnx.export"):
-            result = torch.onnx.export(source.module, args, str(output), **kwargs)
+            result = torch.onnx.export(module, args, str(output), **kwargs)
         if use_dynamo and result is not None and not output.exists():
             result.save(str(output))
 

@@ -10,7 +10,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from edgeopt_agent import protocol
 from edgeopt_agent.transfer import plan_chunks
@@ -30,6 +30,7 @@ class DeployArtifact:
     size: int
     chunks: protocol.ChunkPlan
     meta: Dict[str, Any]
+    inputs: Optional[List[Dict[str, Any]]] = None  # how the board feeds each input (the `inputs` bench option)
 
 
 def choose_artifact(outdir: Path, key: Optional[str] = None,
@@ -84,7 +85,19 @@ def choose_artifact(outdir: Path, key: Optional[str] = None,
         "manifest_sha256": hashlib.sha256(raw).hexdigest(),
     }
     return DeployArtifact(key=wanted, path=path, format=fmt, precision=entry.get("precision"), sha256=sha256,
-                          size=size, chunks=chunks, meta=meta)
+                          size=size, chunks=chunks, meta=meta, inputs=_inputs(entry))
+
+
+def _inputs(entry: Dict[str, Any]) -> Optional[List[Dict[str, Any]]]:
+    from edgeopt_converters.manifest import bench_inputs
+
+    inputs = bench_inputs(entry)
+    if inputs is not None:
+        try:
+            protocol.check_input_description(inputs)
+        except UserError as exc:
+            raise UserError(f"the manifest's inputs of artifact '{entry.get('key')}' are not usable: {exc}") from None
+    return inputs
 
 
 def _is_finite_number(value: Any) -> bool:

@@ -19,7 +19,7 @@ def test_batch_axis_rules():
     assert batch_shape(FIXED, 1) == (1, 16)
     with pytest.raises(UnsupportedModelError, match="fixed batch size of 1, so batch 8 cannot run"):
         batch_shape(FIXED, 8)
-    with pytest.raises(InputError, match="dynamic size 'seq' on axis 1; give an input file"):
+    with pytest.raises(InputError, match="dynamic size 'seq' on axis 1; give its shape \(edgeopt bench --input-shape ids=...\) or an input file"):
         batch_shape(TensorInfo("ids", ("N", "seq"), "int64"), 1)
     assert batch_shape(TensorInfo("s", (), "float32"), None) == ()
     with pytest.raises(UnsupportedModelError, match="scalar"):
