@@ -340,12 +340,29 @@ def _add_constants(arrays: Dict[str, np.ndarray], specs: Sequence[InputSpec], co
             arrays[spec.name] = np.full(shape, spec.value, dtype=np.dtype(spec.dtype))
 
 
+def _open_inputs(specs: Sequence[InputSpec]) -> List[InputSpec]:
+    """Inputs with dims still dynamic, leaving out those whose open dims another listed input
+    shares by name (giving one fills the other)."""
+    listed: List[InputSpec] = []
+    covered = set()
+    for spec in specs:
+        if spec.is_constant or spec.is_concrete:
+            continue
+        names = {spec.dim_names[i] if i < len(spec.dim_names) else None for i, d in enumerate(spec.shape) if d < 0}
+        if None not in names and names <= covered:
+            continue
+        covered |= names - {None}
+        listed.append(spec)
+    return listed
+
+
 def random_dataset(specs: Sequence[InputSpec], samples: int = DEFAULT_SAMPLES, seed: int = 0) -> Dataset:
     """Random samples for concrete specs: batch-first rows where the inputs share a batch axis."""
-    unknown = [s for s in specs if not s.is_constant and not s.is_concrete]
+    unknown = _open_inputs(specs)
     if unknown:
-        raise UserError("without data files every dynamic dimension needs a size: " + "; ".join(
-            f"input '{s.name}' {s.shape_text()} (give --input-shape {s.name}=...)" for s in unknown))
+        raise UserError("without data files (--calibration / --eval-data) every dynamic dimension needs a size: " +
+                        "; ".join(f"input '{s.name}' is {s.shape_text()}: give --input-shape {s.name}="
+                                  f"{','.join('N' if d < 0 else str(d) for d in s.shape)}" for s in unknown))
     rng = np.random.default_rng(seed)
     whole = shared_batch(specs) is None
     arrays = {}

@@ -1,6 +1,7 @@
 """PyTorch -> ONNX FP32 (torch.onnx's exporter)."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
@@ -105,6 +106,38 @@ class ExportOnnx:
             result.save(str(output))
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_CALL_SITE = re.compile(r'The following call raised this error:\s*\n\s*File "([^"]+)", line (\d+), in (\S+)\n\s*(.+)')
+_WRAPPER_LINES = ("Failed to export the model", "This is step", "Next steps")
+_HINTS = {
+    "GuardOnDataDependentSymNode": "the model branches on a tensor's values; rewrite that branch with torch.where "
+                                   "or torch.cond, or export the model to ONNX yourself and convert the .onnx",
+    "UserError": "",
+}
+
+
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"
+    """The real cause of an export failure in one line: the innermost exception's first
+    meaningful line, where in the user's code it happened, and what to do about it."""
+    chain = [exc]
+    while chain[-1].__cause__ is not None and len(chain) < 10:
+        chain.append(chain[-1].__cause__)
+    texts = [_ANSI.sub("", str(e)) for e in chain]
+    site = next((m for m in (_CALL_SITE.search(t) for t in texts) if m), None)
+    summary = None
+    for text in texts:
+        marker = text.find("## Exception summary")
+        if marker >= 0:
+            summary = next((line.strip() for line in text[marker:].splitlines()[1:] if line.strip()), None)
+            break
+    inner = chain[-1]
+    if summary is None:
+        lines = [line.strip() for line in _ANSI.sub("", str(inner)).splitlines() if line.strip()]
+        lines = [line for line in lines if not line.startswith(_WRAPPER_LINES)] or lines
+        summary = f"{type(inner).__name__}: {lines[0] if lines else ''}"
+    summary = re.sub(r"^<class '(?:[\w.]+\.)?(\w+)'>", r"\1", summary)
+    text = summary
+    if site:
+        text += f" at {Path(site.group(1)).name}:{site.group(2)} `{site.group(4).strip()}`"
+    hint = next((h for name, h in _HINTS.items() if name in summary and h), "")
+    return f"{text}; {hint}" if hint else text
