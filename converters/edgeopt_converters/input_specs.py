@@ -82,8 +82,8 @@ def _apply_shapes(specs: List[InputSpec], positional: Sequence[str], named: Dict
             raise UserError(f"input '{spec.name}' is a {spec.dtype} argument, not a tensor: it takes --input-value, "
                             f"not --input-shape")
         if spec.shape is not None and not fits(shape, spec.shape):
-            raise UserError(f"--input-shape {list(shape)} does not fit input '{spec.name}' of shape {spec.shape_text()}"
-                            f" declared by the model")
+            raise UserError(f"--input-shape {spec.name}={','.join(map(str, shape))} does not fit input '{spec.name}' "
+                            f"of shape {spec.shape_text()} declared by the model (? marks a dynamic dim)")
         result.append(replace(spec, shape=shape))
     return result
 
