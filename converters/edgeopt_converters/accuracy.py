@@ -47,7 +47,7 @@ def collect_outputs(predict: Predict, data: Dataset, batch: int,
     """Run `predict` over the dataset in batches and concatenate each output over samples (float32)."""
     chunks: List[List[np.ndarray]] = []
     for feed, real in data.batches(batch):
-        outputs = [np.asarray(o, dtype=np.float32)[:real] for o in predict(feed)]
+        outputs = [_samples(np.asarray(o, dtype=np.float32), real, data.whole) for o in predict(feed)]
         if not chunks:
             chunks = [[] for _ in outputs]
         for store, out in zip(chunks, outputs):
@@ -55,6 +55,15 @@ def collect_outputs(predict: Predict, data: Dataset, batch: int,
         if on_batch:
             on_batch(real)
     return [np.concatenate(parts) for parts in chunks]
+
+
+def _samples(output: np.ndarray, real: int, whole: bool) -> np.ndarray:
+    """One feed's output as rows to concatenate over samples: the real rows of a batch; for a
+    whole-sample feed, the output itself where its axis 0 is a batch of 1, else one new row
+    (a scalar, or a state [2, 1, H] whose axis 0 is not the batch)."""
+    if not whole:
+        return output[:real]
+    return output if output.ndim and output.shape[0] == 1 else output[None]
 
 
 def _top1(output: np.ndarray) -> Optional[np.ndarray]:

@@ -106,6 +106,24 @@ def _datasets(source: SourceModel, specs: List[InputSpec], opts: ConvertOptions,
     return calibration, evaluation
 
 
+def _one_shape_for_tflite(plan, calibration: Dataset, evaluation: Dataset, specs: List[InputSpec],
+                          asked: bool, notes: List[str]) -> None:
+    """TFLite artifacts (litert-torch) take one shape per input: data of several shapes leaves
+    them out (or, when asked for by --format tflite, is an error)."""
+    batch = feed_batch(specs)
+    first, second = calibration.feed_shapes(batch), evaluation.feed_shapes(batch)
+    differ = [n for n in first if n in second and first[n] != second[n]]
+    if not differ or not any(a.format == "tflite" for a in plan.artifacts):
+        return
+    name = differ[0]
+    why = (f"input '{name}' is {list(first[name])} in the calibration data and {list(second[name])} in the "
+           f"evaluation data, and TFLite artifacts take one shape per input")
+    if asked:
+        raise UserError(f"{why}; give data of one shape, or --format onnx (which keeps the dim dynamic)")
+    plan.artifacts[:] = [a for a in plan.artifacts if a.format != "tflite"]
+    notes.append(f"TFLite artifacts skipped: {why}")
+
+
 def _head(data: Dataset, limit: int) -> Dataset:
     if limit <= 0 or data.size <= limit:
         return data
@@ -158,6 +176,7 @@ def convert(model: Any, opts: ConvertOptions, progress: Progress = Progress()) -
     specs = concrete_specs(fed, calibration.feed_shapes(feed_batch(fed)))
     plan = make_plan(profile, opts.formats, opts.precisions, source.kind, opts.calibrate_method)
     notes.extend(plan.notes)
+    _one_shape_for_tflite(plan, calibration, evaluation, fed, "tflite" in opts.formats, notes)
     threads = max(1, min(opts.threads or profile.default_threads, os.cpu_count() or 1))
     if (opts.threads or profile.default_threads) > threads:
         notes.append(f"host timing uses {threads} threads (this machine's cores), the profile asks for {profile.default_threads}")
@@ -219,7 +238,7 @@ def _build_all(ctx: _Context, planned: List[PlannedArtifact], opts: ConvertOptio
         target = ctx.work / item.filename
         if item.format == "onnx" and item.precision == "fp32":
             with progress.step("export ONNX FP32", 1) as advance:
-                result = ExportOnnx(OnnxExportOptions(opset=opts.opset)).run(
+                result = ExportOnnx(OnnxExportOptions(opset=opts.opset, dynamic_axes=_data_axes(ctx))).run(
                     ctx.source, ctx.specs, target, example=ctx.calibration.first_feed(eval_batch))
                 onnx_fp32, onnx_dynamic = result.path, result.dynamic_batch
                 advance()
@@ -254,6 +273,23 @@ def _build_all(ctx: _Context, planned: List[PlannedArtifact], opts: ConvertOptio
     if opts.time_on_host:
         _time_all(ctx, records, progress)
     return records
+
+
+def _data_axes(ctx: _Context) -> Tuple[Tuple[str, int, str], ...]:
+    """Axes (besides the batch) whose size differs between the calibration and evaluation data:
+    they stay dynamic in the export. Axes that vary alike across inputs share one size."""
+    batch = feed_batch(ctx.specs)
+    first = ctx.calibration.feed_shapes(batch)
+    second = ctx.evaluation.feed_shapes(batch)
+    groups: Dict[Tuple[int, int, int], str] = {}
+    axes = []
+    for name, shape in first.items():
+        other = second.get(name, shape)
+        for axis, (a, b) in enumerate(zip(shape, other)):
+            if a != b and not (axis == 0 and not ctx.calibration.whole):
+                group = groups.setdefault((axis, a, b), f"dim{len(groups)}")
+                axes.append((name, axis, group))
+    return tuple(axes)
 
 
 def _time_all(ctx: _Context, records: List[ArtifactRecord], progress: Progress, rounds: int = 7) -> None:

@@ -57,17 +57,19 @@ class InputSpec:
 
 
 def parse_shape(text: str, option: str = "--input-shape") -> Tuple[int, ...]:
-    """'1,3,224,224' or '1x3x224x224' -> (1, 3, 224, 224); '' or 'scalar' -> ()."""
+    """'1,3,224,224' or '1x3x224x224' -> (1, 3, 224, 224); '' or 'scalar' -> (); '1,?' -> (1, -1):
+    a dynamic dim whose size the data files give (it stays dynamic where they differ)."""
     cleaned = text.strip().lower()
     if cleaned in SCALAR_WORDS:
         return ()
     parts = [p for p in cleaned.replace("x", ",").replace(" ", "").strip("[]()").split(",") if p]
     try:
-        shape = tuple(int(p) for p in parts)
+        shape = tuple(-1 if p == "?" else int(p) for p in parts)
     except ValueError:
         raise UserError(f"{option} '{text}' is not a list of integers; write it like 1,3,224,224 "
-                        f"(NAME=1,512 for a named input, NAME= or NAME=scalar for a scalar)") from None
-    if not shape or any(d <= 0 for d in shape):
+                        f"(NAME=1,512 for a named input, NAME= or NAME=scalar for a scalar, ? for a dim "
+                        f"the data files decide)") from None
+    if not shape or any(d == 0 or d < -1 for d in shape):
         raise UserError(f"{option} '{text}' must have positive dimensions, like 1,3,224,224")
     return shape
 
@@ -376,7 +378,8 @@ def random_dataset(specs: Sequence[InputSpec], samples: int = DEFAULT_SAMPLES, s
         elif dtype.kind == "b":
             arrays[spec.name] = rng.integers(0, 2, shape).astype(dtype)
         else:
-            arrays[spec.name] = rng.integers(0, 10, shape).astype(dtype)
+            # 0 and 1: valid for masks, token types and any index (a wider range breaks a Gather)
+            arrays[spec.name] = rng.integers(0, 2, shape).astype(dtype)
     _add_constants(arrays, specs, samples, whole)
     return Dataset(arrays, None, "random", whole)
 

@@ -73,8 +73,8 @@ def random_feeds(infos: Sequence[TensorInfo], batch: Optional[int], seed: int,
     """Reproducible data for every input: the same seed and shapes give the same arrays.
 
     Floats are uniform in [0, 1); quantized and 8-bit inputs cover their whole integer range;
-    wider integers (ids, indices) are small non-negative values; booleans are fair coin flips.
-    A described constant is that value.
+    wider integers (ids, masks, token types) are 0 or 1, valid as any index; booleans are fair
+    coin flips. A described constant is that value.
     """
     rng = np.random.default_rng(seed)
     by_name = described(descriptions, infos)
@@ -97,7 +97,7 @@ def _random_array(rng: np.random.Generator, info: TensorInfo, shape: Tuple[int, 
         if info.quantization is not None or dtype.itemsize == 1:
             limits = np.iinfo(dtype)
             return rng.integers(limits.min, limits.max, size=shape, dtype=dtype, endpoint=True)
-        return rng.integers(0, 10, size=shape).astype(dtype)
+        return rng.integers(0, 2, size=shape).astype(dtype)  # valid as a mask, a token type or any index
     if dtype.kind == "b":
         return rng.random(shape) < 0.5
     raise UnsupportedModelError(f"cannot make random data for input '{info.name}' of type {info.dtype}; give an input file")

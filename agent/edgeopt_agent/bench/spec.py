@@ -123,6 +123,7 @@ class BenchmarkSpec:
                 "precision": self.precision,
                 "cache_dir": self.engine_cache_dir,
                 "max_batch": max(self.batch_sizes or (1,)),
+                "input_shapes": {d["name"]: list(d["shape"]) for d in self.inputs or ()} or None,
             }
         if self.runtime == "onnxruntime-tensorrt":
             return {"precision": self.precision, "cache_dir": self.engine_cache_dir}

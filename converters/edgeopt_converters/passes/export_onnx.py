@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -19,6 +19,9 @@ from ._quiet import captured_output, log
 class OnnxExportOptions:
     opset: int = 18
     dynamic_batch: bool = True
+    # Further axes kept dynamic: (input name, axis, group); inputs whose axes share a group share
+    # one size (a sequence length that ids and mask both have).
+    dynamic_axes: Tuple[Tuple[str, int, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -56,14 +59,16 @@ class ExportOnnx:
         require("onnxscript", "convert", "ONNX export")
         args = example_args(specs, example)
         names = [s.name for s in specs]
-        if self.options.dynamic_batch and shared_batch(specs) is not None:
+        batch = self.options.dynamic_batch and shared_batch(specs) is not None
+        axes = self._dynamic_axes(names, batch)
+        if axes:
             try:
-                self._export(torch, source, args, names, output, dynamic=True)
-                return OnnxExportResult(output, True)
+                self._export(torch, source, args, names, output, axes)
+                return OnnxExportResult(output, batch)
             except Exception as exc:  # the model pins its batch size (e.g. x.view(1, -1))
-                log.info("export with a dynamic batch dimension failed (%s); exporting with fixed shapes", exc)
+                log.info("export with dynamic dimensions %s failed (%s); exporting with fixed shapes", axes, exc)
         try:
-            self._export(torch, source, args, names, output, dynamic=False)
+            self._export(torch, source, args, names, output, {})
         except Exception as exc:
             raise UserError(
                 f"ONNX export of {source.description} with inputs "
@@ -81,18 +86,29 @@ class ExportOnnx:
         except ValueError as exc:  # protobuf's 2 GB limit
             raise UserError(f"{path} is too large to store in one ONNX file ({exc}); models over 2 GB are not supported yet") from None
 
-    def _export(self, torch, source, args, names, output, dynamic):
+    def _dynamic_axes(self, names: Sequence[str], batch: bool) -> Dict[str, Dict[int, str]]:
+        """{input: {axis: size name}} for the axes to keep dynamic."""
+        axes: Dict[str, Dict[int, str]] = {n: {0: "batch"} for n in names} if batch else {}
+        for name, axis, group in self.options.dynamic_axes:
+            if name in names:
+                axes.setdefault(name, {})[axis] = group
+        return axes
+
+    def _export(self, torch, source, args, names, output, axes: Dict[str, Dict[int, str]]):
         # TorchScript modules can only go through the TorchScript-based exporter.
         use_dynamo = source.kind != "torchscript"
         kwargs = dict(input_names=names, output_names=None, opset_version=self.options.opset)
         if use_dynamo:
-            if dynamic:
-                batch = torch.export.Dim("batch", min=1, max=4096)
-                kwargs["dynamic_shapes"] = tuple({0: batch} for _ in args)
+            if axes:
+                dims: Dict[str, object] = {}
+                for group in sorted({g for per_input in axes.values() for g in per_input.values()}):
+                    dims[group] = torch.export.Dim(group, min=1, max=4096) if group == "batch" else \
+                        torch.export.Dim.DYNAMIC
+                kwargs["dynamic_shapes"] = tuple({axis: dims[g] for axis, g in axes.get(n, {}).items()} for n in names)
             kwargs.update(dynamo=True, verbose=False, optimize=True, external_data=False)
         else:
-            if dynamic:
-                kwargs["dynamic_axes"] = {n: {0: "batch"} for n in names}
+            if axes:
+                kwargs["dynamic_axes"] = {n: dict(axes[n]) for n in names if n in axes}
             kwargs.update(dynamo=False)
         module = source.module
         if not use_dynamo and not isinstance(module, torch.jit.ScriptModule):
