@@ -54,7 +54,7 @@ class ExportOnnx:
             example: Optional[Mapping[str, np.ndarray]] = None) -> OnnxExportResult:
         if source.kind == "onnx":
             self._copy_onnx(source.onnx_path, output)
-            return OnnxExportResult(output, any(s.shape[0] == -1 for s in source.input_specs[:1]))
+            return OnnxExportResult(output, any(bool(s.shape) and s.shape[0] == -1 for s in source.input_specs[:1]))
         torch = require("torch", "convert")
         require("onnxscript", "convert", "ONNX export")
         args = example_args(specs, example)
