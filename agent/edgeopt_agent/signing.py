@@ -1,10 +1,12 @@
-"""Ed25519 signatures over artifacts: the bytes that are signed, and checking them on the device.
+"""Ed25519 signatures over jobs: the bytes that are signed, and checking them on the device.
 
-`edgeopt deploy` signs and the agent checks the same bytes, `statement(...)`: canonical JSON of
-the artifact's identity (sha256, size, format) and the manifest facts sent with it in the job's
-`meta` (model, precision, accuracy drop...), so neither the file nor what the fleet is told about
-it can be changed without the private key. An agent configured with a trusted public key checks
-the signature before it fetches, writes or loads anything of the artifact.
+`edgeopt deploy` signs and the agent checks the same bytes, `job_statement(body)`: canonical JSON
+of the whole job body but its signature: the artifact (sha256, size, format, where it comes
+from), the bench options, the target devices or profile, the job id, when it was issued and
+when it expires, the model release and whether a downgrade is allowed, and `meta`. So nothing a
+job asks of a board, nor what the fleet is told about the result, can be changed without the
+private key. An agent configured with a trusted public key checks the signature before it
+fetches, writes or loads anything of the artifact.
 
 Standard library only, except the `cryptography` package, imported when a signature is checked.
 """
@@ -24,27 +26,21 @@ from .errors import MissingExtraError, UserError, require
 from .protocol import BenchmarkJob, ProtocolError, Signature
 
 ALGORITHM = "ed25519"
-DOMAIN = b"edgeopt artifact signature v1\n"
-# The job-meta keys covered by the signature: the facts the fleet files each result under.
-SIGNED_META = ("model", "model_sha256", "artifact_key", "format", "precision", "manifest_sha256",
-               "accuracy_drop_points")
+DOMAIN = b"edgeopt job signature v1\n"
 # DER prefix of an Ed25519 SubjectPublicKeyInfo (RFC 8410): the raw 32-byte key follows it.
 _SPKI_ED25519_PREFIX = bytes.fromhex("302a300506032b6570032100")
 _PEM_BEGIN, _PEM_END = "-----BEGIN PUBLIC KEY-----", "-----END PUBLIC KEY-----"
 
 
 class SignatureError(ProtocolError):
-    """The artifact is unsigned, signed by another key, or not what was signed."""
+    """The job is unsigned, signed by another key, or not what was signed."""
 
 
-def statement(sha256: str, size: int, fmt: str, meta: Optional[Mapping[str, Any]] = None) -> bytes:
-    """The exact bytes an artifact's signature covers."""
-    meta = meta or {}
-    document = {
-        "artifact": {"sha256": sha256, "size": size, "format": fmt},
-        "meta": {key: _finite(meta.get(key)) for key in SIGNED_META},
-    }
-    return DOMAIN + json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+def job_statement(body: Mapping[str, Any]) -> bytes:
+    """The exact bytes a job's signature covers: its body without `signature`, as canonical JSON
+    (keys sorted, no spaces, ASCII; non-finite numbers as null, as on the wire)."""
+    document = {key: value for key, value in body.items() if key != "signature"}
+    return DOMAIN + json.dumps(_finite(document), sort_keys=True, separators=(",", ":"), ensure_ascii=True,
                                allow_nan=False).encode("ascii")
 
 
@@ -91,45 +87,50 @@ def parse_public_key_pem(text: str, where: str = "public key") -> bytes:
 def ensure_available() -> None:
     """Fail at start-up, not at the first job, when signatures are wanted but cannot be checked."""
     if importlib.util.find_spec("cryptography") is None:
-        raise MissingExtraError("cryptography", "agent", "checking artifact signatures (trusted_key)")
+        raise MissingExtraError("cryptography", "agent", "checking job signatures (trusted_key)")
 
 
 def verify(trusted: TrustedKey, signature: Signature, message: bytes) -> None:
     if signature.alg != ALGORITHM:
-        raise SignatureError(f"artifact is signed with {signature.alg!r}; this agent checks {ALGORITHM}",
+        raise SignatureError(f"job is signed with {signature.alg!r}; this agent checks {ALGORITHM}",
                              kind="signature_invalid")
     if signature.key_id != trusted.key_id:
         raise SignatureError(
-            f"artifact is signed by key {signature.key_id}, but this agent trusts key {trusted.key_id}; "
+            f"job is signed by key {signature.key_id}, but this agent trusts key {trusted.key_id}; "
             "deploy with the private key that matches the agent's trusted_key",
             kind="signature_invalid",
         )
-    ed25519 = require("cryptography.hazmat.primitives.asymmetric.ed25519", "agent", "checking artifact signatures")
-    exceptions = require("cryptography.exceptions", "agent", "checking artifact signatures")
+    ed25519 = require("cryptography.hazmat.primitives.asymmetric.ed25519", "agent", "checking job signatures")
+    exceptions = require("cryptography.exceptions", "agent", "checking job signatures")
     try:
         ed25519.Ed25519PublicKey.from_public_bytes(trusted.raw).verify(signature.raw(), message)
     except exceptions.InvalidSignature:
         raise SignatureError(
-            f"artifact signature (key {signature.key_id}) does not match the artifact and its facts: "
-            "they were changed after signing",
+            f"job signature (key {signature.key_id}) does not match the job: it was changed after signing "
+            "(artifact, bench options, target, job id, validity or meta)",
             kind="signature_invalid",
         ) from None
 
 
-def check_job(trusted: Optional[TrustedKey], job: BenchmarkJob) -> None:
-    """Refuse a job's artifact unless it is signed by the trusted key; no-op when signatures are off."""
+def check_signature(trusted: Optional[TrustedKey], job: BenchmarkJob) -> None:
+    """Refuse a job unless it is signed, as a whole, by the trusted key; no-op when signatures are off."""
     if trusted is None:
         return
-    artifact = job.artifact
-    if artifact.signature is None:
+    if job.signature is None:
         raise SignatureError(
-            f"this agent only runs signed artifacts (trusted key {trusted.key_id}) and this one is unsigned; "
+            f"this agent only runs signed jobs (trusted key {trusted.key_id}) and this one is unsigned; "
             "deploy it with `edgeopt deploy --key PRIVATE_KEY`",
-            kind="unsigned_artifact",
+            kind="unsigned_job",
         )
-    verify(trusted, artifact.signature, statement(artifact.sha256, artifact.size, artifact.format, job.meta))
+    verify(trusted, job.signature, job_statement(job.body))
 
 
 def _finite(value: Any) -> Any:
     # As on the wire: Envelope.encode sends non-finite floats as null.
-    return None if isinstance(value, float) and not math.isfinite(value) else value
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value

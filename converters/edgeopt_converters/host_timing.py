@@ -1,18 +1,39 @@
-"""A short, interleaved latency measurement of each artifact on the host.
+"""An interleaved latency measurement of each artifact on the host, run until its speed-ups are known.
 
 Timings on a shared machine drift by more than the differences we compare, so every variant is
-timed in turn, round after round, and each gets the median of all its rounds.
+timed in turn, round after round. Each round gives every variant a median latency, and a
+variant's speed-up over its baseline (FP32 of its format) is the ratio within the same round, so
+drift between rounds cancels. Rounds go on until every speed-up is known within `margin` (the
+half-width of its 95 % interval, relative) or the time cap is reached; the interval is reported
+either way.
 """
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, Mapping
+from typing import Callable, Dict, List, Mapping, Optional
 
 import numpy as np
 
 Run = Callable[[], object]
+# Two-sided 95 % Student t quantiles for 1..30 degrees of freedom.
+_T_95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042)
+
+
+@dataclass(frozen=True)
+class Speedup:
+    estimate: float
+    low: float
+    high: float
+    baseline: str
+
+    def to_dict(self) -> dict:
+        return {"estimate": round(self.estimate, 3), "interval": [round(self.low, 3), round(self.high, 3)],
+                "baseline": self.baseline}
 
 
 @dataclass(frozen=True)
@@ -20,30 +41,74 @@ class HostTiming:
     p50_ms: float
     p90_ms: float
     runs: int
+    rounds: int = 0
+    speedup: Optional[Speedup] = None  # against its baseline; None for a baseline itself
 
     def to_dict(self) -> dict:
-        return {"p50_ms": round(self.p50_ms, 4), "p90_ms": round(self.p90_ms, 4), "runs": self.runs}
+        return {"p50_ms": round(self.p50_ms, 4), "p90_ms": round(self.p90_ms, 4), "runs": self.runs,
+                "rounds": self.rounds, "speedup": self.speedup.to_dict() if self.speedup else None}
 
 
-def time_interleaved(runs: Mapping[str, Run], rounds: int = 7, min_round_s: float = 0.05,
-                     warmup: int = 3, on_round: Callable[[], None] = None) -> Dict[str, HostTiming]:
-    samples: Dict[str, list] = {key: [] for key in runs}
+def _t_quantile(samples: int) -> float:
+    degrees = samples - 1
+    if degrees < 1:
+        return float("inf")
+    return _T_95[degrees - 1] if degrees <= len(_T_95) else 1.96
+
+
+def ratio_interval(baseline: List[float], candidate: List[float]) -> Speedup:
+    """Speed-up (baseline / candidate) from paired round medians: a t-interval on log ratios."""
+    logs = [math.log(b / c) for b, c in zip(baseline, candidate) if b > 0 and c > 0]
+    if not logs:
+        return Speedup(float("nan"), float("nan"), float("nan"), "")
+    mean = statistics.fmean(logs)
+    half = _t_quantile(len(logs)) * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else float("inf")
+    return Speedup(math.exp(mean), math.exp(mean - half), math.exp(mean + half), "")
+
+
+def _known(speedup: Speedup, margin: float) -> bool:
+    return math.isfinite(speedup.high) and speedup.high / speedup.estimate - 1 <= margin \
+        and 1 - speedup.low / speedup.estimate <= margin
+
+
+def time_interleaved(runs: Mapping[str, Run], baselines: Optional[Mapping[str, str]] = None,
+                     min_rounds: int = 5, max_rounds: int = 40, max_seconds: float = 60.0,
+                     margin: float = 0.05, min_round_s: float = 0.05, warmup: int = 3,
+                     on_round: Optional[Callable[[], None]] = None) -> Dict[str, HostTiming]:
+    """Time every run in turn, round after round. `baselines` maps a key to the key it is compared with."""
+    baselines = {k: b for k, b in (baselines or {}).items() if b in runs and b != k}
+    samples: Dict[str, List[float]] = {key: [] for key in runs}
+    medians: Dict[str, List[float]] = {key: [] for key in runs}
     for run in runs.values():
         for _ in range(warmup):
             run()
-    for _ in range(rounds):
+    started = time.perf_counter()
+    rounds = 0
+    while rounds < max_rounds:
         for key, run in runs.items():
+            this_round = []
             start_round = time.perf_counter()
             while True:
                 start = time.perf_counter()
                 run()
                 end = time.perf_counter()
-                samples[key].append((end - start) * 1000.0)
+                this_round.append((end - start) * 1000.0)
                 if end - start_round >= min_round_s:
                     break
+            samples[key].extend(this_round)
+            medians[key].append(statistics.median(this_round))
+        rounds += 1
         if on_round:
             on_round()
+        if rounds >= min_rounds and (time.perf_counter() - started >= max_seconds or all(
+                _known(ratio_interval(medians[b], medians[k]), margin) for k, b in baselines.items())):
+            break
     result = {}
     for key, values in samples.items():
-        result[key] = HostTiming(statistics.median(values), float(np.percentile(values, 90, method="inverted_cdf")), len(values))
+        speedup = None
+        if key in baselines:
+            measured = ratio_interval(medians[baselines[key]], medians[key])
+            speedup = Speedup(measured.estimate, measured.low, measured.high, baselines[key])
+        result[key] = HostTiming(statistics.median(values), float(np.percentile(values, 90, method="inverted_cdf")),
+                                 len(values), rounds, speedup)
     return result

@@ -100,7 +100,10 @@ def _artifact_entry(record: ArtifactRecord, work: Path, fp32_p50: Dict[str, floa
     if record.host_timing is not None:
         timing = record.host_timing.to_dict()
         base = fp32_p50.get(item.format)
-        timing["speedup_vs_fp32"] = round(base / record.host_timing.p50_ms, 3) if base else None
+        speedup = record.host_timing.speedup
+        # Paired per-round ratios where there are some (drift cancels); FP32 against itself is 1.
+        timing["speedup_vs_fp32"] = round(speedup.estimate, 3) if speedup else (
+            round(base / record.host_timing.p50_ms, 3) if base else None)
         entry["host_timing"] = timing
     return entry
 
@@ -155,6 +158,10 @@ def build_manifest(ctx, records: List[ArtifactRecord], recommendation, opts) -> 
             "calibrate_method": opts.calibrate_method,
             "max_accuracy_drop": opts.max_accuracy_drop,
             "recommend_budget": opts.recommend_budget,
+            "output_kinds": dict(opts.output_kinds),
+            "state_pairs": dict(ctx.judging.state_pairs) if ctx.judging else {},
+            "metric": opts.metric,
+            "max_metric_drop": opts.max_metric_drop,
             "opset": opts.opset,
         },
         "calibration": {"source": ctx.calibration.source, "samples": ctx.calibration.size, "random": ctx.calibration.is_random},

@@ -12,9 +12,9 @@ import logging
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -23,6 +23,8 @@ from edgeopt_agent.errors import UserError, require
 from edgeopt_agent.profiles import DeviceProfile, load_profile
 
 from . import accuracy as acc
+from .accuracy.streaming import check_pairs, find_state_pairs, stream
+from .accuracy.user_metric import UserMetric, load_metric
 from .hashing import update_with_weights
 from .host_timing import time_interleaved
 from .manifest import ArtifactRecord, build_manifest, publish
@@ -59,6 +61,11 @@ class ConvertOptions:
     max_accuracy_drop: Optional[float] = None
     min_cosine: Optional[float] = None
     recommend_budget: float = 1.0  # percentage points an artifact may lose and still be recommended
+    output_kinds: Mapping[str, str] = field(default_factory=dict)  # output name -> kind (accuracy.KINDS)
+    state_pairs: Mapping[str, str] = field(default_factory=dict)  # input name -> output that returns its state
+    stream_steps: int = 64  # steps a stateful model is streamed through for its verdict
+    metric: Optional[str] = None  # file.py:function, a user metric (higher is better)
+    max_metric_drop: Optional[float] = None
     threads: Optional[int] = None
     calibrate_method: str = "minmax"
     max_calibration_samples: int = DEFAULT_MAX_CALIBRATION
@@ -80,7 +87,20 @@ class _Context:
     work: Path
     notes: List[str] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)
+    tolerances: acc.Tolerances = field(default_factory=acc.Tolerances)
+    metric: Optional[UserMetric] = None
+    judging: Optional["_Judging"] = None  # decided from the reference and the first artifact's names
     model_specs: List[InputSpec] = field(default_factory=list)  # every input, constants and dynamic dims included
+
+
+@dataclass(frozen=True)
+class _Judging:
+    """How every artifact's outputs are judged: the same names, kinds and state pairs for all."""
+
+    names: List[str]
+    kinds: List[acc.OutputKind]
+    state_pairs: Dict[str, str]
+    stream_steps: int
 
 
 def _datasets(source: SourceModel, specs: List[InputSpec], opts: ConvertOptions, notes: List[str], warnings: List[str]):
@@ -137,6 +157,13 @@ def _check_options(opts: ConvertOptions) -> None:
         raise UserError(f"--min-cosine must be between -1 and 1, got {opts.min_cosine}")
     if opts.threads is not None and opts.threads < 1:
         raise UserError(f"--threads must be at least 1, got {opts.threads}")
+    if opts.max_metric_drop is not None and not opts.metric:
+        raise UserError("--max-metric-drop needs --metric file.py:function")
+    if opts.stream_steps < 2:
+        raise UserError(f"--stream-steps must be at least 2, got {opts.stream_steps}")
+    unknown = sorted(set(opts.output_kinds.values()) - set(acc.KINDS))
+    if unknown:
+        raise UserError(f"unknown output kind {', '.join(unknown)}; choose one of {', '.join(acc.KINDS)}")
 
 
 def _output_folder(path: Path) -> bool:
@@ -166,6 +193,7 @@ def convert(model: Any, opts: ConvertOptions, progress: Progress = Progress()) -
     """Convert `model` (a spec string, or an nn.Module) for `opts.device`; returns the manifest."""
     _check_options(opts)
     profile = load_profile(opts.device)
+    metric = load_metric(opts.metric, opts.max_metric_drop) if opts.metric else None
     source = _source(model, opts)
     model_specs = resolve_specs(source, opts.input_shapes, opts.input_dtypes, opts.input_values)
     source = bind_constants(source, model_specs)
@@ -188,11 +216,14 @@ def convert(model: Any, opts: ConvertOptions, progress: Progress = Progress()) -
     work = Path(tempfile.mkdtemp(prefix=".edgeopt-build-", dir=out))
     done = False
     try:
-        ctx = _Context(profile, source, specs, calibration, evaluation, threads, work, notes, warnings, model_specs)
+        budget = opts.max_accuracy_drop if opts.max_accuracy_drop is not None else opts.recommend_budget
+        ctx = _Context(profile, source, specs, calibration, evaluation, threads, work, notes, warnings,
+                       tolerances=acc.Tolerances(budget_points=budget), metric=metric, model_specs=model_specs)
         records = _build_all(ctx, plan.artifacts, opts, progress)
-        _check_budget(records, opts.max_accuracy_drop, opts.min_cosine)
+        _check_budget(records, opts)
+        _note_unresolved(ctx, records)
         measured, why_not = _measured_on_host(profile, opts.time_on_host)
-        rec = recommend(records, profile, opts.recommend_budget, measured=measured, why_predicted=why_not)
+        rec = recommend(records, profile, measured=measured, why_predicted=why_not)
         manifest = build_manifest(ctx, records, rec, opts)
         publish(out, work, [r.path for r in records], manifest)
         done = True
@@ -231,6 +262,7 @@ def _build_all(ctx: _Context, planned: List[PlannedArtifact], opts: ConvertOptio
     _fit_outputs_in_memory(ctx, reference_predict, eval_batch)
     with progress.step("FP32 reference", ctx.evaluation.size) as advance:
         reference = acc.collect_outputs(reference_predict, ctx.evaluation, eval_batch, advance)
+    streamed_reference: Dict[str, List[np.ndarray]] = {}  # filled once, on first use
     records: List[ArtifactRecord] = []
     onnx_fp32: Optional[Path] = None
     onnx_dynamic = False
@@ -265,9 +297,15 @@ def _build_all(ctx: _Context, planned: List[PlannedArtifact], opts: ConvertOptio
             try:
                 outputs = acc.collect_outputs(predictor.predict, ctx.evaluation, eval_batch, advance)
                 io = predictor.io()
+                judging = ctx.judging or _decide_judging(ctx, opts, reference_predict, reference, item, io, eval_batch)
+                ctx.judging = judging
+                accuracy = acc.compare(reference, outputs, ctx.evaluation.labels, judging.names, judging.kinds,
+                                       ctx.tolerances, ctx.metric)
+                if judging.state_pairs:
+                    accuracy = _judge_streamed(ctx, judging, accuracy, predictor.predict, reference_predict,
+                                               streamed_reference, eval_batch)
             finally:
                 predictor.close()
-        accuracy = acc.compare(reference, outputs, ctx.evaluation.labels)
         records.append(ArtifactRecord(item, item.filename, accuracy, io,
                                       dynamic_batch=onnx_dynamic if item.format == "onnx" else False))
     if opts.time_on_host:
@@ -292,14 +330,17 @@ def _data_axes(ctx: _Context) -> Tuple[Tuple[str, int, str], ...]:
     return tuple(axes)
 
 
-def _time_all(ctx: _Context, records: List[ArtifactRecord], progress: Progress, rounds: int = 7) -> None:
+def _time_all(ctx: _Context, records: List[ArtifactRecord], progress: Progress, max_rounds: int = 40) -> None:
+    """Interleaved rounds until every speed-up over FP32 of its format is known within 5 % (or a minute)."""
     feed = ctx.evaluation.first_feed(feed_batch(ctx.specs))
+    fp32 = {r.planned.format: r.planned.key for r in records if r.planned.precision == "fp32"}
+    baselines = {r.planned.key: fp32[r.planned.format] for r in records if r.planned.format in fp32}
     with captured_output("load artifacts for timing"):
         predictors = {r.planned.key: open_predictor(ctx.work / r.path, ctx.threads) for r in records}
     try:
         runs = {key: p.bound_call(feed) for key, p in predictors.items()}
-        with progress.step(f"time on host (batch {feed_batch(ctx.specs)}, {ctx.threads} threads)", rounds) as advance:
-            timings = time_interleaved(runs, rounds=rounds, on_round=advance)
+        with progress.step(f"time on host (batch {feed_batch(ctx.specs)}, {ctx.threads} threads)", max_rounds) as advance:
+            timings = time_interleaved(runs, baselines, max_rounds=max_rounds, on_round=advance)
     finally:
         for p in predictors.values():
             p.close()
@@ -307,23 +348,63 @@ def _time_all(ctx: _Context, records: List[ArtifactRecord], progress: Progress, 
         record.host_timing = timings[record.planned.key]
 
 
-def _check_budget(records: List[ArtifactRecord], max_drop: Optional[float], min_cosine: Optional[float]) -> None:
+def _decide_judging(ctx: _Context, opts: ConvertOptions, reference_predict, reference: List[np.ndarray],
+                    item: PlannedArtifact, io: Dict[str, List[dict]], batch: int) -> _Judging:
+    """Output names (ONNX names where the first artifact is ONNX), their kinds, and state pairs."""
+    names = [o["name"] for o in io["outputs"]] if item.format == "onnx" and len(io["outputs"]) == len(reference) \
+        else [f"output_{i}" for i in range(len(reference))]
+    acc.kinds.check_output_names(opts.output_kinds, names)
+    feed, _ = next(ctx.evaluation.batches(batch))
+    pairs = dict(opts.state_pairs)
+    check_pairs(pairs, list(feed), names)
+    if not pairs:
+        step = dict(zip(names, (np.asarray(o) for o in reference_predict(feed))))
+        pairs = find_state_pairs(feed, step)
+        if pairs:
+            ctx.notes.append("stateful model: " + ", ".join(f"output {o} feeds input {i}" for i, o in pairs.items())
+                             + f"; artifacts are also judged streamed through up to {opts.stream_steps} steps "
+                               f"(override with --state INPUT=OUTPUT)")
+    if pairs and ctx.evaluation.size < 2:
+        ctx.warnings.append("the model is stateful but the evaluation data has one sample: nothing to stream")
+        pairs = {}
+    kinds = acc.decide_kinds(names, reference, opts.output_kinds, list(pairs.values()))
+    return _Judging(names, kinds, pairs, min(opts.stream_steps, ctx.evaluation.size // batch))
+
+
+def _judge_streamed(ctx: _Context, judging: _Judging, accuracy: acc.Accuracy, predict, reference_predict,
+                    streamed_reference: Dict[str, List[np.ndarray]], batch: int) -> acc.Accuracy:
+    steps = judging.stream_steps
+    if "outputs" not in streamed_reference:
+        streamed_reference["outputs"] = stream(reference_predict, ctx.evaluation, batch, judging.state_pairs,
+                                               judging.names, steps)
+    candidate = stream(predict, ctx.evaluation, batch, judging.state_pairs, judging.names, steps)
+    streamed = acc.judge_all([f"{n}@stream" for n in judging.names], judging.kinds, streamed_reference["outputs"],
+                             candidate, None, ctx.tolerances)
+    return replace(accuracy, streamed=streamed, stream_steps=steps)
+
+
+def _check_budget(records: List[ArtifactRecord], opts: ConvertOptions) -> None:
+    """The user's gates: a failed verdict (with a budget or metric limit given) or a low cosine fails the run."""
     failures = []
-    if max_drop is not None:
-        unmeasurable = [r.planned.key for r in records if r.accuracy.drop_points is None]
-        if unmeasurable:
-            raise UserError(
-                f"--max-accuracy-drop needs class scores ([N, classes]) as the first output to count top-1 "
-                f"changes, and {', '.join(unmeasurable)} has none; gate on output similarity with --min-cosine instead"
-            )
-        failures += [f"{r.planned.key} lost {r.accuracy.drop_points:.2f} points" for r in records
-                     if r.accuracy.drop_points > max_drop]
-    if min_cosine is not None:
+    if opts.max_accuracy_drop is not None or opts.max_metric_drop is not None:
+        for r in records:
+            a = r.accuracy
+            if a.verdict == acc.FAILED:
+                lost = f"lost {a.drop_points:.2f} points" if a.drop_points is not None else "failed"
+                failures.append(f"{r.planned.key} {lost} ({a.reason})")
+    if opts.min_cosine is not None:
         failures += [f"{r.planned.key} has cosine similarity {r.accuracy.min_cosine:.5f}" for r in records
-                     if r.accuracy.min_cosine < min_cosine]
+                     if r.accuracy.min_cosine < opts.min_cosine]
     if failures:
         limits = " and ".join(x for x in (
-            f"--max-accuracy-drop {max_drop}" if max_drop is not None else "",
-            f"--min-cosine {min_cosine}" if min_cosine is not None else "") if x)
-        raise UserError(f"accuracy budget exceeded ({limits}): {', '.join(failures)}; "
+            f"--max-accuracy-drop {opts.max_accuracy_drop}" if opts.max_accuracy_drop is not None else "",
+            f"--max-metric-drop {opts.max_metric_drop}" if opts.max_metric_drop is not None else "",
+            f"--min-cosine {opts.min_cosine}" if opts.min_cosine is not None else "") if x)
+        raise UserError(f"accuracy budget exceeded ({limits}): {'; '.join(failures)}; "
                         f"try more representative --calibration data or --calibrate-method entropy/percentile")
+
+
+def _note_unresolved(ctx: _Context, records: List[ArtifactRecord]) -> None:
+    for r in records:
+        if r.accuracy.verdict == acc.UNRESOLVED:
+            ctx.warnings.append(f"{r.planned.key}: accuracy unresolved: {r.accuracy.reason}")

@@ -1,21 +1,24 @@
-"""Pick the artifact to deploy: the fastest one within the accuracy budget.
+"""Pick the artifact to deploy: the fastest one whose accuracy verdict holds.
 
-On the host's own architecture the choice rests on measured host timings, and a lower precision
-must beat FP32 of the same format by a margin, never lose to it. For other boards nothing here can
-be measured: the choice is a prediction from the profile's peak throughput per precision, and the
-manifest says so.
+Only an artifact judged ok is recommended, or one judged unresolved (the evaluation data cannot
+decide) whose every continuous figure is excellent, and the reason says so. On the host's own
+architecture the choice rests on measured speed-ups with their intervals: a lower precision must be
+shown faster than FP32 of its format (the whole interval at or above MIN_SPEEDUP). For other
+boards nothing here can be measured: the choice is a prediction from the profile, and says so.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from edgeopt_agent.profiles import DeviceProfile
 
+from .accuracy import OK, UNRESOLVED
+
 RUNTIME_FORMAT = {"tflite": "tflite", "onnxruntime": "onnx", "tensorrt": "onnx"}
-MIN_SPEEDUP = 1.05  # a lower precision must be at least this much faster than FP32 to be chosen
-# Outputs that are not class scores have no top-1 to lose: they must match FP32 this closely.
-MIN_COSINE_WITHOUT_TOP1 = 0.99
+MIN_SPEEDUP = 1.05  # a lower precision must be shown at least this much faster than FP32 to be chosen
+TIE = 1.05  # artifacts within this factor of the fastest are ties, settled by the profile's preferences
+_PRECISION_ORDER = ("int8", "fp16", "fp32")
 
 
 @dataclass(frozen=True)
@@ -28,38 +31,71 @@ class Recommendation:
         return asdict(self)
 
 
-def _within(records, budget: float):
-    return [r for r in records if (r.accuracy.min_cosine >= MIN_COSINE_WITHOUT_TOP1 if r.accuracy.drop_points is None
-                                   else r.accuracy.drop_points <= budget)]
+def _accuracy_split(records) -> Tuple[list, List[str]]:
+    usable, excluded = [], []
+    for r in records:
+        a = r.accuracy
+        if a.verdict == OK or (a.verdict == UNRESOLVED and a.excellent):
+            usable.append(r)
+        else:
+            excluded.append(f"{r.planned.key} {a.verdict} ({a.reason})")
+    return usable, excluded
 
 
-def recommend(records: List, profile: DeviceProfile, budget: float, measured: bool,
-              why_predicted: str = "") -> Recommendation:
-    usable = [r for r in _within(records, budget) if r.planned.format in
-              {RUNTIME_FORMAT[rt] for rt in profile.runtimes}]
+def _accuracy_note(record) -> str:
+    a = record.accuracy
+    if a.verdict == UNRESOLVED:
+        return (f"; its accuracy verdict is unresolved ({a.reason}) and it is recommended only because every "
+                f"continuous figure is excellent (cosine >= {a.tolerances.excellent_cosine:g}, "
+                f"SQNR >= {a.tolerances.excellent_sqnr_db:g} dB)")
+    return ""
+
+
+def recommend(records: List, profile: DeviceProfile, measured: bool, why_predicted: str = "") -> Recommendation:
+    formats = {RUNTIME_FORMAT[rt] for rt in profile.runtimes}
+    usable, excluded = _accuracy_split([r for r in records if r.planned.format in formats])
+    dropped = f"; not recommended for accuracy: {'; '.join(excluded)}" if excluded else ""
     if not usable:
-        return Recommendation(None, "none", f"no artifact stays within the accuracy budget ({budget} points of top-1, "
-                                            f"or cosine {MIN_COSINE_WITHOUT_TOP1} for outputs that are not class scores)")
+        return Recommendation(None, "none", f"no artifact passes its accuracy verdict{dropped}")
     if measured and all(r.host_timing is not None for r in usable):
-        return _by_measurement(usable, profile, budget)
-    return _by_prediction(usable, profile, why_predicted or "nothing was timed on the target")
+        key, reason = _by_measurement(usable, profile)
+        basis = "measured"
+    else:
+        key, reason = _by_prediction(usable, profile, why_predicted or "nothing was timed on the target")
+        basis = "predicted"
+    chosen = next(r for r in usable if r.planned.key == key)
+    return Recommendation(key, basis, reason + _accuracy_note(chosen) + dropped)
 
 
-def _by_measurement(usable, profile: DeviceProfile, budget: float) -> Recommendation:
-    fp32 = {r.planned.format: r.host_timing.p50_ms for r in usable if r.planned.precision == "fp32"}
-    eligible, rejected = [], []
+def _preference(profile: DeviceProfile, record) -> tuple:
+    order = [RUNTIME_FORMAT[rt] for rt in profile.runtimes]
+    return (order.index(record.planned.format), _PRECISION_ORDER.index(record.planned.precision), record.planned.key)
+
+
+def _by_measurement(usable, profile: DeviceProfile) -> Tuple[str, str]:
+    eligible, slow = [], []
     for r in usable:
-        base = fp32.get(r.planned.format)
-        if r.planned.precision != "fp32" and (base is None or base / r.host_timing.p50_ms < MIN_SPEEDUP):
-            speed = f"{base / r.host_timing.p50_ms:.2f}x FP32" if base else "no FP32 to compare"
-            rejected.append(f"{r.planned.key} ({speed})")
-            continue
-        eligible.append(r)
-    best = min(eligible, key=lambda r: r.host_timing.p50_ms)
-    reason = f"fastest measured on this {profile.cpu.arch} host within a {budget}-point accuracy budget: p50 {best.host_timing.p50_ms:.3f} ms"
-    if rejected:
-        reason += "; not recommended because not faster than FP32: " + ", ".join(rejected)
-    return Recommendation(best.planned.key, "measured", reason)
+        speedup = r.host_timing.speedup
+        if r.planned.precision == "fp32":
+            eligible.append(r)
+        elif speedup is None:
+            slow.append(f"{r.planned.key} (no FP32 of its format to compare with)")
+        elif speedup.low < MIN_SPEEDUP:
+            slow.append(f"{r.planned.key} ({speedup.estimate:.2f}x FP32, 95% {speedup.low:.2f}-{speedup.high:.2f})")
+        else:
+            eligible.append(r)
+    if not eligible:
+        eligible = usable
+    fastest = min(r.host_timing.p50_ms for r in eligible)
+    best = min((r for r in eligible if r.host_timing.p50_ms <= fastest * TIE), key=lambda r: _preference(profile, r))
+    timing = best.host_timing
+    shown = f"p50 {timing.p50_ms:.3f} ms over {timing.rounds} interleaved rounds"
+    if timing.speedup:
+        shown += f", {timing.speedup.estimate:.2f}x FP32 (95% {timing.speedup.low:.2f}-{timing.speedup.high:.2f})"
+    reason = f"fastest measured on this {profile.cpu.arch} host among artifacts that pass their accuracy verdict: {shown}"
+    if slow:
+        reason += f"; not shown at least {MIN_SPEEDUP:g}x faster than FP32: " + ", ".join(slow)
+    return best.planned.key, reason
 
 
 def _precision_rank(profile: DeviceProfile) -> List[str]:
@@ -69,7 +105,7 @@ def _precision_rank(profile: DeviceProfile) -> List[str]:
     return faster + ["fp32"]
 
 
-def _by_prediction(usable, profile: DeviceProfile, why: str) -> Recommendation:
+def _by_prediction(usable, profile: DeviceProfile, why: str) -> Tuple[str, str]:
     ranks = _precision_rank(profile)
     for runtime in profile.runtimes:
         fmt = RUNTIME_FORMAT[runtime]
@@ -77,11 +113,10 @@ def _by_prediction(usable, profile: DeviceProfile, why: str) -> Recommendation:
             for r in usable:
                 if (r.planned.format, r.planned.precision) == (fmt, precision):
                     evidence = ", ".join(f"{p} {v:g}" for p, v in profile.peak_tops.items()) or "no peak figures"
-                    return Recommendation(
-                        r.planned.key, "predicted",
-                        f"predicted, not measured: {why}; "
-                        f"{runtime} is its preferred runtime and {precision} its fastest precision by peak "
-                        f"throughput (TOPS: {evidence}). Confirm on the board with `edgeopt bench`.",
+                    return r.planned.key, (
+                        f"predicted, not measured: {why}; {runtime} is its preferred runtime and {precision} the "
+                        f"fastest precision by peak throughput (TOPS: {evidence}) among artifacts that pass their "
+                        f"accuracy verdict. Confirm on the board with `edgeopt bench`."
                     )
     first = usable[0]
-    return Recommendation(first.planned.key, "predicted", f"predicted ({why}): no better evidence than the profile's recipe order")
+    return first.planned.key, f"predicted ({why}): no better evidence than the profile's recipe order"

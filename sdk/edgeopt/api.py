@@ -39,6 +39,15 @@ def _names(value) -> Tuple[str, ...]:
     return (value,) if isinstance(value, str) else tuple(value or ())
 
 
+def _pairs(value, parse) -> Dict[str, str]:
+    """{name: value} as given, or the CLI's NAME=VALUE strings parsed."""
+    if not value:
+        return {}
+    if isinstance(value, dict):
+        return {str(k): str(v) for k, v in value.items()}
+    return parse([value] if isinstance(value, str) else list(value))
+
+
 def convert(
     model: Any,
     device: str,
@@ -53,6 +62,11 @@ def convert(
     precisions: Sequence[str] = (),
     max_accuracy_drop: Optional[float] = None,
     min_cosine: Optional[float] = None,
+    output_kinds=None,
+    state=None,
+    stream_steps: int = 64,
+    metric: Optional[str] = None,
+    max_metric_drop: Optional[float] = None,
     threads: Optional[int] = None,
     calibrate_method: str = "minmax",
     weights: Optional[PathLike] = None,
@@ -68,7 +82,11 @@ def convert(
     input name ({"input": (1, 512), "sr": ()}; () is a scalar); give only what the model does not
     declare. `input_dtype` likewise; `input_value` ({"sr": 16000}) gives constant arguments.
     `trust_model_code=True` is needed for a TorchScript file, which runs code when loaded.
+    `output_kinds` ({name: kind} or ["name=kind"]) says how outputs are judged; `state`
+    ({input: output}) names recurrent state for streamed judgement; `metric` is "file.py:fn".
     """
+    from edgeopt_converters.accuracy.kinds import parse_output_kinds
+    from edgeopt_converters.accuracy.streaming import parse_state_pairs
     from edgeopt_converters.pipeline import ConvertOptions, convert as run
     from edgeopt_converters.progress import Progress
 
@@ -84,6 +102,11 @@ def convert(
         precisions=_names(precisions),
         max_accuracy_drop=max_accuracy_drop,
         min_cosine=min_cosine,
+        output_kinds=_pairs(output_kinds, parse_output_kinds),
+        state_pairs=_pairs(state, parse_state_pairs),
+        stream_steps=stream_steps,
+        metric=metric,
+        max_metric_drop=max_metric_drop,
         threads=threads,
         calibrate_method=calibrate_method,
         weights=Path(weights) if weights else None,

@@ -2,7 +2,7 @@
 
 An MQTT broker (the one given, or a local Mosquitto / embedded amqtt), an agent with the x86-64
 profile as its own process, a collector writing SQLite: the bundled example is converted,
-deployed as a signed artifact over MQTT, benchmarked by the agent, stored by the collector, shown
+deployed as a signed job over MQTT, benchmarked by the agent, stored by the collector, shown
 as fleet tables and written as an HTML report. Everything started here is stopped again, also
 when a step fails.
 """

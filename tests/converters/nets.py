@@ -177,3 +177,59 @@ class DataDependentBranch(nn.Module):
 
 def data_dependent_branch():
     return DataDependentBranch()
+
+
+class TinyDetector(nn.Module):
+    """A YOLOv8-style head: [N, 4 + C, anchors], pixel boxes and sigmoid class scores concatenated."""
+
+    def __init__(self, classes: int = 3):
+        super().__init__()
+        self.backbone = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1), nn.ReLU())
+        self.boxes = nn.Conv2d(16, 4, 1)
+        self.scores = nn.Conv2d(16, classes, 1)
+
+    def forward(self, x):
+        features = self.backbone(x)
+        boxes = torch.sigmoid(self.boxes(features)) * 640
+        scores = torch.sigmoid(self.scores(features))
+        return torch.cat([boxes, scores], 1).flatten(2)
+
+
+class Embedder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 48))
+
+    def forward(self, x):
+        return nn.functional.normalize(self.net(x), dim=-1)
+
+
+class GruStep(nn.Module):
+    """One step of a recurrent model: the state goes in and comes back out, to be fed again."""
+
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.GRUCell(8, 16)
+        self.head = nn.Linear(16, 1)
+
+    def forward(self, x, state):
+        state = self.cell(x, state)
+        return torch.sigmoid(self.head(state)), state
+
+
+def tiny_detector():
+    torch.manual_seed(0)
+    model = TinyDetector()
+    with torch.no_grad():
+        model.scores.bias.fill_(-1.0)  # a few confident anchors, most in the background
+    return model
+
+
+def embedder():
+    torch.manual_seed(0)
+    return Embedder()
+
+
+def gru_step():
+    torch.manual_seed(0)
+    return GruStep()

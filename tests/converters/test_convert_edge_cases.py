@@ -44,13 +44,18 @@ def test_every_output_is_compared(tmp_path, nets_path):
         assert all(o["cosine_similarity"] > 0.98 for o in outputs)
 
 
-def test_outputs_without_classes_use_the_cosine_gate(tmp_path, nets_path):
+def test_outputs_without_classes_are_judged_by_their_kind(tmp_path, nets_path):
+    """A regression head has no top-1: the accuracy budget judges it by its error, never by an argmax."""
     rng = np.random.default_rng(2)
     np.savez(tmp_path / "calib.npz", input=rng.standard_normal((16, 8)).astype(np.float32))
     common = dict(device="x86-64", input_shape="1,8", calibration=tmp_path / "calib.npz", formats=["onnx"],
                   time_on_host=False)
-    with pytest.raises(UserError, match="--min-cosine"):
-        edgeopt.convert(f"{nets_path}:regressor", output_dir=tmp_path / "a", max_accuracy_drop=1.0, **common)
+    budgeted = edgeopt.convert(f"{nets_path}:regressor", output_dir=tmp_path / "a", max_accuracy_drop=1.0, **common)
+    for artifact in budgeted["artifacts"]:
+        (output,) = artifact["accuracy"]["outputs"]
+        assert output["kind"] == "regression" and output["kind_source"] == "inferred"
+        assert output["verdict"] == "ok" and "SQNR" in output["reason"]
+        assert "top1_agreement" not in output
     manifest = edgeopt.convert(f"{nets_path}:regressor", output_dir=tmp_path / "b", min_cosine=0.9, **common)
     assert all(a["accuracy"]["drop_points"] is None for a in manifest["artifacts"])
     with pytest.raises(UserError, match="onnx-int8 has cosine similarity"):

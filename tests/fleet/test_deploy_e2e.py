@@ -1,12 +1,15 @@
 """`edgeopt deploy` end to end: a real conversion, a real broker, real agents (subprocesses) and the
-collector: the artifact goes through the broker in signed chunks, the agent measures it, the fleet
-files the result; refused, tampered and interrupted deploys; targeting by profile."""
+collector: the artifact goes through the broker in chunks of a signed job, the agent measures it, the
+fleet files the result; refused, tampered, replayed, rolled-back and interrupted deploys; targeting
+by profile."""
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import shutil
 import threading
+import time
 
 import pytest
 from deploy_harness import QUICK_BENCH, Agent, RawClient, wait_until
@@ -131,7 +134,7 @@ def test_deploy_waits_for_the_measurement_and_the_fleet_files_it(converted, keys
     assert shown[0]["p50_ms"] == pytest.approx(row["result"]["latency_ms"]["p50"])
 
 
-@pytest.mark.parametrize("signer, kind", [("unsigned", "unsigned_artifact"), ("someone-else", "signature_invalid")])
+@pytest.mark.parametrize("signer, kind", [("unsigned", "unsigned_job"), ("someone-else", "signature_invalid")])
 def test_an_agent_with_a_trusted_key_refuses_unsigned_and_foreign_artifacts(converted, keys, fleet, capsys,
                                                                             signer, kind):
     outdir, manifest = converted
@@ -148,7 +151,7 @@ def test_an_agent_with_a_trusted_key_refuses_unsigned_and_foreign_artifacts(conv
 
 
 def test_tampered_bytes_never_reach_the_model_parser(converted, keys, fleet, tmp_path):
-    """Someone on the broker sends a job with the genuine signed facts, but other bytes."""
+    """A job signed with the fleet key whose chunks make other bytes than the artifact it names."""
     outdir, manifest = converted
     int8 = entry(manifest, "onnx-int8")
     tampered = tmp_path / "tampered.onnx"
@@ -157,9 +160,8 @@ def test_tampered_bytes_never_reach_the_model_parser(converted, keys, fleet, tmp
     tampered.write_bytes(bytes(data))
     plan, size, _ = plan_chunks(tampered, 1024)
     meta = {"model": manifest["model"]["source"], "artifact_key": "onnx-int8", "format": "onnx", "precision": "int8"}
-    signature = SigningKey.load(keys[0].private_key).sign_artifact(int8["sha256"], size, "onnx", meta)
     job = protocol.benchmark_job("lab-x86", 1, "tampered", int8["sha256"], "onnx", chunks=plan, size=size,
-                                 signature=signature, meta=meta, **QUICK_BENCH)
+                                 signer=SigningKey.load(keys[0].private_key).sign_job, meta=meta, **QUICK_BENCH)
     attacker = RawClient(fleet.broker, [protocol.transfer_topic("lab-x86"), protocol.results_topic("lab-x86")])
     try:
         attacker.publish(protocol.jobs_topic("lab-x86"), job)
@@ -175,6 +177,51 @@ def test_tampered_bytes_never_reach_the_model_parser(converted, keys, fleet, tmp
     assert answer["body"]["ok"] is False and answer["body"]["error"]["kind"] == "artifact_mismatch"
     agent = fleet.agents["lab-x86"]
     assert f"{int8['sha256']}.onnx" not in agent.artifacts() and agent.chunks_held(int8["sha256"]) == 0
+
+
+def test_a_deployed_job_is_signed_whole_and_a_copy_of_it_is_refused_as_a_replay(converted, keys, fleet, capsys):
+    outdir, manifest = converted
+    spy = RawClient(fleet.broker, [protocol.jobs_topic("lab-x86"), protocol.results_topic("lab-x86")])
+    try:
+        code, out, err = run_cli(capsys, outdir, "--device", "lab-x86", "--artifact", "onnx-fp32", "--expires", "2h",
+                                 "--broker", fleet.broker.address, "--key", keys[0].private_key, "--wait",
+                                 "--chunk-kb", CHUNK_KB, "--json", *CLI_BENCH)
+        assert code == 0, err
+        [row] = json.loads(out)
+        assert row["ok"] is True
+        body = spy.wait_for(protocol.jobs_topic("lab-x86"), lambda e: e["body"]["job_id"] == row["job_id"])["body"]
+        assert body["target"] == {"devices": ["lab-x86"], "profile": None}
+        assert body["expires_at"] - body["issued_at"] == pytest.approx(7200)
+        created = datetime.datetime.fromisoformat(manifest["created"]).timestamp()
+        assert body["release"] == {"model": manifest["model"]["source"], "version": created}
+        assert body["signature"]["key_id"] == SigningKey.load(keys[0].private_key).key_id
+        assert body["bench"] == {"runs": 5, "duration_s": 0.0, "idle_s": 0.0}
+
+        copy = protocol.Envelope("lab-x86", 1, protocol.BENCHMARK_JOB, body)  # the same signed job, a new message
+        spy.publish(protocol.jobs_topic("lab-x86"), copy)
+        answer = spy.wait_for(protocol.results_topic("lab-x86"), lambda e: e["body"]["request_id"] == copy.id)
+    finally:
+        spy.close()
+    assert answer["body"]["ok"] is False and answer["body"]["error"]["kind"] == "replayed"
+    assert answer["body"]["result"] is None
+
+
+def test_an_older_build_is_refused_unless_deployed_with_allow_downgrade(converted, keys, fleet, tmp_path, capsys):
+    outdir, _ = converted
+    older = tmp_path / "older"
+    shutil.copytree(outdir, older)
+    manifest = json.loads((older / "manifest.json").read_text())
+    (older / "manifest.json").write_text(json.dumps(dict(manifest, created="2020-01-01T00:00:00+00:00")))
+    common = ("--device", "lab-x86", "--artifact", "onnx-fp32", "--broker", fleet.broker.address,
+              "--key", keys[0].private_key, "--wait", "--chunk-kb", CHUNK_KB, "--json", *CLI_BENCH)
+    assert run_cli(capsys, outdir, *common)[0] == 0  # the current build: the device accepts it
+
+    code, out, err = run_cli(capsys, older, *common)
+    [row] = json.loads(out)
+    assert code == 1 and row["error"]["kind"] == "downgrade" and "--allow-downgrade" in row["error"]["message"]
+    code, out, err = run_cli(capsys, older, *common, "--allow-downgrade")
+    [row] = json.loads(out)
+    assert code == 0 and row["ok"] is True, err
 
 
 def test_a_file_changed_after_convert_is_not_sent(converted, fleet, tmp_path, capsys):
@@ -243,7 +290,8 @@ def test_a_device_that_never_answers_times_out(converted, mqtt_broker, capsys, w
     outdir, _ = converted
     ghost = RawClient(mqtt_broker, [])
     try:
-        status = protocol.status_body(protocol.ONLINE, "connected", profile="x86-64")
+        status = protocol.status_body(protocol.ONLINE, "connected", profile="x86-64", agent_version="0.1.0",
+                                      started_at=time.time())
         ghost.publish(protocol.status_topic("ghost"), protocol.Envelope("ghost", 1, protocol.STATUS_TYPE, status),
                       retain=True)
         code, out, err = run_cli(capsys, outdir, "--device", "ghost", "--broker", mqtt_broker.address, "--unsigned",

@@ -46,6 +46,25 @@ def test_the_recommended_artifact_is_planned_in_chunks_with_the_manifest_facts(t
     assert choose_artifact(outdir, "onnx-fp32").precision == "fp32"
 
 
+def test_the_release_is_the_model_source_and_the_manifest_creation_time(tmp_path):
+    outdir = write_outdir(tmp_path / "out")
+    assert choose_artifact(outdir).release is None  # a manifest without "created": no rollback check possible
+    manifest = json.loads((outdir / "manifest.json").read_text())
+    (outdir / "manifest.json").write_text(json.dumps(dict(manifest, created="2026-11-24T06:00:00+00:00")))
+    assert choose_artifact(outdir).release == protocol.Release("nets.py:small_cnn", 1795500000.0)
+
+
+@pytest.mark.parametrize("expires, fragment", [
+    ("soon", "is not a duration: give seconds or a number with s, m, h or d"),
+    ("0", "is not a duration"),
+    ("31d", "valid for 1 s to 30 days, got 2.6784e+06 s"),
+])
+def test_the_job_lifetime_is_checked_before_anything_is_sent(tmp_path, capsys, expires, fragment):
+    outdir = write_outdir(tmp_path / "out")
+    assert main(["deploy", str(outdir), "--device", "pi-1", "--unsigned", "--expires", expires]) == 2
+    assert fragment in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("setup, key, fragment", [
     ("nothing", None, "has no manifest.json"),
     ("bad json", None, "is not valid JSON"),
@@ -104,7 +123,7 @@ def test_bad_targets_are_refused(kwargs, fragment):
 
 def test_status_messages_give_state_profile_and_signature_policy():
     body = protocol.status_body("online", "connected", profile="rpi5", signatures="required",
-                                trusted_key_id="0123456789abcdef", agent_version="0.1.0")
+                                trusted_key_id="0123456789abcdef", agent_version="0.1.0", started_at=1732189000.5)
     envelope = protocol.Envelope("pi-1", 7, protocol.STATUS_TYPE, body)
     parsed = parse_status(protocol.status_topic("pi-1"), envelope.encode())
     assert parsed == DeviceStatus("pi-1", "online", 7, "rpi5", "required", "0123456789abcdef", "0.1.0")
@@ -164,11 +183,33 @@ def too_big_ts(envelope):
 
 
 def test_malformed_retained_statuses_are_skipped_not_fatal():
-    good = protocol.Envelope("pi-1", 3, protocol.STATUS_TYPE, protocol.status_body("online", "connected"))
+    good = protocol.Envelope("pi-1", 3, protocol.STATUS_TYPE, agent_status("online"))
     client = QueuedClient([Received(protocol.status_topic("pi-2"), b"[" * 5000, True),
                            Received(protocol.status_topic("pi-3"), too_big_ts(good), True),
                            Received(protocol.status_topic("pi-1"), good.encode(), True)])
     assert list(read_statuses(client, quiet_s=0.01, max_s=1.0)) == ["pi-1"]
+
+
+def agent_status(state):
+    return protocol.status_body(state, "connected", agent_version="0.1.0", started_at=1732189000.5, profile="rpi5")
+
+
+def test_junk_retained_statuses_are_not_deploy_targets():
+    """100 statuses a client left on the broker that no agent sent (fields missing or of the wrong
+    type) are ignored: `--all` targets only the real device and so waits on it alone."""
+    junk = [protocol.status_body("online", "connected"),  # no agent_version, no started_at
+            protocol.status_body("online", "connected", agent_version=1, started_at=5.0),
+            protocol.status_body("online", "connected", agent_version="0.1", started_at="yesterday"),
+            protocol.status_body("online", "connected", agent_version="0.1", started_at=True),
+            {"state": "online", "agent_version": "0.1", "started_at": 5.0}]  # no reason
+    messages = [Received(protocol.status_topic(f"junk-{i}"),
+                         protocol.Envelope(f"junk-{i}", 1, protocol.STATUS_TYPE, junk[i % len(junk)]).encode(), True)
+                for i in range(100)]
+    real = protocol.Envelope("pi-1", 3, protocol.STATUS_TYPE, agent_status("online"))
+    messages.append(Received(protocol.status_topic("pi-1"), real.encode(), True))
+    statuses = read_statuses(QueuedClient(messages), quiet_s=0.01, max_s=5.0)
+    assert list(statuses) == ["pi-1"]
+    assert [t.device_id for t in select_targets(statuses, all_devices=True)] == ["pi-1"]
 
 
 def test_a_deploy_takes_only_well_formed_answers_from_the_targeted_device(tmp_path):

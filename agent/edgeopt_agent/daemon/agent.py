@@ -12,6 +12,7 @@ from typing import Any, Dict, Optional
 
 from .. import protocol, signing
 from ..profiles import load_profile
+from .admission import Admission, JobLedger
 from .backoff import Backoff
 from .config import AgentConfig
 from .inbox import Inbox
@@ -48,15 +49,17 @@ class Agent:
         self.inbox = Inbox(self.store)
         self.sender = OutboxSender(self.outbox)
         self.telemetry = Telemetry(sensors, profile.name if profile else None)
+        self.admission = Admission(self.device_id, config.profile, self.trusted_key,
+                                   JobLedger(self.store) if self.trusted_key else None, config.clock_skew_s)
         self.transfers = Transfers(
             self.device_id,
             config.data_dir,
-            self.trusted_key,
+            self.admission,
             request=lambda body: self.outbox.add(protocol.TRANSFER, protocol.TRANSFER_TYPE, body),
             idle_timeout_s=config.transfer_timeout_s,
         )
         self.jobs = JobHandler(self.device_id, config.data_dir, sensors, self.trusted_key, self.transfers,
-                               config.bench_limits)
+                               config.bench_limits, self.admission)
         self.worker = JobWorker(self.store, self.inbox, self.outbox, self.jobs)
         self.session = MqttSession(
             config.broker,
@@ -75,9 +78,13 @@ class Agent:
 
     def run(self, stop: threading.Event) -> None:
         """Serve until `stop` is set, then shut down cleanly."""
-        log.info("edgeopt-agent %s: device '%s', broker %s, data in %s, artifact signatures %s",
+        log.info("edgeopt-agent %s: device '%s', broker %s, data in %s, job signatures %s",
                  self.telemetry.agent_version, self.device_id, self.config.broker.address, self.config.data_dir,
                  f"required (trusted key {self.trusted_key.key_id})" if self.trusted_key else "off")
+        if self.trusted_key is None:
+            log.warning("NO TRUSTED KEY: this agent runs any job that anyone who can publish on %s sends, "
+                        "unsigned, with no expiry, replay, target or downgrade checks; give it the fleet's "
+                        "public key (--trusted-key, or trusted_key in its config)", protocol.jobs_topic(self.device_id))
         self.worker.start()
         self.session.start()
         interval = self.config.telemetry_interval_s
@@ -170,7 +177,7 @@ class Agent:
         }
 
     def _signature_state(self) -> Dict[str, Any]:
-        """Whether this agent refuses unsigned artifacts, for status and telemetry."""
+        """Whether this agent refuses unsigned jobs (and checks expiry, replay, target, downgrade)."""
         return {
             "signatures": "required" if self.trusted_key else "off",
             "trusted_key_id": self.trusted_key.key_id if self.trusted_key else None,

@@ -11,6 +11,7 @@ from typing import List, Optional
 
 from ..errors import UserError
 from .config import (
+    DEFAULT_CLOCK_SKEW_S,
     DEFAULT_DATA_DIR,
     DEFAULT_TELEMETRY_INTERVAL_S,
     DEFAULT_TRANSFER_TIMEOUT_S,
@@ -32,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     add = parser.add_argument
     add("--config", type=Path, metavar="FILE", help="TOML config file (see scripts/agent.example.toml)")
     add("--broker", metavar="HOST:PORT", help="MQTT broker (default localhost:1883, 8883 with TLS)")
-    add("--device-id", help="this board's id in topics (default: the host name)")
+    add("--device-id", help="this board's id in topics: 1-64 letters, digits, '.', '_' or '-' (default: the host name)")
     add("--profile", help="device profile, e.g. rpi5 or jetson-orin-nano (see `edgeopt devices`)")
     add("--data-dir", help=f"where state and artifacts live (default {DEFAULT_DATA_DIR})")
     add("--telemetry-interval", type=float, metavar="SECONDS",
@@ -49,7 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--reconnect-min", type=float, metavar="SECONDS", help="first reconnect delay (default 1)")
     add("--reconnect-max", type=float, metavar="SECONDS", help="longest reconnect delay (default 60)")
     add("--trusted-key", metavar="FILE",
-        help="Ed25519 public key (PEM, from `edgeopt keys init`): run only artifacts signed with its private key")
+        help="Ed25519 public key (PEM, from `edgeopt keys init`): run only jobs signed with its private key")
+    add("--clock-skew", type=float, metavar="SECONDS",
+        help=f"how far the host's clock may be off when a signed job's validity is checked (default {DEFAULT_CLOCK_SKEW_S:g})")
     add("--transfer-timeout", type=float, metavar="SECONDS",
         help=f"give up a chunked artifact transfer after this long without a chunk (default {DEFAULT_TRANSFER_TIMEOUT_S:g})")
     add("--log-level", choices=LOG_LEVELS, help="default info")

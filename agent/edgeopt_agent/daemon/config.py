@@ -16,6 +16,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 from .. import protocol
 from ..errors import UserError
+from .admission import DEFAULT_CLOCK_SKEW_S
 from .jobs import BenchLimits
 
 if sys.version_info >= (3, 11):
@@ -51,6 +52,8 @@ KEYS: Dict[str, Tuple[type, Any]] = {
     "reconnect_max": (float, 60.0),
     "log_level": (str, "info"),
     "trusted_key": (str, None),
+    # How far the host's and this board's clocks may disagree when a job's validity is checked.
+    "clock_skew": (float, DEFAULT_CLOCK_SKEW_S),
     "transfer_timeout": (float, DEFAULT_TRANSFER_TIMEOUT_S),
     # The most a job may ask for, in seconds: bench timeout_s, max_duration_s and idle_s.
     "max_job_timeout": (float, BenchLimits.timeout_s),
@@ -88,8 +91,9 @@ class AgentConfig:
     reconnect_min_s: float = 1.0
     reconnect_max_s: float = 60.0
     log_level: str = "info"
-    # Ed25519 public key (PEM); with it, only artifacts signed by its private key are run.
+    # Ed25519 public key (PEM); with it, only jobs signed by its private key are run.
     trusted_key: Optional[Path] = None
+    clock_skew_s: float = DEFAULT_CLOCK_SKEW_S
     # A chunked transfer that receives nothing for this long fails (what arrived is kept).
     transfer_timeout_s: float = DEFAULT_TRANSFER_TIMEOUT_S
     bench_limits: BenchLimits = BenchLimits()
@@ -145,6 +149,8 @@ def build_config(flags: Mapping[str, Any], config_file: Optional[Path] = None) -
         raise UserError("reconnect delays need 0 < reconnect_min <= reconnect_max")
     if values["keepalive"] < 5:
         raise UserError(f"keepalive must be at least 5 seconds, got {values['keepalive']}")
+    if values["clock_skew"] < 0:
+        raise UserError(f"clock skew must be zero or more seconds, got {values['clock_skew']}")
     if values["transfer_timeout"] <= 0:
         raise UserError(f"transfer timeout must be positive seconds, got {values['transfer_timeout']}")
     for key in ("max_job_timeout", "max_job_duration", "max_job_idle"):
@@ -167,7 +173,7 @@ def build_config(flags: Mapping[str, Any], config_file: Optional[Path] = None) -
     )
     return AgentConfig(
         broker=broker,
-        device_id=protocol.validate_device_id(values["device_id"] or default_device_id()),
+        device_id=_device_id(values["device_id"]),
         data_dir=Path(values["data_dir"]).expanduser(),
         profile=values["profile"],
         telemetry_interval_s=values["telemetry_interval"],
@@ -175,6 +181,7 @@ def build_config(flags: Mapping[str, Any], config_file: Optional[Path] = None) -
         reconnect_max_s=values["reconnect_max"],
         log_level=values["log_level"].lower(),
         trusted_key=_existing_file(values["trusted_key"], "trusted_key"),
+        clock_skew_s=values["clock_skew"],
         transfer_timeout_s=values["transfer_timeout"],
         bench_limits=BenchLimits(values["max_job_timeout"], values["max_job_duration"], values["max_job_idle"]),
     )
@@ -192,20 +199,48 @@ def parse_broker(text: str) -> Tuple[str, Optional[int]]:
 
 
 def broker_settings(address: str, tls: bool = False, tls_ca: Optional[Union[str, Path]] = None,
-                    username: Optional[str] = None, password: Optional[str] = None) -> BrokerSettings:
-    """Settings for a client of the broker at `address` ('host', 'host:port', '[v6]:port')."""
+                    username: Optional[str] = None, password: Optional[str] = None,
+                    tls_cert: Optional[Union[str, Path]] = None, tls_key: Optional[Union[str, Path]] = None,
+                    tls_insecure: bool = False) -> BrokerSettings:
+    """Settings for a client of the broker at `address` ('host', 'host:port', '[v6]:port').
+
+    The same rules as the agent's config: any TLS file (or `tls_insecure`) turns TLS on, a client
+    certificate needs its key, and a password needs a username.
+    """
     host, port = parse_broker(address)
     if password and not username:
         raise UserError("a broker password needs a username too")
-    tls = tls or tls_ca is not None
+    if bool(tls_cert) != bool(tls_key):
+        raise UserError("a TLS client certificate needs both --tls-cert and --tls-key")
+    tls = bool(tls or tls_ca or tls_cert or tls_insecure)
     return BrokerSettings(host=host, port=port or (DEFAULT_TLS_PORT if tls else DEFAULT_PORT), tls=tls,
-                          tls_ca=Path(tls_ca) if tls_ca else None, username=username, password=password)
+                          tls_ca=_existing_file(_text(tls_ca), "tls_ca"),
+                          tls_cert=_existing_file(_text(tls_cert), "tls_cert"),
+                          tls_key=_existing_file(_text(tls_key), "tls_key"),
+                          tls_insecure=bool(tls_insecure), username=username, password=password)
+
+
+def _text(path: Optional[Union[str, Path]]) -> Optional[str]:
+    return str(path) if path is not None else None
 
 
 def default_device_id() -> str:
     """The host name, reduced to the characters a device id allows."""
     name = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname().split(".")[0]).strip("-._")
     return name[:64] or "edgeopt-device"
+
+
+def _device_id(value: Optional[str]) -> str:
+    """The id given (checked as a topic level), or the host name when none was given at all."""
+    if value is None:
+        return protocol.validate_device_id(default_device_id())
+    if not value.strip():
+        raise UserError("device id is empty: give --device-id ID (device_id in the config file), 1-64 letters, "
+                        "digits, '.', '_' or '-', or leave it out to use the host name")
+    try:
+        return protocol.validate_device_id(value)
+    except protocol.ProtocolError as exc:
+        raise UserError(f"{exc}; it names this board's MQTT topics (edgeopt/v1/<device_id>/...)") from None
 
 
 def _coerce(key: str, kind: type, value: Any) -> Any:

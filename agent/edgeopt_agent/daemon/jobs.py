@@ -1,7 +1,8 @@
 """Turns one job message into one result body. Bad input becomes an error result, never an exception.
 
-Checks run cheapest first and before anything is loaded: envelope, job schema, the artifact's
-signature (when the agent has a trusted key), the bench options against the agent's limits,
+Checks run cheapest first and before anything is loaded: envelope, job schema, admission (when the
+agent has a trusted key: the whole job signed by it, not expired, for this device, not seen before,
+not a downgrade; see admission.py), the bench options against the agent's limits,
 the paths (only under ``<data_dir>/models/``), then the artifact's bytes (copied, inline,
 received in chunks or downloaded) against its sha256, into a copy only the worker writes. Only
 then is the benchmark engine imported and run; it loads the runtime and the model in a child
@@ -15,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-from .. import protocol, signing
+from .. import protocol
 from ..errors import UserError
 from ..signing import TrustedKey
+from .admission import Admission
 from .artifacts import INLINE_DIR, materialize, model_path, sha256_file
 from .download import download, download_deadline_s
 from .transfers import Transfers
@@ -50,13 +52,14 @@ class BenchLimits:
 class JobHandler:
     def __init__(self, device_id: str, data_dir: Path, sensors: Any = None,
                  trusted_key: Optional[TrustedKey] = None, transfers: Optional[Transfers] = None,
-                 limits: BenchLimits = BenchLimits()):
-        """With `trusted_key`, only artifacts signed by it are run; `transfers` receives chunked ones."""
+                 limits: BenchLimits = BenchLimits(), admission: Optional[Admission] = None):
+        """With `trusted_key`, only jobs signed by it are run (`admission` decides; by default one
+        that keeps its ledger in the data dir's state file); `transfers` receives chunked artifacts."""
         self.device_id = device_id
         self.data_dir = Path(data_dir)
         self.sensors = sensors
-        self.trusted_key = trusted_key
-        self.transfers = transfers or Transfers(device_id, self.data_dir, trusted_key)
+        self.admission = admission or Admission.for_data_dir(device_id, self.data_dir, trusted_key)
+        self.transfers = transfers or Transfers(device_id, self.data_dir, self.admission)
         self.limits = limits
 
     def handle(self, payload: bytes, attempts: int = 1) -> Dict[str, Any]:
@@ -75,6 +78,7 @@ class JobHandler:
                     "not trying it again",
                     kind="interrupted",
                 )
+            self.admission.admit(job, attempts)  # before a single byte of the artifact is touched
             log.info("running job %s (%s)", job_id, job.artifact.describe())
             result = self._run_benchmark(job)
             return protocol.result_body(job_id, job_type, request_id, result=result, meta=meta)
@@ -94,7 +98,6 @@ class JobHandler:
         return protocol.result_body(job_id, job_type, request_id, error=error, meta=meta)
 
     def _run_benchmark(self, job: protocol.BenchmarkJob) -> Dict[str, Any]:
-        signing.check_job(self.trusted_key, job)  # before a single byte of the artifact is touched
         self.limits.check(job.bench)
         options = dict(job.bench)
         if options.get("input_file"):

@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Set, Tuple
 
-from .. import protocol, signing
-from ..signing import TrustedKey
+from .. import protocol
 from ..transfer import ChunkStore, TransferError
+from .admission import Admission
 from .artifacts import INLINE_DIR, ArtifactError, sha256_file
 
 log = logging.getLogger(__name__)
@@ -32,15 +32,16 @@ class Transfers:
         self,
         device_id: str,
         data_dir: Path,
-        trusted_key: Optional[TrustedKey] = None,
+        admission: Optional[Admission] = None,
         request: Optional[Callable[[Dict[str, Any]], Any]] = None,
         idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
         store: Optional[ChunkStore] = None,
     ):
-        """`request(body)` sends a transfer message (the agent queues it in its outbox)."""
+        """`request(body)` sends a transfer message (the agent queues it in its outbox); a job that
+        `admission` refuses gets none of its chunks asked for."""
         self.device_id = device_id
         self.data_dir = Path(data_dir)
-        self.trusted_key = trusted_key
+        self.admission = admission
         self.idle_timeout_s = idle_timeout_s
         self.store = store or ChunkStore(self.data_dir / TRANSFERS_DIR)
         self._request = request
@@ -65,7 +66,8 @@ class Transfers:
         if job.artifact.chunks is None:
             return
         try:
-            signing.check_job(self.trusted_key, job)
+            if self.admission is not None:
+                self.admission.precheck(job)
             missing = [] if self.final_path(job.artifact).is_file() else self.store.register(job.artifact)
         except (protocol.ProtocolError, OSError) as exc:
             log.info("not asking for the chunks of job %s: %s", job.job_id, exc)

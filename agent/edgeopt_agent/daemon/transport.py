@@ -257,18 +257,7 @@ class MqttSession:
             client.connect_async(s.host, s.port, s.keepalive_s)
         client.manual_ack_set(True)
         client.enable_logger(logging.getLogger("paho.mqtt"))
-        if s.tls:
-            try:
-                client.tls_set(
-                    ca_certs=str(s.tls_ca) if s.tls_ca else None,
-                    certfile=str(s.tls_cert) if s.tls_cert else None,
-                    keyfile=str(s.tls_key) if s.tls_key else None,
-                )
-            except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
-                raise UserError(f"cannot set up TLS for {s.address}: {exc}") from exc
-            client.tls_insecure_set(s.tls_insecure)
-        if s.username:
-            client.username_pw_set(s.username, s.password)
+        apply_credentials(client, s)
         client.on_connect = self._handle_connect
         client.on_disconnect = self._handle_disconnect
         client.on_message = self._handle_message
@@ -327,3 +316,20 @@ class MqttSession:
             self._final_acked = accepted
             return
         self._on_ack(mid, accepted)
+
+
+def apply_credentials(client: Any, settings: BrokerSettings) -> None:
+    """TLS (CA, client certificate for mutual TLS, host name check) and user name/password on a
+    paho client: one definition for the agent, the collector and deploy."""
+    if settings.tls:
+        try:
+            client.tls_set(
+                ca_certs=str(settings.tls_ca) if settings.tls_ca else None,
+                certfile=str(settings.tls_cert) if settings.tls_cert else None,
+                keyfile=str(settings.tls_key) if settings.tls_key else None,
+            )
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            raise UserError(f"cannot set up TLS for {settings.address}: {exc}") from exc
+        client.tls_insecure_set(settings.tls_insecure)
+    if settings.username:
+        client.username_pw_set(settings.username, settings.password)

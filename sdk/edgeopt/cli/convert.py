@@ -37,6 +37,18 @@ file, an ExportedProgram .pt2, an .onnx file, or example:digits-cnn (bundled).""
               help="Fail when any artifact loses more than this many percentage points against FP32.")
 @click.option("--min-cosine", type=float, metavar="X",
               help="Fail when any artifact's outputs have a cosine similarity to FP32 below X (any output kind).")
+@click.option("--output-kind", "output_kinds", multiple=True, metavar="NAME=KIND",
+              help="How an output is judged (repeatable): classes, detection, embedding, probability, regression, "
+                   "sequence, mask, state. Inferred from name, shape and values when not given.")
+@click.option("--state", "state_pairs", multiple=True, metavar="INPUT=OUTPUT",
+              help="A recurrent state the model returns and takes back (repeatable); stateful models are judged "
+                   "streamed, each artifact fed its own state. Detected from names and shapes when not given.")
+@click.option("--stream-steps", type=click.IntRange(min=2), default=64, show_default=True,
+              help="Steps a stateful model is streamed through (at most the evaluation samples).")
+@click.option("--metric", metavar="FILE.py:FN",
+              help="Your own metric: FN(reference, candidate, labels) -> number, higher is better; outputs come "
+                   "as {name: array}.")
+@click.option("--max-metric-drop", type=float, metavar="X", help="Fail when an artifact's --metric is more than X below FP32's.")
 @click.option("--threads", type=click.IntRange(min=1), help="Threads for host timing (default: the profile's, capped at this machine's cores).")
 @click.option("--calibrate-method", type=click.Choice(["minmax", "entropy", "percentile"]), default="minmax",
               show_default=True, help="How ONNX INT8 activation ranges are chosen.")
@@ -46,7 +58,8 @@ file, an ExportedProgram .pt2, an .onnx file, or example:digits-cnn (bundled).""
 @click.option("--no-timing", is_flag=True, help="Skip the host timing (the recommendation then falls back to the profile's prediction).")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON instead of the summary table.")
 def convert(model, device, output_dir, input_shapes, input_dtypes, input_values, calibration, eval_data, formats, precisions,
-            max_accuracy_drop, min_cosine, threads, calibrate_method, weights, trust_model_code, no_timing, as_json):
+            max_accuracy_drop, min_cosine, output_kinds, state_pairs, stream_steps, metric, max_metric_drop, threads,
+            calibrate_method, weights, trust_model_code, no_timing, as_json):
     from edgeopt.api import convert as run
     from edgeopt_converters.progress import Progress, RichProgress
 
@@ -55,7 +68,9 @@ def convert(model, device, output_dir, input_shapes, input_dtypes, input_values,
         input_shape=list(input_shapes) or None, input_dtype=list(input_dtypes) or None,
         input_value=list(input_values) or None,
         calibration=calibration, eval_data=eval_data, formats=formats, precisions=precisions,
-        max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine, threads=threads, calibrate_method=calibrate_method,
+        max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine, output_kinds=list(output_kinds),
+        state=list(state_pairs), stream_steps=stream_steps, metric=metric, max_metric_drop=max_metric_drop,
+        threads=threads, calibrate_method=calibrate_method,
         weights=weights, trust_model_code=trust_model_code, time_on_host=not no_timing, progress=reporter,
     )
     if as_json:
@@ -71,6 +86,38 @@ def _fmt(value, pattern="{:.2f}"):
     return "-" if value is None else pattern.format(value)
 
 
+def _verdict(acc: dict) -> str:
+    verdict = acc.get("verdict") or "-"
+    return {"ok": "ok", "unresolved": "unresolved", "failed": "FAILED"}.get(verdict, verdict)
+
+
+def _worst(acc: dict) -> str:
+    """The deciding output's kind and its headline figure."""
+    name = acc.get("worst_output")
+    judged = [o for o in acc.get("outputs", []) + ((acc.get("streamed") or {}).get("outputs") or []) if o["name"] == name]
+    if not judged:
+        return "-"
+    o = judged[0]
+    if o.get("loss_points") is not None:
+        low, high = o["loss_points_interval"]
+        figure = f"-{o['loss_points']:.2f} pt [{low:.1f},{high:.1f}]"
+    elif o["kind"] == "embedding":
+        figure = f"cos {o['cosine_similarity']:.4f}/{o['worst_cosine']:.4f}"
+    elif o["kind"] == "mask":
+        figure = f"IoU {o['mean_iou']:.3f}"
+    else:
+        figure = f"cos {o['cosine_similarity']:.4f}"
+    return f"{o['name']} {o['kind']}: {figure}"
+
+
+def _speedup(timing: dict) -> str:
+    speedup = timing.get("speedup")
+    if speedup:
+        low, high = speedup["interval"]
+        return f"{speedup['estimate']:.2f}x [{low:.2f},{high:.2f}]"
+    return _fmt(timing.get("speedup_vs_fp32"), "{:.2f}x")
+
+
 def print_summary(manifest: dict, output_dir: str) -> None:
     rows = []
     for a in manifest["artifacts"]:
@@ -78,20 +125,22 @@ def print_summary(manifest: dict, output_dir: str) -> None:
         rows.append([
             ("* " if a["recommended"] else "  ") + a["key"],
             f"{a['size_bytes'] / 1024:.0f} KiB",
+            _verdict(acc),
+            _worst(acc),
             _fmt(acc["top1_accuracy"]),
-            _fmt(acc["top1_agreement"]),
-            _fmt(acc["cosine_similarity"], "{:.4f}"),
             _fmt(timing.get("p50_ms"), "{:.3f}"),
-            _fmt(timing.get("speedup_vs_fp32"), "{:.2f}x"),
+            _speedup(timing),
         ])
     out = console()
     basis = manifest["recommendation"]["basis"]
     where = "measured on this host" if basis == "measured" else f"timings are from this {manifest['host']['machine']} host, not {manifest['device']}"
-    out.print(table(["artifact", "size", "top-1 %", "agree %", "cosine", "p50 ms", "vs fp32"], rows,
+    out.print(table(["artifact", "size", "verdict", "worst output", "top-1 %", "p50 ms", "vs fp32 (95%)"], rows,
                     title=f"{manifest['device']}: {manifest['model']['source']} ({where})"))
     for a in manifest["artifacts"]:
         if a["scheme"]:
             out.print(f"{a['key']}: {a['scheme']}", markup=False)
+        if a["accuracy"].get("verdict") != "ok":
+            out.print(f"{a['key']}: {a['accuracy'].get('verdict')}: {a['accuracy'].get('reason')}", markup=False)
     for note in manifest["notes"]:
         out.print(f"note: {note}", markup=False)
     for warning in manifest["warnings"]:

@@ -2,16 +2,33 @@
 from __future__ import annotations
 
 import json
-import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
 import click
 
+from .broker_options import broker_options, broker_settings_from
 from .output import console, table
 
 PASSWORD_ENV = "EDGEOPT_DEPLOY_PASSWORD"
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class Duration(click.ParamType):
+    """Seconds, or a number with a unit: 90s, 30m, 24h, 7d."""
+
+    name = "DURATION"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)):
+            return float(value)
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", str(value))
+        if not match or float(match.group(1)) <= 0:
+            self.fail(f"{value!r} is not a duration: give seconds or a number with s, m, h or d (e.g. 24h)", param, ctx)
+        return float(match.group(1)) * _UNITS[match.group(2) or "s"]
+
 
 
 @click.command()
@@ -20,7 +37,6 @@ PASSWORD_ENV = "EDGEOPT_DEPLOY_PASSWORD"
 @click.option("--profile", metavar="NAME", help="Deploy to every online device of this profile.")
 @click.option("--all", "all_devices", is_flag=True, help="Deploy to every online device.")
 @click.option("--artifact", "artifact_key", metavar="KEY", help="Artifact of the manifest (default: the recommended one).")
-@click.option("--broker", default="localhost:1883", show_default=True, metavar="HOST[:PORT]", help="MQTT broker.")
 @click.option("--key", "key_path", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
               help="Ed25519 private key to sign with (default: $EDGEOPT_SIGNING_KEY, or the key of "
                    "`edgeopt keys init` when there is one).")
@@ -37,27 +53,29 @@ PASSWORD_ENV = "EDGEOPT_DEPLOY_PASSWORD"
 @click.option("--idle", "idle_s", type=click.FloatRange(min=0), help="Idle power baseline before the run, seconds.")
 @click.option("--chunk-kb", type=click.IntRange(min=1, max=4096), default=256, show_default=True,
               help="Size of the chunks the artifact travels in.")
+@click.option("--expires", "expires_s", type=Duration(), default="24h", show_default=True,
+              help="Devices refuse the job after this long (seconds, or 30m, 24h, 7d; at most 30d).")
+@click.option("--allow-downgrade", is_flag=True,
+              help="Let devices run this artifact although they accepted a newer build of the model before "
+                   "(signed into the job).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON list (one object per device) instead of a table.")
-@click.option("--tls", is_flag=True, help="Connect with TLS (system CA store unless --tls-ca).")
-@click.option("--tls-ca", type=click.Path(exists=True, dir_okay=False), help="CA certificate(s) for the broker.")
-@click.option("--username", help="Broker user name.")
-@click.option("--password-file", type=click.Path(exists=True, dir_okay=False),
-              help=f"File holding the broker password (or set ${PASSWORD_ENV}).")
-def deploy(outdir: Path, device_id, profile, all_devices, artifact_key, broker, key_path, unsigned, url, wait,
-           timeout_s, runs, duration_s, threads, idle_s, chunk_kb, as_json, tls, tls_ca, username, password_file):
+@broker_options(PASSWORD_ENV)
+def deploy(outdir: Path, device_id, profile, all_devices, artifact_key, key_path, unsigned, url, wait,
+           timeout_s, runs, duration_s, threads, idle_s, chunk_kb, expires_s, allow_downgrade, as_json, **broker):
     """Send the recommended artifact of OUTDIR (an `edgeopt convert` output) to devices as a benchmark job.
 
     The file travels through the broker in chunks (a device that already holds some gets only
-    the rest), signed with your Ed25519 key so agents with a trusted key run nothing else.
+    the rest). The whole job (artifact, bench options, target devices, validity) is signed with
+    your Ed25519 key, so agents with a trusted key run nothing else, each job once, before it
+    expires, and never an older build of the model unless you say --allow-downgrade.
     Devices are picked from the broker's retained status messages: --device ID, --profile NAME
     (its online devices) or --all. With --wait, shows progress until each device answered and
     prints their measurements.
     """
-    from ..deploy import broker_settings, signing_key
     from ..deploy import deploy as run_deploy
+    from ..deploy import signing_key
 
-    password = Path(password_file).read_text(encoding="utf-8").strip() if password_file else os.environ.get(PASSWORD_ENV)
-    settings = broker_settings(broker, tls=tls, tls_ca=tls_ca, username=username, password=password)
+    settings = broker_settings_from(PASSWORD_ENV, **broker)
     key = signing_key(key_path, unsigned)
     bench = {name: value for name, value in
              (("runs", runs), ("duration_s", duration_s), ("threads", threads), ("idle_s", idle_s)) if value is not None}
@@ -65,7 +83,8 @@ def deploy(outdir: Path, device_id, profile, all_devices, artifact_key, broker, 
     try:
         rows = run_deploy(outdir, settings, device=device_id, profile=profile, all_devices=all_devices,
                           artifact=artifact_key, private_key=key, unsigned=key is None, wait=wait, timeout_s=timeout_s,
-                          progress=display.update, url=url, bench=bench, chunk_size=chunk_kb * 1024)
+                          progress=display.update, url=url, bench=bench, chunk_size=chunk_kb * 1024,
+                          expires_s=expires_s, allow_downgrade=allow_downgrade)
     finally:
         display.close()
     if as_json:

@@ -1,7 +1,6 @@
 """`edgeopt fleet`: run the collector, and look at what the fleet sent."""
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import threading
@@ -12,6 +11,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 import click
 
+from .broker_options import broker_options, broker_settings_from
 from .output import console, table
 
 PASSWORD_ENV = "EDGEOPT_FLEET_PASSWORD"
@@ -30,7 +30,7 @@ def fleet():
 
 
 @fleet.command()
-@click.option("--broker", default="localhost:1883", show_default=True, metavar="HOST[:PORT]", help="MQTT broker.")
+@broker_options(PASSWORD_ENV)
 @click.option("--db", "db_url", metavar="URL", help=DB_HELP)
 @click.option("--shared", "group", metavar="GROUP",
               help="Join an MQTT v5 shared subscription group, so several collectors split the load.")
@@ -39,33 +39,36 @@ def fleet():
                    "(default: edgeopt-collector[-GROUP]-HOSTNAME).")
 @click.option("--max-batch", type=click.IntRange(min=1), default=500, show_default=True,
               help="Most messages committed (and then acknowledged) in one transaction.")
-@click.option("--tls", is_flag=True, help="Connect with TLS (system CA store unless --tls-ca).")
-@click.option("--tls-ca", type=click.Path(exists=True, dir_okay=False), help="CA certificate(s) for the broker.")
-@click.option("--username", help="Broker user name.")
-@click.option("--password-file", type=click.Path(exists=True, dir_okay=False),
-              help=f"File holding the broker password (or set ${PASSWORD_ENV}).")
-def serve(broker, db_url, group, client_id, max_batch, tls, tls_ca, username, password_file):
+@click.option("--retain-days", type=click.FloatRange(min=0, min_open=True), metavar="DAYS",
+              help="Delete telemetry and rejected messages older than this many days, at start and every hour.")
+def serve(db_url, group, client_id, max_batch, retain_days, **broker):
     """Store every device's status, telemetry and results until Ctrl-C or SIGTERM."""
-    from edgeopt_agent.daemon.config import broker_settings
     from edgeopt_agent.protocol import shared_subscription
 
     from ..fleet.collector import Collector
+    from ..fleet.retention import Retention
     from ..fleet.store import open_store
 
     if group is not None:
         shared_subscription(group)  # a bad group name fails here, as a user error
-    password = Path(password_file).read_text(encoding="utf-8").strip() if password_file else os.environ.get(PASSWORD_ENV)
-    settings = broker_settings(broker, tls=tls, tls_ca=tls_ca, username=username, password=password)
+    settings = broker_settings_from(PASSWORD_ENV, **broker)
     store = open_store(db_url)
     try:
         collector = Collector(store, settings, client_id=client_id, shared_group=group, max_batch=max_batch)
         click.echo(f"collecting from {settings.address} into {store.url} as '{collector.client_id}'"
                    + (f" in share group '{group}'" if group else "") + "; Ctrl-C to stop", err=True)
         line = ProgressLine(sys.stderr)
+        retention = Retention(store, retain_days) if retain_days else None
+
+        def progress(running: Collector) -> None:
+            line.update(running)
+            if retention is not None:
+                retention.tick()
+
         stop = threading.Event()
         with _stop_on_signals(stop):
             try:
-                collector.run(stop, progress=line.update)
+                collector.run(stop, progress=progress)
             finally:
                 line.finish(collector)
     finally:
@@ -202,9 +205,10 @@ def stats(db_url, as_json):
     with _open(db_url) as store:
         counts = store.stats()
         gaps = store.gaps(open_only=True)
+        jumps = store.gaps(suspect=True)
         rejected = store.rejected(limit=10)
     if as_json:
-        click.echo(views.to_json({**counts, "open_gaps": gaps, "recent_rejections": rejected}))
+        click.echo(views.to_json({**counts, "open_gaps": gaps, "suspect_jumps": jumps, "recent_rejections": rejected}))
         return
     out = console()
     rows = [[kind, f"{counts['stored'].get(kind, 0):,}", f"{counts['duplicate'].get(kind, 0):,}"]
@@ -223,3 +227,81 @@ def stats(db_url, as_json):
         out.print(table(headers, cells, title=f"open gaps: {counts['gaps']['missing']:,} messages missing"))
     else:
         out.print(f"missing messages: none ({counts['gaps']['filled']:,} arrived late and were filled in)")
+    if jumps:
+        headers, cells = views.cells(views.GAPS, jumps)
+        out.print(table(headers, cells, title=f"suspect sequence jumps (not counted as missing): {len(jumps):,}"))
+
+
+@fleet.command()
+@click.argument("name")
+@click.option("--role", type=click.Choice(["device", "collector", "deploy", "broker"]), default="device",
+              show_default=True, help="What the identity does: a board's agent, a collector, a deploying user, "
+                                      "or the broker itself (a server certificate).")
+@click.option("--password-file", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="Mosquitto's password file: adds NAME with a new random password (made if missing).")
+@click.option("--cert", is_flag=True, help="Issue a client certificate (CN=NAME) from the fleet CA.")
+@click.option("--acl-file", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="Append the collector's or deploy user's `user` block to this Mosquitto ACL file.")
+@click.option("--broker", default="localhost", show_default=True, metavar="HOST[:PORT]",
+              help="The broker address written into the config.")
+@click.option("--host", "server_names", multiple=True, metavar="NAME",
+              help="With --role broker: another host name or IP address the broker is reached at "
+                   "(repeatable; NAME is always one).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Where to write the credentials and config (default: ./edgeopt-credentials/NAME).")
+@click.option("--keys-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Where the fleet CA lives (default: beside the signing keys, ~/.config/edgeopt/keys).")
+@click.option("--force", is_flag=True, help="Replace NAME's existing password or certificate.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def provision(name, role, password_file, cert, acl_file, broker, server_names, out_dir, keys_dir, force, as_json):
+    """Give NAME (a device id, collector or deploy user) its own broker identity.
+
+    A password (written to the broker's password file with mosquitto_passwd) and/or a client
+    certificate from the fleet CA, whose CN is NAME. The broker's ACL (scripts/mosquitto.acl)
+    then lets it use only its own topics.
+    """
+    from ..fleet import views
+    from ..fleet.provision import provision as make
+
+    done = make(name, role=role, password_file=password_file, cert=cert, out_dir=out_dir, keys_dir=keys_dir,
+                broker=broker, acl_file=acl_file, server_names=server_names, force=force)
+    if as_json:
+        click.echo(views.to_json(done.to_json()))
+        return
+    if done.ca_created:
+        click.echo("made a new fleet CA (its key stays on this machine; the broker's cafile is its certificate, "
+                   f"copied to {done.ca_cert})")
+    if done.password_file:
+        click.echo(f"{name}: added to {done.password_file}; its password is in {done.password_path} (keep it secret)")
+    if done.cert:
+        click.echo(f"{name}: certificate {done.cert}, key {done.key} (keep it secret), CA {done.ca_cert}")
+    if done.acl_lines:
+        if done.acl_file:
+            click.echo(f"{name}: ACL block appended to {done.acl_file}; reload the broker (SIGHUP) to apply it")
+        else:
+            click.echo("add this block to the broker's ACL file (or pass --acl-file):\n  " + "\n  ".join(done.acl_lines))
+    if done.config_path:
+        what = "agent config" if role == "device" else "options"
+        click.echo(f"{what} ({done.config_path}):")
+        click.echo(done.config.rstrip("\n"))
+    if role == "device":
+        click.echo(f"copy {done.folder} to the board (e.g. /etc/edgeopt) and start: edgeopt-agent --config agent.toml")
+
+
+@fleet.command()
+@click.option("--older-than", "older_than", required=True, metavar="AGE",
+              help="Delete telemetry and rejected messages older than this: 30d, 12h, or a time.")
+@click.option("--db", "db_url", metavar="URL", help=DB_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def prune(older_than, db_url, as_json):
+    """Delete old telemetry and rejected messages (results and status are kept)."""
+    from ..fleet import views
+
+    cutoff = views.parse_since(older_than, option="--older-than")
+    with _open(db_url) as store:
+        deleted = store.prune(cutoff)
+    if as_json:
+        click.echo(views.to_json({"before": cutoff, "deleted": deleted}))
+    else:
+        click.echo(f"deleted {deleted['telemetry']:,} telemetry rows and {deleted['rejected']:,} rejected messages "
+                   f"from before {views.clock(cutoff)}")

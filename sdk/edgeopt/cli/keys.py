@@ -1,4 +1,4 @@
-"""`edgeopt keys`: the Ed25519 key pair deploy signs artifacts with."""
+"""`edgeopt keys`: the Ed25519 key pair deploy signs jobs with."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,7 +9,7 @@ import click
 
 @click.group()
 def keys():
-    """Make the key pair that signs deployed artifacts."""
+    """Make the key pair that signs deployed jobs (artifact, options, target, validity)."""
 
 
 @keys.command()

@@ -39,14 +39,20 @@ def deploy(
     url: Optional[str] = None,
     bench: Optional[Mapping[str, Any]] = None,
     chunk_size: int = protocol.DEFAULT_CHUNK_BYTES,
+    expires_s: float = protocol.DEFAULT_JOB_LIFETIME_S,
+    allow_downgrade: bool = False,
 ) -> List[Dict[str, Any]]:
     """Send a benchmark job for an artifact of OUTDIR (the recommended one, or `artifact`) to one
     online `device`, every online device of a `profile`, or `all_devices` online.
 
     The file goes through the broker in chunks (only those a device does not hold yet), or with
-    `url` the devices download it from there. It is signed with `private_key` (default: the key
-    of `edgeopt keys init`, when there is one) unless `unsigned`. `bench` holds benchmark options
-    (runs, duration_s, threads...; see edgeopt_agent.protocol.BENCH_OPTIONS).
+    `url` the devices download it from there. The job is signed as a whole with `private_key`
+    (default: the key of `edgeopt keys init`, when there is one) unless `unsigned`; the one
+    signed job names the devices picked (and the profile, with `profile`), so it serves all of
+    them and no other device. Devices refuse it `expires_s` seconds after now, and refuse an
+    older build of the same model than the last they accepted unless `allow_downgrade`.
+    `bench` holds benchmark options (runs, duration_s, threads...; see
+    edgeopt_agent.protocol.BENCH_OPTIONS).
 
     Returns one dict per device: device_id, job_id, artifact_key, state ("answered", "delivered",
     "timeout"), ok (None while unanswered), error {kind, message}, result (the measurement), meta,
@@ -57,10 +63,12 @@ def deploy(
         raise UserError("say where to deploy: exactly one of device, profile or all_devices")
     if timeout_s <= 0:
         raise UserError(f"timeout must be positive seconds, got {timeout_s}")
+    if not 0 < expires_s <= protocol.MAX_JOB_LIFETIME_S:
+        raise UserError(f"a job may be valid for 1 s to {protocol.MAX_JOB_LIFETIME_S / 86400:g} days, "
+                        f"got {expires_s:g} s")
     chosen = choose_artifact(Path(outdir), artifact, chunk_size)
     key = signing_key(private_key, unsigned)
     settings = broker if isinstance(broker, BrokerSettings) else broker_settings(broker)
-    signature = key.sign_artifact(chosen.sha256, chosen.size, chosen.format, chosen.meta) if key else None
     job_id = f"{chosen.key}-{uuid.uuid4().hex[:10]}"
 
     client = HostClient(settings)
@@ -68,14 +76,14 @@ def deploy(
         client.connect()
         targets = select_targets(read_statuses(client), device, profile, all_devices)
         _warn_about_signatures(targets, key)
-        jobs = {
-            target.device_id: protocol.benchmark_job(
-                target.device_id, 1, job_id, chosen.sha256, chosen.format, meta=chosen.meta,
-                chunks=None if url else chosen.chunks, url=url, size=chosen.size, signature=signature,
-                **_with_inputs(bench, chosen.inputs),
-            )
-            for target in targets
-        }
+        # One body, signed once, for every device picked: it names them all.
+        body = protocol.benchmark_body(
+            job_id, chosen.sha256, chosen.format, meta=chosen.meta, chunks=None if url else chosen.chunks, url=url,
+            size=chosen.size, target=protocol.JobTarget(tuple(t.device_id for t in targets), profile),
+            lifetime_s=expires_s, release=chosen.release, allow_downgrade=allow_downgrade,
+            signer=key.sign_job if key else None, **_with_inputs(bench, chosen.inputs),
+        )
+        jobs = {target.device_id: protocol.job_message(target.device_id, 1, body) for target in targets}
         return Rollout(client, chosen, jobs, progress).run(wait, timeout_s)
     finally:
         client.close()
@@ -111,7 +119,7 @@ def _warn_about_signatures(targets: List[DeviceStatus], key: Optional[SigningKey
         if target.signatures != "required":
             continue
         if key is None:
-            log.warning("%s only runs signed artifacts and this deploy is unsigned: it will refuse the job",
+            log.warning("%s only runs signed jobs and this deploy is unsigned: it will refuse the job",
                         target.device_id)
         elif target.trusted_key_id and target.trusted_key_id != key.key_id:
             log.warning("%s trusts key %s, this deploy signs with key %s: it will refuse the job",

@@ -1,12 +1,15 @@
 """Which file a deploy sends: an artifact of a convert output folder, checked against its manifest.
 
 The job's `meta` carries the manifest's facts about it (model, precision, accuracy drop...) so
-the fleet files each result under them; the signature covers the same facts.
+the fleet files each result under them; the signature covers the same facts. Its `release` (the
+model's source and the manifest's creation time) is what agents compare to refuse a rollback.
 """
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
+import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +19,8 @@ from edgeopt_agent import protocol
 from edgeopt_agent.transfer import plan_chunks
 
 from ..errors import UserError
+
+log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 
@@ -30,6 +35,7 @@ class DeployArtifact:
     size: int
     chunks: protocol.ChunkPlan
     meta: Dict[str, Any]
+    release: Optional[protocol.Release] = None
     inputs: Optional[List[Dict[str, Any]]] = None  # how the board feeds each input (the `inputs` bench option)
 
 
@@ -85,7 +91,23 @@ def choose_artifact(outdir: Path, key: Optional[str] = None,
         "manifest_sha256": hashlib.sha256(raw).hexdigest(),
     }
     return DeployArtifact(key=wanted, path=path, format=fmt, precision=entry.get("precision"), sha256=sha256,
-                          size=size, chunks=chunks, meta=meta, inputs=_inputs(entry))
+                          size=size, chunks=chunks, meta=meta, release=release_of(manifest, manifest_path),
+                          inputs=_inputs(entry))
+
+
+def release_of(manifest: Dict[str, Any], where: Path) -> Optional[protocol.Release]:
+    """The model's source and the manifest's creation time: an agent refuses an older one for the same model."""
+    model = manifest.get("model") if isinstance(manifest.get("model"), dict) else {}
+    source, created = model.get("source"), manifest.get("created")
+    try:
+        when = datetime.datetime.fromisoformat(created) if isinstance(created, str) else None
+    except ValueError:
+        when = None
+    if not isinstance(source, str) or not source or when is None or when.tzinfo is None:
+        log.warning("%s has no model source or creation time: devices cannot tell this build from an older one",
+                    where)
+        return None
+    return protocol.Release(model=source[:1024], version=when.timestamp())
 
 
 def _inputs(entry: Dict[str, Any]) -> Optional[List[Dict[str, Any]]]:

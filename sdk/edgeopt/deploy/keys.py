@@ -1,8 +1,8 @@
-"""Ed25519 key pairs for signing artifacts: `edgeopt keys init` makes one, deploy signs with it.
+"""Ed25519 key pairs for signing jobs: `edgeopt keys init` makes one, deploy signs with it.
 
 The private key stays on the host (PKCS#8 PEM, readable by its owner only); the public key (PEM)
 goes to every board, as the agent's `trusted_key`. What is signed is defined once, on the agent's
-side: `edgeopt_agent.signing.statement`.
+side: `edgeopt_agent.signing.job_statement`.
 """
 from __future__ import annotations
 
@@ -92,11 +92,12 @@ class SigningKey:
                             "use the .key file that `edgeopt keys init` wrote") from exc
         if not isinstance(key, ed25519.Ed25519PrivateKey):
             raise UserError(f"{path} holds a {type(key).__name__.replace('PrivateKey', '')} key; "
-                            "artifacts are signed with Ed25519 keys from `edgeopt keys init`")
+                            "jobs are signed with Ed25519 keys from `edgeopt keys init`")
         return cls(key, path)
 
-    def sign_artifact(self, sha256: str, size: int, fmt: str, meta: Optional[Mapping[str, Any]]) -> protocol.Signature:
-        value = self._key.sign(signing.statement(sha256, size, fmt, meta))
+    def sign_job(self, body: Mapping[str, Any]) -> protocol.Signature:
+        """The signature of a whole job body (all of it but a `signature` already there)."""
+        value = self._key.sign(signing.job_statement(body))
         return protocol.Signature(alg=signing.ALGORITHM, key_id=self.key_id, value=base64.b64encode(value).decode("ascii"))
 
 
@@ -110,4 +111,4 @@ def _write(path: Path, data: bytes, mode: int) -> None:
 
 
 def _crypto(module: str):
-    return require(module, "fleet", "signing artifacts")
+    return require(module, "fleet", "signing jobs")

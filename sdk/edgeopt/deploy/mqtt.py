@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
 from edgeopt_agent.daemon.config import BrokerSettings
+from edgeopt_agent.daemon.transport import apply_credentials
 
 from ..errors import UserError, require
 
@@ -40,28 +41,20 @@ class HostClient:
         self._client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.client_id,
                                    protocol=mqtt.MQTTv311, clean_session=True)
         self._client.connect_timeout = CONNECT_TIMEOUT_S
-        if settings.tls:
-            try:
-                self._client.tls_set(
-                    ca_certs=str(settings.tls_ca) if settings.tls_ca else None,
-                    certfile=str(settings.tls_cert) if settings.tls_cert else None,
-                    keyfile=str(settings.tls_key) if settings.tls_key else None,
-                )
-            except (OSError, ValueError) as exc:
-                raise UserError(f"cannot set up TLS for {settings.address}: {exc}") from exc
-            self._client.tls_insecure_set(settings.tls_insecure)
-        if settings.username:
-            self._client.username_pw_set(settings.username, settings.password)
+        apply_credentials(self._client, settings)
         self._client.on_connect = self._on_connect
         self._client.on_disconnect = self._on_disconnect
         self._client.on_subscribe = self._on_subscribe
         self._client.on_message = self._on_message
+        self._client.on_log = self._on_log
         paho_log = logging.getLogger("paho.mqtt")
         if paho_log.isEnabledFor(logging.DEBUG):  # packet traces with -v; paho's noise stays out otherwise
             self._client.enable_logger(paho_log)
         self.messages: "queue.Queue[Received]" = queue.Queue()
         self._cond = threading.Condition()
         self._connected = False
+        self._ever_connected = False
+        self._last_error: Optional[str] = None  # paho's last error line: why a TLS connection died
         self._refusal: Optional[str] = None
         self._filters: List[str] = []
         self._subacks: Dict[int, List[str]] = {}  # packet id -> refusal reasons (empty: granted)
@@ -84,7 +77,9 @@ class HostClient:
             if not self._cond.wait_for(lambda: self._connected or self._refusal, timeout_s):
                 raise UserError(f"the MQTT broker at {s.address} did not answer within {timeout_s:.0f} s")
         if self._refusal:
-            raise UserError(f"the MQTT broker at {s.address} refused the connection: {self._refusal}")
+            hint = ("; if the broker wants a client certificate, pass --tls-cert and --tls-key"
+                    if s.tls and not s.tls_cert else "")
+            raise UserError(f"the MQTT broker at {s.address} refused the connection: {self._refusal}{hint}")
 
     def subscribe(self, filters: Sequence[str], timeout_s: float = ACK_TIMEOUT_S) -> None:
         """Subscribe (again after any reconnect) and wait until the broker confirmed it."""
@@ -133,7 +128,7 @@ class HostClient:
             if reason_code.is_failure:
                 self._refusal = str(reason_code)
             else:
-                self._connected = True
+                self._connected = self._ever_connected = True
                 if self._filters:  # a clean session forgets subscriptions across a reconnect
                     client.subscribe([(name, QOS) for name in self._filters])
             self._cond.notify_all()
@@ -141,13 +136,21 @@ class HostClient:
     def _on_disconnect(self, client, userdata, flags, reason_code, properties) -> None:
         with self._cond:
             self._connected = False
-        if self._started:
+            if not self._ever_connected and not self._refusal:  # e.g. TLS: a client certificate it wanted
+                self._refusal = "it closed the connection before accepting it" + (
+                    f" ({self._last_error})" if self._last_error else "")
+            self._cond.notify_all()
+        if self._started and self._ever_connected:
             log.warning("lost the connection to %s (%s); reconnecting", self.settings.address, reason_code)
 
     def _on_subscribe(self, client, userdata, mid, reason_codes, properties) -> None:
         with self._cond:
             self._subacks[mid] = [str(code) for code in reason_codes if code.is_failure]
             self._cond.notify_all()
+
+    def _on_log(self, client, userdata, level, text) -> None:
+        if level == self._mqtt.MQTT_LOG_ERR:
+            self._last_error = text
 
     def _on_message(self, client, userdata, message) -> None:
         self.messages.put(Received(message.topic, message.payload, bool(message.retain)))

@@ -1,7 +1,7 @@
 """Which devices a deploy goes to, learned from the broker alone: every agent's retained status.
 
 Subscribing to ``edgeopt/v1/+/status`` returns each known device's last status at once (it is
-retained): online or offline, its profile, whether it requires signed artifacts. No database.
+retained): online or offline, its profile, whether it requires signed jobs. No database.
 """
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 FIRST_S = 1.0
 QUIET_S = 0.3
 MAX_LISTEN_S = 5.0
+# What every agent's status carries (edgeopt_agent.daemon.agent); a status without them is not one.
+REQUIRED_STATUS_FIELDS = {"reason": (str,), "agent_version": (str,), "started_at": (int, float)}
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,11 @@ def parse_status(topic: str, payload: bytes) -> Optional[DeviceStatus]:
         return None
     body = envelope.body
     if kind != protocol.STATUS or body.get("state") not in (protocol.ONLINE, protocol.OFFLINE):
+        return None
+    missing = [key for key, kinds in REQUIRED_STATUS_FIELDS.items()
+               if not isinstance(body.get(key), kinds) or isinstance(body.get(key), bool)]
+    if missing:  # not an agent's status: junk a client left on the broker must not become a target
+        log.debug("ignoring the status on %s: %s missing or of the wrong type", topic, ", ".join(missing))
         return None
 
     def text(key: str) -> Optional[str]:

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 MOSQUITTO_FALLBACK = "/usr/sbin/mosquitto"
 START_TIMEOUT_S = 15.0
@@ -40,7 +40,10 @@ def mosquitto_binary() -> Optional[str]:
 class MqttBroker:
     """`host`, `port`, `kind` ("mosquitto" or "amqtt"); `stop()` / `start()` keep the same port."""
 
-    def __init__(self, workdir: Path, kind: Optional[str] = None, port: Optional[int] = None):
+    def __init__(self, workdir: Path, kind: Optional[str] = None, port: Optional[int] = None,
+                 listener_settings: Sequence[str] = ()):
+        """`listener_settings`: Mosquitto lines for the listener (TLS, password_file, acl_file...)
+        in place of `allow_anonymous true`."""
         requested = kind or os.environ.get("EDGEOPT_BROKER") or os.environ.get("EDGEOPT_TEST_BROKER")
         if requested not in (None, "mosquitto", "amqtt"):
             raise ValueError(f"unknown broker kind {requested!r}; use mosquitto or amqtt")
@@ -54,6 +57,9 @@ class MqttBroker:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.workdir / f"{self.kind}.log"
         self._binary = binary
+        self._listener_settings = list(listener_settings)
+        if self._listener_settings and self.kind != "mosquitto":
+            raise RuntimeError("listener settings need mosquitto, which is not installed")
         self._process: Optional[subprocess.Popen] = None
 
     @property
@@ -104,7 +110,7 @@ class MqttBroker:
             "\n".join(
                 [
                     f"listener {self.port} {self.host}",
-                    "allow_anonymous true",
+                    *(self._listener_settings or ["allow_anonymous true"]),
                     "persistence true",
                     f"persistence_location {self.workdir}/",
                     "max_queued_messages 100000",

@@ -45,6 +45,29 @@ POSTGRESQL = Dialect(
 )
 
 
+_SECRET_QUERY = re.compile(r"([?&](?:password|sslpassword)=)[^&#]*", re.IGNORECASE)
+
+
+def redact_url(url: str) -> str:
+    """A database URL with its passwords (user:PASSWORD@ and ?password=...) shown as ***."""
+    return _SECRET_QUERY.sub(r"\1***", re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", url))
+
+
+def scrub(text: str, url: str) -> str:
+    """`text` (a driver's error, which may quote the connection string) without the URL's passwords."""
+    from urllib.parse import parse_qsl, unquote, urlsplit
+
+    try:
+        parts = urlsplit(url)
+        secrets = [parts.password or ""] + [v for k, v in parse_qsl(parts.query) if k.lower() in ("password", "sslpassword")]
+    except ValueError:
+        secrets = []
+    text = text.replace(url, redact_url(url))
+    for secret in sorted({s for found in secrets for s in (found, unquote(found)) if s}, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
 class RetryableError(Exception):
     """A transaction lost a race with another writer; running it again is safe."""
 
@@ -99,7 +122,7 @@ class Database:
     @property
     def display_url(self) -> str:
         """The URL without its password, for messages and logs."""
-        return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", self.url)
+        return redact_url(self.url)
 
     @contextmanager
     def transaction(self, write: bool = True) -> Iterator[Transaction]:
@@ -191,7 +214,7 @@ class PostgresDatabase(Database):
             return self._psycopg.connect(self.url, autocommit=True)
         except self._psycopg.Error as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise UserError(f"cannot connect to PostgreSQL at {self.display_url}: {reason}") from exc
+            raise UserError(f"cannot connect to PostgreSQL at {self.display_url}: {scrub(reason, self.url)}") from None
 
     @contextmanager
     def transaction(self, write: bool = True) -> Iterator[Transaction]:

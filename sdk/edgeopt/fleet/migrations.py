@@ -154,6 +154,11 @@ MIGRATIONS: Tuple[Migration, ...] = (
             value {bigint} NOT NULL
         )""",
     )),
+    Migration(2, "gaps.suspect: jumps in sequence numbers too large to be loss", (
+        # A skipped range larger than sequences.MAX_PLAUSIBLE_GAP is a forged or corrupt number,
+        # not that many lost messages: it is kept with suspect = 1 and counted apart.
+        "ALTER TABLE gaps ADD COLUMN suspect INTEGER NOT NULL DEFAULT 0",
+    )),
 )
 
 

@@ -77,6 +77,7 @@ class BatchReport:
     new_gaps: int = 0
     missing: int = 0
     filled: int = 0
+    suspect: int = 0
     counts: Counter = field(default_factory=Counter)  # status -> number of messages
 
 
@@ -158,6 +159,7 @@ class FleetStore:
                     report.new_gaps += found.new_gaps
                     report.missing += found.missing
                     report.filled += found.filled
+                    report.suspect += found.suspect
             if stored:
                 self._update_device(tx, device_id, stored)
         self._count(tx, {f"duplicate:{kind}": n for kind, n in duplicates.items()})
@@ -273,7 +275,7 @@ class FleetStore:
                 r["device_id"]: int(r["missing"])
                 for r in tx.rows(
                     "SELECT device_id, SUM(last_missing_seq - first_missing_seq + 1) AS missing FROM gaps "
-                    "WHERE filled_at IS NULL GROUP BY device_id"
+                    "WHERE filled_at IS NULL AND suspect = 0 GROUP BY device_id"
                 )
             }
         return [
@@ -363,11 +365,13 @@ class FleetStore:
             r["body"] = json.loads(r["body"])
         return rows
 
-    def gaps(self, device: Optional[str] = None, open_only: bool = False) -> List[Dict[str, Any]]:
-        """Skipped sequence ranges per device and kind; `filled` once the late messages arrived."""
+    def gaps(self, device: Optional[str] = None, open_only: bool = False, suspect: bool = False) -> List[Dict[str, Any]]:
+        """Skipped sequence ranges per device and kind; `filled` once the late messages arrived.
+
+        `suspect=True` lists the jumps too large to be loss instead (a forged or corrupt seq)."""
         sql = ("SELECT device_id, kind, first_missing_seq, last_missing_seq, detected_at, filled_at FROM gaps"
-               " WHERE 1 = 1")
-        params: List[Any] = []
+               " WHERE suspect = ?")
+        params: List[Any] = [1 if suspect else 0]
         if device is not None:
             sql += " AND device_id = ?"
             params.append(device)
@@ -398,8 +402,9 @@ class FleetStore:
                 "SELECT COUNT(*) AS ranges, "
                 "SUM(CASE WHEN filled_at IS NULL THEN last_missing_seq - first_missing_seq + 1 ELSE 0 END) AS missing, "
                 "SUM(CASE WHEN filled_at IS NULL THEN 0 ELSE last_missing_seq - first_missing_seq + 1 END) AS filled "
-                "FROM gaps"
+                "FROM gaps WHERE suspect = 0"
             ) or {}
+            suspect = tx.one("SELECT COUNT(*) AS n FROM gaps WHERE suspect = 1") or {}
         duplicate = {name.split(":", 1)[1]: value for name, value in counters.items() if name.startswith("duplicate:")}
         return {
             "stored": stored,
@@ -407,8 +412,23 @@ class FleetStore:
             "rejected": rejected,
             "totals": {"stored": sum(stored.values()), "duplicate": sum(duplicate.values()),
                        "rejected": sum(rejected.values())},
-            "gaps": {"missing": int(gaps.get("missing") or 0), "filled": int(gaps.get("filled") or 0)},
+            "gaps": {"missing": int(gaps.get("missing") or 0), "filled": int(gaps.get("filled") or 0),
+                     "suspect_jumps": int(suspect.get("n") or 0)},
         }
+
+    def prune(self, before: float) -> Dict[str, int]:
+        """Delete telemetry sent before `before` and rejected messages received before it.
+
+        Status, results, gaps and devices stay. The duplicate check forgets the pruned telemetry
+        by arrival time, so a copy of it arriving much later would be stored again.
+        """
+        def work(tx: Transaction) -> Dict[str, int]:
+            telemetry = tx.execute("DELETE FROM telemetry WHERE ts < ?", (before,))
+            tx.execute("DELETE FROM messages WHERE kind = ? AND received_at < ?", (protocol.TELEMETRY, before))
+            rejected = tx.execute("DELETE FROM rejected WHERE received_at < ?", (before,))
+            return {"telemetry": max(telemetry, 0), "rejected": max(rejected, 0)}
+
+        return self.db.run(work)
 
     def close(self) -> None:
         self.db.close()
@@ -452,6 +472,7 @@ def _merged(reports: List[BatchReport]) -> BatchReport:
     merged.new_gaps = sum(r.new_gaps for r in reports)
     merged.missing = sum(r.missing for r in reports)
     merged.filled = sum(r.filled for r in reports)
+    merged.suspect = sum(r.suspect for r in reports)
     merged.counts = Counter(o.status for o in merged.outcomes)
     return merged
 

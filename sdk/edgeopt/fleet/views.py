@@ -169,7 +169,7 @@ _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|min|h|d)$")
 _SPANS: Dict[str, float] = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 
 
-def parse_since(text: str, now: Optional[float] = None) -> float:
+def parse_since(text: str, now: Optional[float] = None, option: str = "--since") -> float:
     """'30s', '10m', '2h', '1d' back from now; seconds since the epoch; or an ISO 8601 time (UTC if no zone)."""
     value = text.strip()
     match = _RELATIVE.match(value.lower())
@@ -182,7 +182,7 @@ def parse_since(text: str, now: Optional[float] = None) -> float:
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
-        raise UserError(f"--since '{text}' is not a time: use 30s, 10m, 2h, 1d, seconds since the epoch, "
+        raise UserError(f"{option} '{text}' is not a time: use 30s, 10m, 2h, 1d, seconds since the epoch, "
                         "or an ISO time such as 2024-05-01T12:00:00") from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=timezone.utc)

@@ -68,6 +68,19 @@ class ArtifactView:
     host_p90: Optional[float]
     speedup: Optional[float]
     recommended: bool
+    verdict: str = ""  # ok | unresolved | failed ("" in manifests from before verdicts)
+    verdict_reason: str = ""
+    outputs: Tuple[OutputVerdict, ...] = ()
+
+
+@dataclass(frozen=True)
+class OutputVerdict:
+    """How one output of an artifact was judged."""
+
+    name: str
+    kind: str
+    verdict: str
+    reason: str
 
 
 _LATENCY = {"min": "min_ms", "p50": "p50_ms", "p90": "p90_ms", "p95": "p95_ms", "p99": "p99_ms", "max": "max_ms",
@@ -164,8 +177,19 @@ def artifact_views(manifest: Optional[Mapping[str, Any]]) -> List[ArtifactView]:
             host_p90=number(timing.get("p90_ms")),
             speedup=number(timing.get("speedup_vs_fp32")),
             recommended=entry.get("recommended") is True,
+            verdict=text(accuracy.get("verdict")),
+            verdict_reason=text(accuracy.get("reason")),
+            outputs=tuple(_output_verdicts(accuracy)),
         ))
     return views
+
+
+def _output_verdicts(accuracy: Mapping[str, Any]) -> List[OutputVerdict]:
+    streamed = accuracy.get("streamed") if isinstance(accuracy.get("streamed"), Mapping) else {}
+    judged = [o for group in (accuracy.get("outputs"), streamed.get("outputs")) if isinstance(group, list)
+              for o in group if isinstance(o, Mapping)]
+    return [OutputVerdict(text(o.get("name"), "?"), text(o.get("kind")), text(o.get("verdict")), text(o.get("reason")))
+            for o in judged]
 
 
 def colors(names: Iterable[str]) -> Dict[str, str]:

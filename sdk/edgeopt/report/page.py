@@ -295,12 +295,32 @@ def _conversion_section(manifest: Mapping[str, Any]) -> str:
     if rec:
         intro += (f'<p>Recommended: <b>{esc(text(rec.get("key"), "none"))}</b> ({esc(text(rec.get("basis")))}) — '
                   f"{esc(text(rec.get('reason')))}</p>")
-    headers = ("artifact", "format", "precision", "scheme", "size", "top-1 %", "agree %", "acc. drop", "host p50 ms",
-               "host p90 ms", "vs FP32")
+    headers = ("artifact", "format", "precision", "scheme", "size", "verdict", "top-1 %", "agree %", "acc. drop",
+               "host p50 ms", "host p90 ms", "vs FP32")
     artifacts = artifact_views(manifest)
     notes = "".join(f'<p class="note">note: {esc(n)}</p>' for n in _strings(manifest.get("notes")))
     notes += "".join(f'<p class="warn">warning: {esc(w)}</p>' for w in _strings(manifest.get("warnings")))
-    return intro + _table(headers, [_artifact_row(a) for a in artifacts]) + _host_latency(artifacts) + notes
+    return (intro + _table(headers, [_artifact_row(a) for a in artifacts]) + _output_verdicts(artifacts)
+            + _host_latency(artifacts) + notes)
+
+
+_VERDICT_PILL = {"ok": "good", "failed": "bad"}
+
+
+def _verdict_pill(verdict: str, reason: str) -> str:
+    return f'<span class="{_VERDICT_PILL.get(verdict, "muted")}" title="{esc(reason)}">{esc(verdict or "-")}</span>'
+
+
+def _output_verdicts(artifacts: Sequence[ArtifactView]) -> str:
+    rows = [f"<tr><td>{esc(a.key)}</td><td>{esc(o.name)}</td><td>{esc(o.kind)}</td>"
+            f"<td>{_verdict_pill(o.verdict, o.reason)}</td><td>{esc(o.reason)}</td></tr>"
+            for a in artifacts for o in a.outputs]
+    if not rows:
+        return ""
+    return ("<h3>Per-output verdicts</h3><p class=\"note\">Each output is judged by what it means (class scores by "
+            "top-1, detections by the detections they yield, embeddings by cosine, stateful models streamed); "
+            "an artifact's verdict is its worst output's.</p>"
+            + _table(("artifact", "output", "kind", "verdict", "why"), rows))
 
 
 def _host_latency(artifacts: Sequence[ArtifactView]) -> str:
@@ -320,8 +340,10 @@ def _artifact_row(a: ArtifactView) -> str:
     key = f"★ {a.key}" if a.recommended else a.key
     cells = [f'<td><span class="key">{esc(key)}</span></td>', f"<td>{esc(a.format)}</td>", f"<td>{esc(a.precision)}</td>",
              f"<td>{esc(a.scheme or '-')}</td>"]
+    cells.append(f'<td class="num">{esc(size(a.size_bytes))}</td>')
+    cells.append(f"<td>{_verdict_pill(a.verdict, a.verdict_reason)}</td>")
     cells += [f'<td class="num">{esc(v)}</td>' for v in (
-        size(a.size_bytes), short(a.top1_accuracy), short(a.top1_agreement), signed(a.drop), short(a.host_p50),
+        short(a.top1_accuracy), short(a.top1_agreement), signed(a.drop), short(a.host_p50),
         short(a.host_p90), short(a.speedup, "×"))]
     opening = '<tr class="recommended">' if a.recommended else "<tr>"
     return f"{opening}{''.join(cells)}</tr>"

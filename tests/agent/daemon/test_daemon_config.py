@@ -62,6 +62,11 @@ def test_broker_addresses(text, expected):
         (dict(reconnect_min=5.0, reconnect_max=1.0), "reconnect"),
         (dict(log_level="loud"), "log level"),
         (dict(max_job_timeout=0.0), "max_job_timeout must be positive"),
+        (dict(clock_skew=-1.0), "clock skew must be zero or more"),
+        (dict(device_id=" "), "device id is empty"),
+        (dict(device_id="-lead"), "invalid device id '-lead'"),
+        (dict(device_id="x" * 65), "1-64 letters"),
+        (dict(device_id="rpi+1"), "names this board's MQTT topics"),
     ],
 )
 def test_bad_settings_are_user_errors(given, fragment):
@@ -94,6 +99,25 @@ def test_cli_prints_one_line_and_exits_2_on_a_user_error(capsys):
 def test_cli_unknown_profile_is_a_user_error(capsys, tmp_path):
     assert cli.main(["--device-id", "d", "--profile", "rpi9", "--data-dir", str(tmp_path)]) == 2
     assert "unknown device 'rpi9'" in capsys.readouterr().err
+
+
+def test_an_empty_device_id_is_a_user_error_not_the_host_name(capsys, tmp_path):
+    assert cli.main(["--device-id", "", "--data-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "device id is empty: give --device-id ID" in err
+    path = tmp_path / "agent.toml"
+    path.write_text('device_id = ""\n')
+    with pytest.raises(UserError, match="device id is empty"):
+        build_config({}, path)
+    assert build_config({"device_id": None}).device_id  # left out entirely: the host name
+
+
+def test_clock_skew_from_file_and_flag(tmp_path):
+    path = tmp_path / "agent.toml"
+    path.write_text('device_id = "d"\nclock_skew = 30\n')
+    assert build_config({}, path).clock_skew_s == 30.0
+    assert build_config({"clock_skew": 5.0}, path).clock_skew_s == 5.0
+    assert build_config({"device_id": "d"}).clock_skew_s == 300.0
 
 
 def test_cli_version(capsys):

@@ -143,6 +143,7 @@ def test_benchmark_jobs_round_trip_and_bad_input_leaves_the_agent_running(mqtt_b
     assert [e["seq"] for e in results] == list(range(1, 8))  # one result per job, in order
     assert agent.alive()
     assert agent.terminate() == 0
+    assert "NO TRUSTED KEY" in agent.log() and "without checking who sent it" in agent.log()  # said loudly
 
 
 def test_broker_outage_loses_no_telemetry(mqtt_broker, data_dir, agents, listeners):
@@ -209,3 +210,49 @@ def test_mqtt_3_1_1_fallback_when_the_broker_refuses_v5(tmp_path, data_dir, agen
             listener.close()
         listeners.clear()
         broker.stop()
+
+
+def test_a_signed_job_runs_once_even_across_a_restart_and_only_on_the_device_it_names(
+        mqtt_broker, data_dir, agents, listeners, tmp_path):
+    ed25519 = pytest.importorskip("cryptography.hazmat.primitives.asymmetric.ed25519",
+                                  reason="signed jobs need the cryptography package (agent extra)")
+    serialization = pytest.importorskip("cryptography.hazmat.primitives.serialization")
+    import base64
+
+    from edgeopt_agent import signing
+
+    private = ed25519.Ed25519PrivateKey.generate()
+    public = tmp_path / "fleet.pub"
+    public.write_bytes(private.public_key().public_bytes(serialization.Encoding.PEM,
+                                                         serialization.PublicFormat.SubjectPublicKeyInfo))
+    key_id = signing.load_public_key(public).key_id
+
+    def sign(body):
+        return protocol.Signature("ed25519", key_id, base64.b64encode(private.sign(signing.job_statement(body))).decode())
+
+    sha = write_tiny_onnx(data_dir / "models" / "tiny.onnx")
+    body = protocol.benchmark_body("signed-1", sha, "onnx", path="models/tiny.onnx",
+                                   target=protocol.JobTarget((DEVICE,)), signer=sign, **QUICK_BENCH)
+    for_b = protocol.benchmark_body("for-b", sha, "onnx", path="models/tiny.onnx",
+                                    target=protocol.JobTarget(("other-dev",)), signer=sign, **QUICK_BENCH)
+    listener = listen(listeners, mqtt_broker)
+    agent = start_agent(agents, mqtt_broker, data_dir, extra_args=["--trusted-key", str(public)])
+    listener.wait_for("status", is_state("online"))
+
+    def send(body):
+        envelope = protocol.Envelope(DEVICE, 1, protocol.BENCHMARK_JOB, body)  # a new message each time
+        listener.send_job(envelope.encode())
+        return listener.wait_for("results", lambda e: e["body"]["request_id"] == envelope.id, timeout=60)["body"]
+
+    first = send(body)
+    assert first["ok"] is True, first["error"]
+    assert send(body)["error"]["kind"] == "replayed"
+    assert send(for_b)["error"]["kind"] == "wrong_target"
+    assert agent.terminate() == 0
+    listener.wait_for("status", is_state("offline", "shutdown"))
+
+    agent = start_agent(agents, mqtt_broker, data_dir, extra_args=["--trusted-key", str(public)])
+    again = send(body)  # queued in the agent's persistent session until it is back
+    assert again["ok"] is False and again["error"]["kind"] == "replayed"  # the restart forgot nothing
+    assert agent.terminate() == 0
+    assert "NO TRUSTED KEY" not in agent.log()

@@ -14,6 +14,7 @@ import pytest
 from agent_harness import QUICK_BENCH
 
 from edgeopt_agent import protocol, signing
+from edgeopt_agent.daemon.admission import Admission
 from edgeopt_agent.daemon.jobs import JobHandler
 from edgeopt_agent.daemon.transfers import Transfers
 from edgeopt_agent.errors import UserError
@@ -74,8 +75,8 @@ class Keys:
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
         self.trusted = signing.load_public_key(self.public_path)
 
-    def sign(self, sha, size, fmt="onnx", meta=META) -> protocol.Signature:
-        value = self.private.sign(signing.statement(sha, size, fmt, meta))
+    def sign_job(self, body) -> protocol.Signature:
+        value = self.private.sign(signing.job_statement(body))
         return protocol.Signature("ed25519", self.trusted.key_id, base64.b64encode(value).decode())
 
 
@@ -85,10 +86,17 @@ def keys(tmp_path_factory):
     return Keys(folder, "trusted"), Keys(folder, "other")
 
 
-def chunked_job(model, job_id="j1", signature=None, meta=META, **bench):
+def chunked_job(model, job_id="j1", signer=None, meta=META, **bench):
     _, plan, size, sha = model
-    return protocol.benchmark_job(DEVICE, 1, job_id, sha, "onnx", chunks=plan, size=size, signature=signature,
+    return protocol.benchmark_job(DEVICE, 1, job_id, sha, "onnx", chunks=plan, size=size, signer=signer,
                                   meta=meta, **dict(QUICK_BENCH, **bench))
+
+
+def tampered(job, **changes):
+    """The same job message with some fields of its body changed after it was signed."""
+    body = json.loads(json.dumps(job.body))
+    body.update(changes)
+    return protocol.Envelope(job.device_id, job.seq, job.type, body)
 
 
 def chunk_payload(model, index, data=None):
@@ -102,9 +110,10 @@ class Agent:
 
     def __init__(self, data_dir, trusted=None, idle_timeout_s=30.0):
         self.requests = []
-        self.transfers = Transfers(DEVICE, data_dir, trusted, request=self.requests.append,
+        admission = Admission.for_data_dir(DEVICE, data_dir, trusted)
+        self.transfers = Transfers(DEVICE, data_dir, admission, request=self.requests.append,
                                    idle_timeout_s=idle_timeout_s)
-        self.handler = JobHandler(DEVICE, data_dir, trusted_key=trusted, transfers=self.transfers)
+        self.handler = JobHandler(DEVICE, data_dir, transfers=self.transfers, admission=admission)
         self.answer = None
         self._thread = None
 
@@ -237,7 +246,7 @@ def test_an_agent_with_a_trusted_key_runs_what_that_key_signed(model, data_dir, 
     trusted, _ = keys
     agent = Agent(data_dir, trusted.trusted)
     _, plan, size, sha = model
-    job = chunked_job(model, signature=trusted.sign(sha, size))
+    job = chunked_job(model, signer=trusted.sign_job)
     agent.transfers.job_arrived(job.encode())
     assert len(agent.requests) == 1
     for index in range(plan.count):
@@ -247,7 +256,7 @@ def test_an_agent_with_a_trusted_key_runs_what_that_key_signed(model, data_dir, 
 
 
 @pytest.mark.parametrize("case, kind, fragment", [
-    ("unsigned", "unsigned_artifact", "only runs signed artifacts"),
+    ("unsigned", "unsigned_job", "only runs signed jobs"),
     ("other key", "signature_invalid", "but this agent trusts key"),
     ("forged key id", "signature_invalid", "changed after signing"),
     ("meta changed", "signature_invalid", "changed after signing"),
@@ -256,14 +265,14 @@ def test_an_agent_with_a_trusted_key_runs_what_that_key_signed(model, data_dir, 
 def test_unsigned_or_wrongly_signed_artifacts_are_refused_before_any_byte_is_fetched(model, data_dir, keys, case,
                                                                                    kind, fragment):
     trusted, other = keys
-    _, plan, size, sha = model
-    signature = {"unsigned": None, "other key": other.sign(sha, size), "meta changed": trusted.sign(sha, size),
-                 "sha changed": trusted.sign("f" * 64, size)}.get(case)
+    signer = {"unsigned": None, "other key": other.sign_job}.get(case, trusted.sign_job)
     if case == "forged key id":  # signed by another key that claims to be the trusted one
-        forged = other.sign(sha, size)
-        signature = protocol.Signature(forged.alg, trusted.trusted.key_id, forged.value)
-    meta = dict(META, precision="int8") if case == "meta changed" else META
-    job = chunked_job(model, signature=signature, meta=meta)
+        signer = lambda body: protocol.Signature("ed25519", trusted.trusted.key_id, other.sign_job(body).value)  # noqa: E731
+    job = chunked_job(model, signer=signer)
+    if case == "meta changed":
+        job = tampered(job, meta=dict(META, precision="int8"))
+    if case == "sha changed":
+        job = tampered(job, artifact=dict(job.body["artifact"], sha256="f" * 64))
     agent = Agent(data_dir, trusted.trusted)
     agent.transfers.job_arrived(job.encode())
     answer = agent.handler.handle(job.encode())
@@ -280,13 +289,13 @@ def test_signatures_cover_artifacts_by_path_and_inline_too(model, data_dir, keys
     (data_dir / "models" / "m.onnx").write_bytes(path.read_bytes())
     handler = JobHandler(DEVICE, data_dir, trusted_key=trusted.trusted)
     by_path = protocol.benchmark_job(DEVICE, 1, "p", sha, "onnx", path="models/m.onnx", size=size, meta=META,
-                                     signature=trusted.sign(sha, size), **QUICK_BENCH)
+                                     signer=trusted.sign_job, **QUICK_BENCH)
     assert handler.handle(by_path.encode())["ok"] is True
     unsigned = protocol.benchmark_job(DEVICE, 2, "u", sha, "onnx", path="models/m.onnx", meta=META, **QUICK_BENCH)
-    assert handler.handle(unsigned.encode())["error"]["kind"] == "unsigned_artifact"
+    assert handler.handle(unsigned.encode())["error"]["kind"] == "unsigned_job"
     # Correctly signed facts, other bytes: the sha256 check that follows the signature catches it.
     inline = protocol.benchmark_job(DEVICE, 3, "i", sha, "onnx", data=b"other bytes", size=size, meta=META,
-                                    signature=trusted.sign(sha, size), **QUICK_BENCH)
+                                    signer=trusted.sign_job, **QUICK_BENCH)
     assert handler.handle(inline.encode())["error"]["kind"] == "artifact_mismatch"
     assert artifacts_in(data_dir) == [f"{sha}.onnx"]  # only the copy the by-path job ran, unchanged
     assert hashlib.sha256((data_dir / "artifacts" / f"{sha}.onnx").read_bytes()).hexdigest() == sha
@@ -338,7 +347,7 @@ def test_the_daemon_says_signatures_are_on_and_loads_cryptography_only_for_a_job
     job = tmp_path / "job.json"
     # Signed correctly, for a file the board does not have: the signature is checked, then the file.
     job.write_bytes(protocol.benchmark_job("probe", 1, "j", "a" * 64, "onnx", path="models/m.onnx", size=10, meta=META,
-                                           signature=trusted.sign("a" * 64, 10)).encode())
+                                           signer=trusted.sign_job).encode())
     out = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / "data"), str(trusted.public_path), str(job)],
                          capture_output=True, text=True, check=True).stdout
     report = json.loads(out)
@@ -408,11 +417,11 @@ def test_a_signed_url_artifact_is_checked_before_the_download(model, data_dir, w
     handler = JobHandler(DEVICE, data_dir, trusted_key=trusted.trusted)
     _, _, size, sha = model
     wrong = protocol.benchmark_job(DEVICE, 1, "w", sha, "onnx", url=f"{web}/model.onnx", size=size, meta=META,
-                                   signature=other.sign(sha, size), **QUICK_BENCH)
+                                   signer=other.sign_job, **QUICK_BENCH)
     assert handler.handle(wrong.encode())["error"]["kind"] == "signature_invalid"
     assert artifacts_in(data_dir) == []
     right = protocol.benchmark_job(DEVICE, 2, "r", sha, "onnx", url=f"{web}/model.onnx", size=size, meta=META,
-                                   signature=trusted.sign(sha, size), **QUICK_BENCH)
+                                   signer=trusted.sign_job, **QUICK_BENCH)
     assert handler.handle(right.encode())["ok"] is True
 
 

@@ -1,0 +1,104 @@
+"""Detections from a raw detection head, and how many of FP32's a candidate still finds.
+
+The head is [N, 4+C, A] (channels first, as YOLOv8 exports) or [N, A, 4+C]: four box values
+(centre x, centre y, width, height) then one score per class, per anchor. Boxes and scores are
+judged apart: a shared INT8 scale can keep boxes intact while rounding every score to zero.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Tuple
+
+import numpy as np
+
+from .kinds import detection_layout
+
+SCORE_THRESHOLD = 0.25
+MATCH_IOU = 0.5
+NMS_IOU = 0.5
+MAX_DETECTIONS = 300
+
+
+@dataclass(frozen=True)
+class DetectionMatch:
+    reference: int  # FP32 detections above the threshold, after NMS
+    found: int  # of those, the candidate has one of the same class with IoU >= MATCH_IOU
+    candidate: int  # the candidate's own detections
+    spurious: int  # the candidate's detections that match none of FP32's
+    mean_iou: float  # over found detections
+    score_max_abs_error: float
+    box_max_abs_error: float
+
+
+def split_head(output: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """([N, A, 4] boxes, [N, A, C] scores) from either layout."""
+    if detection_layout(output.shape) == "channels_first":
+        output = np.swapaxes(output, 1, 2)
+    return output[..., :4], output[..., 4:]
+
+
+def _corners(boxes: np.ndarray) -> np.ndarray:
+    cx, cy, w, h = boxes[:, 0], boxes[:, 1], np.abs(boxes[:, 2]), np.abs(boxes[:, 3])
+    return np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1)
+
+
+def iou(one: np.ndarray, many: np.ndarray) -> np.ndarray:
+    """IoU of one corner box [4] against corner boxes [K, 4]."""
+    x1, y1 = np.maximum(one[0], many[:, 0]), np.maximum(one[1], many[:, 1])
+    x2, y2 = np.minimum(one[2], many[:, 2]), np.minimum(one[3], many[:, 3])
+    inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
+    area = lambda b: np.clip(b[..., 2] - b[..., 0], 0, None) * np.clip(b[..., 3] - b[..., 1], 0, None)  # noqa: E731
+    union = area(one) + area(many) - inter
+    return np.where(union > 0, inter / np.where(union > 0, union, 1.0), 0.0)
+
+
+def detect(boxes: np.ndarray, scores: np.ndarray, threshold: float = SCORE_THRESHOLD) -> List[Tuple[int, float, np.ndarray]]:
+    """Class-wise greedy NMS over one sample's anchors: [(class, score, corner box)], best first."""
+    best_class = scores.argmax(-1)
+    best_score = scores[np.arange(len(scores)), best_class]
+    keep = np.flatnonzero(best_score >= threshold)
+    keep = keep[np.argsort(-best_score[keep])][: MAX_DETECTIONS * 10]
+    corners = _corners(boxes[keep].astype(np.float64))
+    found: List[Tuple[int, float, np.ndarray]] = []
+    suppressed = np.zeros(len(keep), dtype=bool)
+    for i, anchor in enumerate(keep):
+        if suppressed[i]:
+            continue
+        found.append((int(best_class[anchor]), float(best_score[anchor]), corners[i]))
+        if len(found) >= MAX_DETECTIONS:
+            break
+        same = best_class[keep] == best_class[anchor]
+        suppressed |= same & (iou(corners[i], corners) >= NMS_IOU)
+    return found
+
+
+def match(reference: np.ndarray, candidate: np.ndarray, threshold: float = SCORE_THRESHOLD) -> DetectionMatch:
+    ref_boxes, ref_scores = split_head(reference.astype(np.float64))
+    cand_boxes, cand_scores = split_head(candidate.astype(np.float64))
+    total = found = candidates = spurious = 0
+    ious: List[float] = []
+    for i in range(len(reference)):
+        ref_dets = detect(ref_boxes[i], ref_scores[i], threshold)
+        cand_dets = detect(cand_boxes[i], cand_scores[i], threshold)
+        total += len(ref_dets)
+        candidates += len(cand_dets)
+        used = np.zeros(len(cand_dets), dtype=bool)
+        for cls, _, box in ref_dets:
+            best, best_iou = -1, MATCH_IOU
+            for j, (cand_cls, _, cand_box) in enumerate(cand_dets):
+                if used[j] or cand_cls != cls:
+                    continue
+                overlap = float(iou(box, cand_box[None])[0])
+                if overlap >= best_iou:
+                    best, best_iou = j, overlap
+            if best >= 0:
+                used[best] = True
+                found += 1
+                ious.append(best_iou)
+        spurious += int((~used).sum())
+    return DetectionMatch(
+        reference=total, found=found, candidate=candidates, spurious=spurious,
+        mean_iou=float(np.mean(ious)) if ious else 0.0,
+        score_max_abs_error=float(np.abs(ref_scores - cand_scores).max()) if ref_scores.size else 0.0,
+        box_max_abs_error=float(np.abs(ref_boxes - cand_boxes).max()) if ref_boxes.size else 0.0,
+    )

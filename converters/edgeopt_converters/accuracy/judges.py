@@ -1,0 +1,251 @@
+"""One judge per output kind: FP32 and candidate outputs in, a verdict with its figures out.
+
+Verdicts: "ok", "unresolved" (the evaluation data cannot decide; `samples_needed` says how much
+more would) and "failed". Counted decisions (top-1, flipped probabilities, per-step argmax,
+missed detections) are judged by a one-sided 95 % bound against the budget in percentage points;
+continuous figures (cosine, SQNR, IoU) by fixed floors.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, Optional
+
+import numpy as np
+
+from . import intervals
+from .detections import SCORE_THRESHOLD, match
+from .kinds import OutputKind
+
+OK, UNRESOLVED, FAILED = "ok", "unresolved", "failed"
+SEVERITY = {OK: 0, UNRESOLVED: 1, FAILED: 2}
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    budget_points: float = 1.0  # decisions an artifact may change, in percentage points
+    min_embedding_cosine: float = 0.98  # mean per-sample cosine of embeddings
+    min_worst_embedding_cosine: float = 0.90
+    min_cosine: float = 0.99  # regression and state outputs
+    min_sqnr_db: float = 20.0  # outputs too small per sample for a cosine to mean anything
+    max_probability_error: float = 0.1  # 99th percentile of |error| for probabilities
+    min_mask_iou: float = 0.9
+    min_box_iou: float = 0.8  # mean IoU of FP32 detections the candidate still finds
+    broken_cosine: float = 0.8  # any output below this is broken, whatever its kind
+    excellent_cosine: float = 0.999
+    excellent_sqnr_db: float = 30.0
+    numerically_equal_sqnr_db: float = 60.0  # float round-off only: no decision can move but exact ties
+
+
+@dataclass(frozen=True)
+class Judgement:
+    name: str
+    kind: OutputKind
+    verdict: str
+    reason: str
+    figures: Dict[str, Optional[float]] = field(default_factory=dict)
+    loss_points: Optional[intervals.Bounds] = None  # decisions changed, in percentage points
+    samples_needed: Optional[int] = None
+
+    @property
+    def cosine(self) -> float:
+        return float(self.figures["cosine_similarity"])
+
+    def excellent(self, tol: Tolerances) -> bool:
+        sqnr = self.figures.get("sqnr_db")
+        return self.cosine >= tol.excellent_cosine and (sqnr is None or sqnr >= tol.excellent_sqnr_db)
+
+    def to_dict(self) -> dict:
+        out = {"name": self.name, "kind": self.kind.kind, "kind_source": "given" if self.kind.given else "inferred",
+               "kind_why": self.kind.why, "verdict": self.verdict, "reason": self.reason,
+               **{k: _round(v) for k, v in self.figures.items()}}
+        if self.loss_points is not None:
+            out["loss_points"] = _round(self.loss_points.estimate * 100)
+            out["loss_points_interval"] = [_round(self.loss_points.low * 100), _round(self.loss_points.high * 100)]
+        if self.samples_needed is not None:
+            out["samples_needed"] = self.samples_needed
+        return out
+
+
+def _round(value):
+    return None if value is None else round(float(value), 6)
+
+
+def _per_sample(array: np.ndarray) -> np.ndarray:
+    return array.reshape(len(array), -1).astype(np.float64)
+
+
+def cosines(ref: np.ndarray, cand: np.ndarray) -> np.ndarray:
+    """Per-sample cosine similarity; two all-zero samples agree, one all-zero sample does not."""
+    r, c = _per_sample(ref), _per_sample(cand)
+    nr, nc = np.linalg.norm(r, axis=1), np.linalg.norm(c, axis=1)
+    both = nr * nc
+    return np.where(both > 0, (r * c).sum(axis=1) / np.where(both > 0, both, 1.0),
+                    np.where((nr == 0) & (nc == 0), 1.0, 0.0))
+
+
+def sqnr_db(ref: np.ndarray, cand: np.ndarray) -> Optional[float]:
+    """Signal-to-quantization-noise ratio in dB; None for an exact match (infinite)."""
+    signal = float(np.sum(ref.astype(np.float64) ** 2))
+    noise = float(np.sum((ref.astype(np.float64) - cand.astype(np.float64)) ** 2))
+    if noise == 0:
+        return None
+    if signal == 0:
+        return float("-inf")
+    return float(10.0 * np.log10(signal / noise))
+
+
+def common_figures(ref: np.ndarray, cand: np.ndarray) -> Dict[str, Optional[float]]:
+    diff = np.abs(ref.astype(np.float64) - cand.astype(np.float64))
+    per = cosines(ref, cand) if len(ref) else np.ones(1)
+    return {"max_abs_error": float(diff.max()) if diff.size else 0.0,
+            "mean_abs_error": float(diff.mean()) if diff.size else 0.0,
+            "cosine_similarity": float(per.mean()), "worst_cosine": float(per.min()),
+            "sqnr_db": sqnr_db(ref, cand)}
+
+
+def _counted(name, kind, figures, changed: int, trials: int, what: str, tol: Tolerances) -> Judgement:
+    """Verdict for `changed` decisions out of `trials` against the budget in points."""
+    bounds = intervals.wilson(changed, trials)
+    if changed == 0 and _numerically_equal(figures, tol):
+        return Judgement(name, kind, OK, f"{what}: none of {trials}, and the values match FP32 to round-off "
+                         f"(SQNR >= {tol.numerically_equal_sqnr_db:g} dB), so no decision can move", figures, bounds)
+    return _against_budget(name, kind, figures, bounds, trials, what, tol)
+
+
+def _numerically_equal(figures, tol: Tolerances) -> bool:
+    sqnr = figures.get("sqnr_db")
+    return sqnr is None or sqnr >= tol.numerically_equal_sqnr_db
+
+
+def _against_budget(name, kind, figures, bounds: intervals.Bounds, trials: int, what: str, tol: Tolerances) -> Judgement:
+    budget = tol.budget_points / 100.0
+    shown = (f"{what} {bounds.estimate * 100:.2f} points (95% bound {bounds.low * 100:.2f}-{bounds.high * 100:.2f}) "
+             f"on {trials}")
+    if bounds.high <= budget + 1e-12:
+        return Judgement(name, kind, OK, f"{shown}, within {tol.budget_points:g}", figures, bounds)
+    if bounds.low > budget:
+        return Judgement(name, kind, FAILED, f"{shown}, over {tol.budget_points:g}", figures, bounds)
+    needed = intervals.samples_needed(max(bounds.estimate, 0.0), budget)
+    more = f"about {needed} would decide it" if needed else "no sample count decides it (the loss sits on the budget)"
+    return Judgement(name, kind, UNRESOLVED, f"{shown} cannot resolve a {tol.budget_points:g}-point budget; {more}",
+                     figures, bounds, needed)
+
+
+def judge_classes(name, kind, ref, cand, labels, tol: Tolerances) -> Judgement:
+    figures = common_figures(ref, cand)
+    ref_top, cand_top = ref.reshape(len(ref), -1).argmax(-1), cand.reshape(len(cand), -1).argmax(-1)
+    figures["top1_agreement"] = float((ref_top == cand_top).mean() * 100) if len(ref) else None
+    if labels is not None and len(labels) == len(ref):
+        ref_right, cand_right = ref_top == labels, cand_top == labels
+        figures["top1_accuracy"] = float(cand_right.mean() * 100)
+        figures["reference_top1_accuracy"] = float(ref_right.mean() * 100)
+        bounds = intervals.paired_difference(int((ref_right & ~cand_right).sum()), int((~ref_right & cand_right).sum()), len(ref))
+        if (ref_top == cand_top).all() and _numerically_equal(figures, tol):
+            return _counted(name, kind, figures, 0, len(ref), "top-1 changed", tol)
+        return _against_budget(name, kind, figures, bounds, len(ref), "top-1 accuracy lost", tol)
+    return _counted(name, kind, figures, int((ref_top != cand_top).sum()), len(ref), "top-1 changed", tol)
+
+
+def judge_probability(name, kind, ref, cand, tol: Tolerances) -> Judgement:
+    figures = common_figures(ref, cand)
+    error = np.abs(ref.astype(np.float64) - cand.astype(np.float64)).ravel()
+    figures["p99_abs_error"] = float(np.percentile(error, 99)) if error.size else 0.0
+    flipped = (ref >= 0.5) != (cand >= 0.5)
+    figures["flipped_pct"] = float(flipped.mean() * 100) if flipped.size else 0.0
+    judged = _counted(name, kind, figures, int(flipped.sum()), int(flipped.size), "decisions at 0.5 flipped", tol)
+    if figures["p99_abs_error"] > tol.max_probability_error and judged.verdict != FAILED:
+        return Judgement(name, kind, FAILED, f"probabilities moved by up to {figures['p99_abs_error']:.3f} "
+                         f"(99th percentile; limit {tol.max_probability_error:g}); {judged.reason}", figures, judged.loss_points)
+    return judged
+
+
+def judge_values(name, kind, ref, cand, tol: Tolerances) -> Judgement:
+    """Regression and state outputs: cosine where a sample has enough values for one, else SQNR."""
+    figures = common_figures(ref, cand)
+    per_sample = int(np.prod(ref.shape[1:])) if ref.ndim > 1 else 1
+    sqnr = figures["sqnr_db"]
+    if per_sample >= 4:
+        ok = figures["cosine_similarity"] >= tol.min_cosine
+        shown = f"cosine {figures['cosine_similarity']:.5f} (limit {tol.min_cosine:g})"
+    else:
+        ok = sqnr is None or sqnr >= tol.min_sqnr_db
+        shown = f"SQNR {'exact' if sqnr is None else f'{sqnr:.1f} dB'} (limit {tol.min_sqnr_db:g} dB)"
+    return Judgement(name, kind, OK if ok else FAILED, shown, figures)
+
+
+def judge_embedding(name, kind, ref, cand, tol: Tolerances) -> Judgement:
+    figures = common_figures(ref, cand)
+    mean, worst = figures["cosine_similarity"], figures["worst_cosine"]
+    ok = mean >= tol.min_embedding_cosine and worst >= tol.min_worst_embedding_cosine
+    shown = (f"per-sample cosine mean {mean:.4f}, worst {worst:.4f} "
+             f"(limits {tol.min_embedding_cosine:g} / {tol.min_worst_embedding_cosine:g})")
+    return Judgement(name, kind, OK if ok else FAILED, shown, figures)
+
+
+def judge_sequence(name, kind, ref, cand, tol: Tolerances) -> Judgement:
+    figures = common_figures(ref, cand)
+    ref_steps, cand_steps = ref.argmax(-1), cand.argmax(-1)
+    figures["step_agreement"] = float((ref_steps == cand_steps).mean() * 100) if ref_steps.size else None
+    return _counted(name, kind, figures, int((ref_steps != cand_steps).sum()), int(ref_steps.size),
+                    "steps whose argmax changed", tol)
+
+
+def judge_mask(name, kind, ref, cand, tol: Tolerances) -> Judgement:
+    figures = common_figures(ref, cand)
+    if ref.shape[1] == 1:
+        threshold = 0.5 if float(ref.min()) >= 0 and float(ref.max()) <= 1 else 0.0
+        ref_maps, cand_maps, classes = ref[:, 0] >= threshold, cand[:, 0] >= threshold, [True]
+    else:
+        ref_maps, cand_maps = ref.argmax(1), cand.argmax(1)
+        classes = sorted(set(np.unique(ref_maps).tolist()))
+    ious = []
+    for value in classes:
+        r, c = ref_maps == value, cand_maps == value
+        union = np.logical_or(r, c).reshape(len(ref), -1).sum(1)
+        inter = np.logical_and(r, c).reshape(len(ref), -1).sum(1)
+        ious.extend(np.where(union > 0, inter / np.maximum(union, 1), 1.0).tolist())
+    figures["mean_iou"] = float(np.mean(ious)) if ious else 1.0
+    ok = figures["mean_iou"] >= tol.min_mask_iou
+    return Judgement(name, kind, OK if ok else FAILED,
+                     f"mask IoU {figures['mean_iou']:.4f} (limit {tol.min_mask_iou:g})", figures)
+
+
+def judge_detection(name, kind, ref, cand, tol: Tolerances) -> Judgement:
+    figures = common_figures(ref, cand)
+    found = match(ref, cand)
+    figures.update(reference_detections=found.reference, found_detections=found.found,
+                   spurious_detections=found.spurious, mean_box_iou=found.mean_iou,
+                   score_max_abs_error=found.score_max_abs_error, box_max_abs_error=found.box_max_abs_error,
+                   recall_pct=found.found / found.reference * 100 if found.reference else None)
+    if found.reference == 0:
+        return Judgement(name, kind, UNRESOLVED, f"FP32 finds no detection above score {SCORE_THRESHOLD} in the "
+                         f"evaluation data, so nothing shows whether the artifact would; give --eval-data with "
+                         f"objects in it", figures)
+    judged = _counted(name, kind, figures, found.reference - found.found, found.reference,
+                      "FP32 detections missed", tol)
+    if judged.verdict != FAILED and found.found and found.mean_iou < tol.min_box_iou:
+        return Judgement(name, kind, FAILED, f"boxes moved: mean IoU {found.mean_iou:.3f} with FP32's "
+                         f"(limit {tol.min_box_iou:g}); {judged.reason}", figures, judged.loss_points)
+    return judged
+
+
+def judge(name: str, kind: OutputKind, ref: np.ndarray, cand: np.ndarray, labels, tol: Tolerances) -> Judgement:
+    if kind.kind == "classes":
+        judged = judge_classes(name, kind, ref, cand, labels, tol)
+    elif kind.kind == "probability":
+        judged = judge_probability(name, kind, ref, cand, tol)
+    elif kind.kind == "embedding":
+        judged = judge_embedding(name, kind, ref, cand, tol)
+    elif kind.kind == "sequence":
+        judged = judge_sequence(name, kind, ref, cand, tol)
+    elif kind.kind == "mask":
+        judged = judge_mask(name, kind, ref, cand, tol)
+    elif kind.kind == "detection":
+        judged = judge_detection(name, kind, ref, cand, tol)
+    else:
+        judged = judge_values(name, kind, ref, cand, tol)
+    per_sample = int(np.prod(ref.shape[1:])) if ref.ndim > 1 else 1
+    if judged.verdict != FAILED and per_sample >= 4 and judged.cosine < tol.broken_cosine:
+        return Judgement(name, kind, FAILED, f"broken: cosine {judged.cosine:.3f} with FP32 "
+                         f"(below {tol.broken_cosine:g}); {judged.reason}", judged.figures, judged.loss_points)
+    return judged

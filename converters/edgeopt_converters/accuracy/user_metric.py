@@ -1,0 +1,56 @@
+"""A metric the user brings (`--metric file.py:fn`) for what the output kinds do not cover.
+
+`fn(reference, candidate, labels)` gets FP32's and the artifact's outputs as {output name: array
+over the evaluation samples} and the labels (or None), and returns one number, higher is better.
+The artifact fails when its score is more than `--max-metric-drop` below FP32's own.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, Optional
+
+import numpy as np
+
+from edgeopt_agent.errors import UserError
+
+Metric = Callable[[Dict[str, np.ndarray], Dict[str, np.ndarray], Optional[np.ndarray]], float]
+
+
+@dataclass(frozen=True)
+class UserMetric:
+    spec: str
+    fn: Metric
+    max_drop: Optional[float]
+
+    def score(self, reference: Dict[str, np.ndarray], candidate: Dict[str, np.ndarray], labels) -> float:
+        try:
+            value = float(self.fn(reference, candidate, labels))
+        except Exception as exc:
+            raise UserError(f"--metric {self.spec} raised {type(exc).__name__}: {exc}") from exc
+        if not math.isfinite(value):
+            raise UserError(f"--metric {self.spec} returned {value}; it must return a finite number (higher is better)")
+        return value
+
+
+def load_metric(spec: str, max_drop: Optional[float]) -> UserMetric:
+    path_text, sep, name = spec.rpartition(":")
+    path = Path(path_text)
+    if not sep or path.suffix != ".py" or not name:
+        raise UserError(f"--metric '{spec}' must be file.py:function")
+    if not path.is_file():
+        raise UserError(f"--metric file not found: {path}")
+    module_name = f"_edgeopt_user_metric_{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]}"
+    loader_spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(loader_spec)
+    try:
+        loader_spec.loader.exec_module(module)
+    except Exception as exc:
+        raise UserError(f"importing {path} for --metric failed: {type(exc).__name__}: {exc}") from exc
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise UserError(f"{path} has no function '{name}' for --metric")
+    return UserMetric(spec, fn, max_drop)

@@ -1,0 +1,340 @@
+"""Broker identities for a fleet: one per device, collector and deploy user.
+
+    provision("rpi-01", password_file="/etc/mosquitto/edgeopt.passwd")          # a password
+    provision("rpi-01", cert=True)                                              # a client certificate
+    provision("collector-a", role="collector", password_file=..., acl_file="/etc/mosquitto/edgeopt.acl")
+
+A password goes into Mosquitto's password file through Mosquitto's own `mosquitto_passwd -b`
+(so the hash is whatever the installed broker reads). A certificate is signed by the fleet CA,
+made on first use beside the signing keys (~/.config/edgeopt/keys/fleet-ca.{crt,key}); its CN is
+the identity's name, which Mosquitto takes as the user name with `use_identity_as_username`.
+The broker's ACL (scripts/mosquitto.acl) then ties user name X to the topics edgeopt/v1/X/...;
+collector and deploy users get their own `user` block, appended to the ACL file here.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import secrets
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+from edgeopt_agent import protocol
+
+from ..errors import UserError, require
+
+PathLike = Union[str, Path]
+ROLES = ("device", "collector", "deploy", "broker")
+CA_CERT_NAME = "fleet-ca.crt"
+CA_KEY_NAME = "fleet-ca.key"
+CA_DAYS = 3650
+CERT_DAYS = 825
+MOSQUITTO_PASSWD_FALLBACK = "/usr/bin/mosquitto_passwd"
+DEFAULT_OUT = "edgeopt-credentials"
+
+# What each role may do besides what scripts/mosquitto.acl grants every user on its own device
+# topics. {name} is the identity's user name.
+ROLE_ACL = {
+    "collector": (
+        "topic read edgeopt/v1/+/status",
+        "topic read edgeopt/v1/+/telemetry",
+        "topic read edgeopt/v1/+/results",
+        "topic write edgeopt/v1/+/confirm",
+        "topic readwrite edgeopt/collectors/{name}/status",
+    ),
+    "deploy": (
+        "topic read edgeopt/v1/+/status",
+        "topic read edgeopt/v1/+/results",
+        "topic read edgeopt/v1/+/transfer",
+        "topic write edgeopt/v1/+/jobs",
+        "topic write edgeopt/v1/+/chunks",
+    ),
+}
+
+
+@dataclass
+class Provisioned:
+    name: str
+    role: str
+    folder: Path  # this identity's files: password, certificate, key, CA, config
+    password_file: Optional[Path] = None  # the broker's password file that got the entry
+    password_path: Optional[Path] = None  # the password itself, readable by its owner only
+    cert: Optional[Path] = None
+    key: Optional[Path] = None
+    ca_cert: Optional[Path] = None
+    ca_created: bool = False
+    acl_file: Optional[Path] = None  # the ACL file the user block was appended to
+    acl_lines: List[str] = field(default_factory=list)  # the user block (collector and deploy)
+    config_path: Optional[Path] = None
+    config: str = ""  # agent.toml for a device; command-line options otherwise
+
+    def to_json(self) -> Dict[str, Any]:
+        return {key: str(value) if isinstance(value, Path) else value for key, value in asdict(self).items()}
+
+
+def provision(
+    name: str,
+    role: str = "device",
+    password_file: Optional[PathLike] = None,
+    cert: bool = False,
+    out_dir: Optional[PathLike] = None,
+    keys_dir: Optional[PathLike] = None,
+    broker: str = "localhost",
+    acl_file: Optional[PathLike] = None,
+    server_names: Sequence[str] = (),
+    force: bool = False,
+) -> Provisioned:
+    """Make `name`'s broker credentials; see the module's docstring."""
+    if role not in ROLES:
+        raise UserError(f"unknown role '{role}'; use one of {', '.join(ROLES)}")
+    protocol.validate_device_id(name)  # one topic level, and a safe file and user name
+    if role == "broker":
+        if password_file is not None:
+            raise UserError("a broker identity is a server certificate only; drop --password-file")
+        cert = True
+    elif password_file is None and not cert:
+        raise UserError(f"say how {name} proves who it is: --password-file FILE (Mosquitto's password file), "
+                        "--cert (a client certificate from the fleet CA), or both")
+    folder = Path(out_dir).expanduser() if out_dir is not None else Path(DEFAULT_OUT) / name
+    existing = [p for p in (folder / "password", folder / f"{name}.crt", folder / f"{name}.key") if p.exists()]
+    if existing and not force:
+        raise UserError(f"{name} already has credentials in {folder}; pass --force to replace them "
+                        "(the old ones then stop working)")
+    result = Provisioned(name=name, role=role, folder=folder)
+    _make_private_dir(folder)
+    if password_file is not None:
+        result.password_file = Path(password_file).expanduser()
+        result.password_path = _add_password(result.password_file, name, folder, force)
+    if cert:
+        ca = FleetCA.open(keys_dir)
+        result.ca_created = ca.created
+        hosts = list(dict.fromkeys([name, *server_names])) if role == "broker" else []
+        result.cert, result.key = ca.issue(name, folder, server_names=hosts, server=role == "broker")
+        result.ca_cert = folder / "ca.crt"
+        shutil.copyfile(ca.cert_path, result.ca_cert)
+    if role in ROLE_ACL:
+        result.acl_lines = [f"user {name}"] + [line.format(name=name) for line in ROLE_ACL[role]]
+        if acl_file is not None:
+            result.acl_file = Path(acl_file).expanduser()
+            _append_acl(result.acl_file, name, result.acl_lines, force)
+    if role != "broker":
+        result.config_path, result.config = _write_config(result, broker)
+    return result
+
+
+# --- passwords ----------------------------------------------------------------------------------
+
+
+def mosquitto_passwd() -> str:
+    found = shutil.which("mosquitto_passwd")
+    if found:
+        return found
+    if os.access(MOSQUITTO_PASSWD_FALLBACK, os.X_OK):
+        return MOSQUITTO_PASSWD_FALLBACK
+    raise UserError("mosquitto_passwd is not installed; install Mosquitto's tools (Debian/Ubuntu: "
+                    "apt install mosquitto; it ships mosquitto_passwd), or use --cert instead of --password-file")
+
+
+def password_users(path: Path) -> List[str]:
+    """The user names in a Mosquitto password file."""
+    if not path.exists():
+        return []
+    return [line.split(":", 1)[0] for line in path.read_text(encoding="utf-8").splitlines()
+            if ":" in line and not line.startswith("#")]
+
+
+def _add_password(password_file: Path, name: str, folder: Path, force: bool) -> Path:
+    tool = mosquitto_passwd()
+    if name in password_users(password_file) and not force:
+        raise UserError(f"{name} is already in {password_file}; pass --force to give it a new password "
+                        "(its old one then stops working)")
+    password = secrets.token_urlsafe(24)
+    try:
+        if not password_file.exists():
+            password_file.parent.mkdir(parents=True, exist_ok=True)
+            password_file.touch(mode=0o600)
+        # -b takes the password as an argument: it is visible in the process list for the
+        # moment mosquitto_passwd runs. Run this on the broker's host, not a shared one.
+        done = subprocess.run([tool, "-b", str(password_file), name, password], capture_output=True, text=True,
+                              timeout=30)
+    except OSError as exc:
+        raise UserError(f"cannot update the password file {password_file}: {exc.strerror}") from exc
+    if done.returncode != 0:
+        reason = (done.stderr or done.stdout).strip().splitlines()
+        raise UserError(f"mosquitto_passwd could not add {name} to {password_file}: "
+                        f"{reason[0] if reason else f'exit status {done.returncode}'}")
+    path = folder / "password"
+    _write_private(path, (password + "\n").encode())
+    return path
+
+
+# --- certificates -------------------------------------------------------------------------------
+
+
+class FleetCA:
+    """The fleet's certificate authority: an EC P-256 key and a self-signed certificate."""
+
+    def __init__(self, cert_path: Path, key_path: Path, created: bool):
+        self.cert_path = cert_path
+        self.key_path = key_path
+        self.created = created
+        serialization = _crypto("cryptography.hazmat.primitives.serialization")
+        x509 = _crypto("cryptography.x509")
+        try:
+            self.cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+            self.key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+        except (OSError, ValueError, TypeError) as exc:
+            raise UserError(f"cannot read the fleet CA in {cert_path.parent}: {exc}") from exc
+
+    @classmethod
+    def open(cls, keys_dir: Optional[PathLike] = None) -> "FleetCA":
+        """The CA in `keys_dir` (default: beside the signing keys), made there on first use."""
+        from ..deploy.keys import default_dir
+
+        folder = Path(keys_dir).expanduser() if keys_dir is not None else default_dir()
+        cert_path, key_path = folder / CA_CERT_NAME, folder / CA_KEY_NAME
+        if cert_path.exists() != key_path.exists():
+            missing = key_path if cert_path.exists() else cert_path
+            raise UserError(f"the fleet CA in {folder} is incomplete ({missing.name} is missing); restore it from a "
+                            "backup, or move both files away to make a new CA (every certificate must then be re-issued)")
+        created = not cert_path.exists()
+        if created:
+            _make_ca(folder, cert_path, key_path)
+        return cls(cert_path, key_path, created)
+
+    def issue(self, name: str, folder: Path, server_names: Sequence[str] = (), server: bool = False):
+        """A certificate with CN=name (client, or server for `server_names`), written to folder/name.{crt,key}."""
+        x509 = _crypto("cryptography.x509")
+        ec = _crypto("cryptography.hazmat.primitives.asymmetric.ec")
+        hashes = _crypto("cryptography.hazmat.primitives.hashes")
+        ipaddress = __import__("ipaddress")
+        oid = x509.oid
+        key = ec.generate_private_key(ec.SECP256R1())
+        now = datetime.datetime.now(datetime.timezone.utc)
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(oid.NameOID.COMMON_NAME, name)]))
+            .issuer_name(self.cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=CERT_DAYS))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=False, content_commitment=False,
+                                         data_encipherment=False, key_agreement=True, key_cert_sign=False,
+                                         crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([oid.ExtendedKeyUsageOID.SERVER_AUTH if server
+                                                  else oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), critical=False)
+        )
+        if server_names:
+            names = []
+            for host in server_names:
+                try:
+                    names.append(x509.IPAddress(ipaddress.ip_address(host)))
+                except ValueError:
+                    names.append(x509.DNSName(host))
+            builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+        certificate = builder.sign(self.key, hashes.SHA256())
+        cert_path, key_path = folder / f"{name}.crt", folder / f"{name}.key"
+        _write_private(key_path, _private_pem(key))
+        cert_path.write_bytes(certificate.public_bytes(_crypto("cryptography.hazmat.primitives.serialization").Encoding.PEM))
+        return cert_path, key_path
+
+
+def _make_ca(folder: Path, cert_path: Path, key_path: Path) -> None:
+    x509 = _crypto("cryptography.x509")
+    ec = _crypto("cryptography.hazmat.primitives.asymmetric.ec")
+    hashes = _crypto("cryptography.hazmat.primitives.hashes")
+    serialization = _crypto("cryptography.hazmat.primitives.serialization")
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, "edgeopt fleet CA")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=CA_DAYS))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=False, key_encipherment=False, content_commitment=False,
+                                     data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                                     crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    _make_private_dir(folder)
+    _write_private(key_path, _private_pem(key))
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+
+
+def _private_pem(key: Any) -> bytes:
+    serialization = _crypto("cryptography.hazmat.primitives.serialization")
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+# --- ACL and config -----------------------------------------------------------------------------
+
+
+def _append_acl(acl_file: Path, name: str, lines: List[str], force: bool) -> None:
+    text = acl_file.read_text(encoding="utf-8") if acl_file.exists() else ""
+    if f"user {name}" in [line.strip() for line in text.splitlines()]:
+        if not force:
+            raise UserError(f"{acl_file} already has a 'user {name}' block; edit it there, or pass --force "
+                            "to keep it as it is")
+        return
+    block = "\n".join(lines) + "\n"
+    try:
+        with open(acl_file, "a", encoding="utf-8") as out:
+            out.write(("\n" if text and not text.endswith("\n\n") else "") + block)
+    except OSError as exc:
+        raise UserError(f"cannot append to the ACL file {acl_file}: {exc.strerror}") from exc
+
+
+def _write_config(result: Provisioned, broker: str) -> tuple:
+    tls = {"tls_ca": result.ca_cert, "tls_cert": result.cert, "tls_key": result.key}
+    if result.role == "device":
+        lines = [f"device_id = {json.dumps(result.name)}", f"broker = {json.dumps(broker)}"]
+        if result.password_path is not None:
+            lines += [f"username = {json.dumps(result.name)}",
+                      f"password_file = {json.dumps(result.password_path.name)}"]
+        lines += [f"{key} = {json.dumps(path.name)}" for key, path in tls.items() if path is not None]
+        path = result.folder / "agent.toml"
+        text = "# edgeopt-agent settings (paths are relative to this file)\n" + "\n".join(lines) + "\n"
+    else:
+        options = [f"--broker {broker}"]
+        if result.password_path is not None:
+            options += [f"--username {result.name}", f"--password-file {result.password_path.resolve()}"]
+        options += [f"--{key.replace('_', '-')} {path.resolve()}" for key, path in tls.items() if path is not None]
+        if result.role == "collector":
+            options.append(f"--client-id {result.name}")
+        command = "edgeopt fleet serve" if result.role == "collector" else "edgeopt deploy OUTDIR --all"
+        path = result.folder / "options.txt"
+        text = f"{command} " + " ".join(options) + "\n"
+    path.write_text(text, encoding="utf-8")
+    return path, text
+
+
+def _make_private_dir(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise UserError(f"cannot create {folder}: {exc.strerror}; pass a writable --out") from exc
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(str(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+    os.chmod(path, 0o600)
+
+
+def _crypto(module: str) -> Any:
+    return require(module, "fleet", "broker certificates")

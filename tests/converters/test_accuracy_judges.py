@@ -1,0 +1,305 @@
+"""Each output kind judged on synthetic outputs whose right answer is known."""
+import math
+
+import numpy as np
+import pytest
+
+from edgeopt_agent.errors import UserError
+from edgeopt_converters.accuracy import compare, decide_kinds
+from edgeopt_converters.accuracy.detections import match
+from edgeopt_converters.accuracy.intervals import paired_difference, samples_needed, wilson
+from edgeopt_converters.accuracy.judges import Tolerances, sqnr_db
+from edgeopt_converters.accuracy.kinds import infer_kind, parse_output_kinds
+from edgeopt_converters.accuracy.streaming import find_state_pairs, stream
+from edgeopt_converters.accuracy.user_metric import load_metric
+from edgeopt_converters.tensors import Dataset
+
+RNG = np.random.default_rng(0)
+
+
+def noisy(array, scale):
+    return (array + RNG.standard_normal(array.shape) * scale).astype(np.float32)
+
+
+# --- statistics -------------------------------------------------------------------------------
+
+def test_wilson_bounds_match_the_closed_form():
+    bounds = wilson(2, 32)
+    z = 1.6449
+    p, n = 2 / 32, 32
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    assert bounds.low == pytest.approx(centre - half) and bounds.high == pytest.approx(centre + half)
+    assert wilson(0, 32).low == 0.0 and wilson(0, 32).high == pytest.approx(z * z / (32 + z * z))
+    assert (wilson(0, 0).low, wilson(0, 0).high) == (0.0, 1.0)
+
+
+def test_paired_difference_is_centred_on_net_loss():
+    bounds = paired_difference(lost=6, gained=2, trials=200)
+    assert bounds.estimate == pytest.approx(0.02)
+    assert bounds.low < 0.02 < bounds.high
+
+
+def test_samples_needed_decides_at_that_count():
+    needed = samples_needed(0.0, 0.01)
+    assert wilson(0, needed).high <= 0.01 < wilson(0, needed - 1).high
+    assert samples_needed(0.01, 0.01) is None  # on the budget: nothing decides it
+    assert samples_needed(0.10, 0.01) < samples_needed(0.02, 0.01)  # far from the budget: few samples
+
+
+# --- kinds ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name,shape,values,kind", [
+    ("logits", (8, 10), "normal", "classes"),
+    ("output_0", (8, 1000), "normal", "classes"),
+    ("sentence_embedding", (8, 384), "normal", "embedding"),
+    ("output_0", (8, 384), "unit", "embedding"),
+    ("last_hidden_state", (8, 12, 384), "normal", "embedding"),
+    ("output0", (8, 84, 400), "boxes", "detection"),
+    ("output0", (8, 400, 85), "boxes_last", "detection"),
+    ("speech_prob", (8, 1), "probability", "probability"),
+    ("y", (8, 3), "normal", "classes"),
+    ("ctc", (8, 40, 97), "softmax", "sequence"),
+    ("logits", (8, 40, 97), "normal", "sequence"),
+    ("mask", (8, 1, 32, 32), "probability", "mask"),
+    ("value", (8, 1), "normal", "regression"),
+])
+def test_kind_is_inferred_from_name_shape_and_values(name, shape, values, kind):
+    if values == "unit":
+        array = RNG.standard_normal(shape)
+        array /= np.linalg.norm(array, axis=1, keepdims=True)
+    elif values in ("boxes", "boxes_last"):
+        array = RNG.random(shape)  # scores in [0, 1] after a sigmoid
+        boxes = (slice(None), slice(0, 4)) if values == "boxes" else (slice(None), slice(None), slice(0, 4))
+        array[boxes] *= 640
+    elif values == "probability":
+        array = RNG.random(shape)
+    elif values == "softmax":
+        logits = RNG.standard_normal(shape)
+        array = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    else:
+        array = RNG.standard_normal(shape)
+    inferred = infer_kind(name, array.astype(np.float32))
+    assert inferred.kind == kind, inferred
+    assert not inferred.given and inferred.why
+
+
+def test_output_kind_overrides_and_bad_names():
+    assert parse_output_kinds(["emb=embedding"]) == {"emb": "embedding"}
+    with pytest.raises(UserError, match="KIND one of"):
+        parse_output_kinds(["emb=vector"])
+    kinds = decide_kinds(["a", "b"], [np.zeros((2, 10)), np.zeros((2, 10))], {"b": "embedding"})
+    assert [k.kind for k in kinds] == ["classes", "embedding"] and kinds[1].given
+
+
+# --- judges -----------------------------------------------------------------------------------
+
+def test_classes_with_too_few_samples_are_unresolved_and_say_how_many_more():
+    ref = RNG.standard_normal((32, 10)).astype(np.float32)
+    accuracy = compare([ref], [noisy(ref, 1e-3)], names=["logits"])
+    judged = accuracy.outputs[0]
+    assert judged.verdict == "unresolved"
+    assert judged.samples_needed and judged.samples_needed > 32
+    assert "cannot resolve a 1-point budget" in judged.reason
+
+
+def test_classes_decided_both_ways_on_enough_samples():
+    ref = RNG.standard_normal((2000, 10)).astype(np.float32)
+    assert compare([ref], [noisy(ref, 1e-4)]).verdict == "ok"
+    shuffled = ref.copy()
+    shuffled[:200] = RNG.standard_normal((200, 10))  # ~9 % of decisions move
+    failed = compare([ref], [shuffled])
+    assert failed.verdict == "failed" and failed.drop_points > 5
+
+
+def test_labels_judge_accuracy_lost_not_agreement():
+    labels = RNG.integers(0, 10, 3000)
+    ref = RNG.standard_normal((3000, 10)).astype(np.float32)
+    ref[np.arange(3000), labels] += 3  # FP32 is mostly right
+    cand = ref.copy()
+    wrong = np.flatnonzero(ref.argmax(1) != labels)[:50]
+    cand[wrong] = ref[wrong]  # the candidate keeps FP32's mistakes ...
+    right = np.flatnonzero(ref.argmax(1) == labels)[:3]
+    cand[right, labels[right]] -= 10  # ... and loses three right answers
+    judged = compare([ref], [cand], labels).outputs[0]
+    assert judged.figures["top1_accuracy"] == pytest.approx(judged.figures["reference_top1_accuracy"] - 0.1)
+    assert judged.verdict == "ok" and judged.loss_points.estimate == pytest.approx(0.001)
+
+
+def test_detection_scores_rounded_to_zero_fail_although_cosine_is_high():
+    """The YOLO-style head: boxes dominate the values, so zeroed scores barely move the cosine."""
+    samples, classes, anchors = 40, 3, 200
+    head = np.zeros((samples, 4 + classes, anchors), np.float32)
+    head[:, 0] = RNG.random((samples, anchors)) * 600 + 20
+    head[:, 1] = RNG.random((samples, anchors)) * 600 + 20
+    head[:, 2:4] = RNG.random((samples, 2, anchors)) * 40 + 10
+    head[:, 4:] = RNG.random((samples, classes, anchors)) * 0.1
+    for i in range(samples):  # ten well-separated objects a sample
+        for k in range(10):
+            head[i, 0:4, k] = [40 + 60 * k, 300, 30, 30]
+            head[i, 4 + k % classes, k] = 0.6 + 0.03 * k
+    zeroed = head.copy()
+    zeroed[:, 4:] = 0
+    accuracy = compare([head], [zeroed], names=["output0"])
+    judged = accuracy.outputs[0]
+    assert judged.kind.kind == "detection"
+    assert judged.cosine > 0.999, "the headline figure would have passed it"
+    assert judged.verdict == "failed" and judged.figures["found_detections"] == 0
+    assert judged.figures["reference_detections"] == 400
+    kept = compare([head], [noisy(head, 1e-3)], names=["output0"]).outputs[0]
+    assert kept.verdict == "ok" and kept.figures["recall_pct"] == 100.0 and kept.figures["mean_box_iou"] > 0.99
+
+
+def test_detection_matching_counts_missed_and_spurious():
+    head = np.zeros((1, 6, 100), np.float32)
+    head[0, :4, 0] = [100, 100, 20, 20]
+    head[0, 4, 0] = 0.9
+    head[0, :4, 1] = [300, 300, 20, 20]
+    head[0, 5, 1] = 0.8
+    cand = head.copy()
+    cand[0, 5, 1] = 0.1  # the second object is lost
+    cand[0, :4, 2] = [500, 500, 20, 20]
+    cand[0, 4, 2] = 0.7  # and something FP32 did not see appears
+    found = match(head, cand)
+    assert (found.reference, found.found, found.spurious) == (2, 1, 1)
+
+
+def test_detection_without_objects_in_the_data_is_unresolved():
+    head = np.zeros((4, 6, 100), np.float32)
+    judged = compare([head], [head], names=["output0"], kinds=decide_kinds(["output0"], [head], {"output0": "detection"})).outputs[0]
+    assert judged.verdict == "unresolved" and "no detection" in judged.reason
+
+
+def test_embeddings_are_judged_by_cosine_never_argmax():
+    ref = RNG.standard_normal((64, 384)).astype(np.float32)
+    bad = (0.4 * ref + RNG.standard_normal(ref.shape)).astype(np.float32)  # cosine ~0.37
+    judged = compare([ref], [bad], names=["sentence_embedding"]).outputs[0]
+    assert judged.kind.kind == "embedding" and judged.verdict == "failed"
+    assert "top1_agreement" not in judged.figures
+    assert judged.figures["cosine_similarity"] == pytest.approx(0.37, abs=0.05)
+    good = compare([ref], [noisy(ref, 0.05)], names=["sentence_embedding"]).outputs[0]
+    assert good.verdict == "ok" and good.figures["worst_cosine"] > 0.99
+
+
+def test_probabilities_judge_flipped_decisions_and_error():
+    ref = RNG.random((4000, 1)).astype(np.float32)
+    moved = np.clip(ref + 0.3, 0, 1)
+    judged = compare([ref], [moved], names=["speech_prob"]).outputs[0]
+    assert judged.kind.kind == "probability" and judged.verdict == "failed"
+    assert judged.figures["flipped_pct"] == pytest.approx(30, abs=3)
+    assert compare([ref], [np.clip(ref + 1e-4, 0, 1)], names=["speech_prob"]).verdict == "ok"
+
+
+def test_sequences_are_judged_per_step():
+    probs = RNG.random((20, 50, 30))
+    probs /= probs.sum(-1, keepdims=True)
+    cand = probs.copy()
+    cand[:, :10] = cand[:, :10, ::-1]  # a fifth of the steps now argmax elsewhere
+    judged = compare([probs.astype(np.float32)], [cand.astype(np.float32)], names=["ctc"]).outputs[0]
+    assert judged.kind.kind == "sequence" and judged.verdict == "failed"
+    assert judged.figures["step_agreement"] == pytest.approx(80, abs=1)
+
+
+def test_masks_are_judged_by_iou():
+    ref = np.zeros((4, 1, 32, 32), np.float32)
+    ref[:, :, 8:24, 8:24] = 0.9
+    half = ref.copy()
+    half[:, :, 8:24, 16:24] = 0.1
+    judged = compare([ref], [half], names=["mask"]).outputs[0]
+    assert judged.kind.kind == "mask" and judged.figures["mean_iou"] == pytest.approx(0.5)
+    assert judged.verdict == "failed"
+
+
+def test_a_broken_output_fails_whatever_its_kind():
+    """An FP16 text detector with cosine 0.51 was listed like any other artifact."""
+    ref = RNG.random((8, 1, 32, 32)).astype(np.float32)
+    broken = (0.5 * ref + RNG.random(ref.shape)).astype(np.float32)
+    accuracy = compare([ref], [broken], names=["maps"], kinds=decide_kinds(["maps"], [ref], {"maps": "regression"}))
+    assert accuracy.verdict == "failed"
+
+
+def test_the_worst_output_decides_and_every_output_reports_sqnr():
+    good = RNG.standard_normal((3000, 10)).astype(np.float32)
+    emb = RNG.standard_normal((3000, 64)).astype(np.float32)
+    accuracy = compare([good, emb], [good, np.zeros_like(emb)], names=["logits", "embedding"])
+    assert [o.verdict for o in accuracy.outputs] == ["ok", "failed"]
+    assert accuracy.verdict == "failed" and accuracy.deciding.name == "embedding"
+    assert accuracy.outputs[1].figures["sqnr_db"] == pytest.approx(0.0, abs=0.01)
+    assert sqnr_db(good, good) is None
+    assert sqnr_db(np.ones(4), np.ones(4) * 1.1) == pytest.approx(20.0)
+
+
+def test_unresolved_but_excellent_is_flagged_for_the_recommendation():
+    ref = RNG.standard_normal((32, 10)).astype(np.float32)
+    close = compare([ref], [noisy(ref, 3e-3)])
+    assert close.verdict == "unresolved" and close.excellent
+    rough = compare([ref], [noisy(ref, 0.05)])
+    assert not rough.excellent
+
+
+def test_exact_fp32_export_is_ok_on_few_samples():
+    ref = RNG.standard_normal((32, 10)).astype(np.float32)
+    assert compare([ref], [ref + 1e-7]).verdict == "ok"
+
+
+def test_budget_comes_from_the_tolerances():
+    ref = RNG.standard_normal((1000, 10)).astype(np.float32)
+    cand = ref.copy()
+    cand[:30] = RNG.standard_normal((30, 10))  # ~2.7 % of decisions move
+    assert compare([ref], [cand], tolerances=Tolerances(budget_points=10)).verdict == "ok"
+    assert compare([ref], [cand], tolerances=Tolerances(budget_points=0.5)).verdict == "failed"
+
+
+# --- streaming --------------------------------------------------------------------------------
+
+def test_state_pairs_are_found_by_name_and_shape():
+    feed = {"x": np.zeros((1, 4), np.float32), "state": np.zeros((2, 1, 8), np.float32), "sr": np.array(16000)}
+    outputs = {"prob": np.zeros((1, 1), np.float32), "stateN": np.zeros((2, 1, 8), np.float32)}
+    assert find_state_pairs(feed, outputs) == {"state": "stateN"}
+    assert find_state_pairs({"h": np.zeros((1, 8), np.float32)}, {"h_out": np.zeros((1, 8), np.float32)}) == {"h": "h_out"}
+
+
+def test_streaming_shows_drift_that_one_step_hides():
+    """A recurrence whose candidate weighs its state 10 % too much: from the recorded (zero) state one
+    step is exact; fed its own state for 60 steps it drifts and fails."""
+    steps = 60
+    data = Dataset({"x": RNG.standard_normal((steps, 1, 8)).astype(np.float32),
+                    "h": np.zeros((steps, 1, 8), np.float32)}, None, "test")
+
+    def recurrence(gain):
+        def predict(feed):
+            h = np.tanh(feed["x"] * 0.5 + feed["h"] * gain)
+            return [h.sum(-1, keepdims=True), h]
+        return predict
+
+    names, pairs = ["score", "h_out"], {"h": "h_out"}
+    one_step = [[np.concatenate(o) for o in zip(*(recurrence(g)(f) for f, _ in data.batches(1)))] for g in (1.0, 1.1)]
+    assert compare(*one_step, names=names).verdict == "ok"
+    ref = stream(recurrence(1.0), data, 1, pairs, names, steps)
+    cand = stream(recurrence(1.1), data, 1, pairs, names, steps)
+    assert ref[1].shape == (steps, 1, 8)
+    assert not np.allclose(ref[1][0], ref[1][1]), "each step fed the state back"
+    streamed = compare(ref, cand, names=names, kinds=decide_kinds(names, ref, {}, ["h_out"]))
+    assert streamed.outputs[1].kind.kind == "state"
+    assert streamed.verdict == "failed"
+
+
+# --- user metric ------------------------------------------------------------------------------
+
+def test_user_metric_is_scored_against_fp32(tmp_path):
+    plugin = tmp_path / "metric.py"
+    plugin.write_text("import numpy as np\n"
+                      "def neg_mse(reference, candidate, labels):\n"
+                      "    return -float(np.mean((reference['y'] - candidate['y']) ** 2))\n"
+                      "def broken(reference, candidate, labels):\n"
+                      "    raise KeyError('z')\n")
+    ref = RNG.standard_normal((50, 3)).astype(np.float32)
+    metric = load_metric(f"{plugin}:neg_mse", max_drop=0.01)
+    ok = compare([ref], [ref], names=["y"], metric=metric)
+    assert ok.metric.drop == 0.0 and ok.metric.verdict == "ok"
+    bad = compare([ref], [ref + 1.0], names=["y"], metric=metric)
+    assert bad.metric.drop == pytest.approx(1.0) and bad.verdict == "failed" and "--metric" in bad.reason
+    with pytest.raises(UserError, match="raised KeyError"):
+        compare([ref], [ref], names=["y"], metric=load_metric(f"{plugin}:broken", None))
+    with pytest.raises(UserError, match="file.py:function"):
+        load_metric("metric", None)

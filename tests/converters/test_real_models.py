@@ -1,0 +1,57 @@
+"""Real models nobody here wrote (from the corpus, scripts/corpus.py), judged by the task they do."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import edgeopt
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+from corpus import CorpusMissing, corpus_file  # noqa: E402
+
+
+def corpus(entry, name):
+    try:
+        return corpus_file(entry, name)
+    except CorpusMissing as exc:
+        pytest.skip(str(exc))
+
+
+def face_tiles(faces: np.ndarray, start: int, count: int, size: int = 320, face: int = 110) -> np.ndarray:
+    """Canvases with four upscaled LFW faces each: images a face detector finds several things in."""
+    from PIL import Image
+
+    images = []
+    for i in range(count):
+        canvas = np.full((size, size), 0.5, np.float32)
+        for k in range(4):
+            crop = faces[(start + i * 4 + k) % len(faces)]
+            scaled = Image.fromarray((crop * 255).astype(np.uint8)).resize((face, face), Image.BILINEAR)
+            y, x = 40 + (k // 2) * 140, 30 + (k % 2) * 150
+            canvas[y:y + face, x:x + face] = np.asarray(scaled, np.float32) / 255
+        images.append(np.stack([canvas] * 3))
+    return np.stack(images)
+
+
+@pytest.mark.slow
+def test_yolo_detector_int8_is_judged_by_the_detections_it_still_finds(tmp_path):
+    """nudenet's YOLOv8n: boxes (pixels) and class scores share one output and, in INT8, one scale."""
+    model = corpus("nudenet", "detector")
+    faces = np.load(corpus("scikit-image", "lfw"))
+    np.savez(tmp_path / "calib.npz", images=face_tiles(faces, 0, 16))
+    np.savez(tmp_path / "eval.npz", images=face_tiles(faces, 64, 80))
+    manifest = edgeopt.convert(str(model), device="x86-64", output_dir=tmp_path / "out", input_shape="1,3,320,320",
+                               calibration=tmp_path / "calib.npz", eval_data=tmp_path / "eval.npz", formats=["onnx"],
+                               precisions=["fp32", "int8"], time_on_host=False)
+    artifacts = {a["key"]: a for a in manifest["artifacts"]}
+    fp32, int8 = (artifacts[k]["accuracy"] for k in ("onnx-fp32", "onnx-int8"))
+    (head,) = int8["outputs"]
+    assert head["kind"] == "detection" and head["kind_source"] == "inferred"
+    assert head["reference_detections"] >= 60, "the evaluation images must hold objects for the verdict to mean anything"
+    assert fp32["verdict"] == "ok"
+    # Whole-graph INT8 loses a large share of FP32's detections (the shared output scale crushes scores),
+    # although the output's cosine stays high: the verdict must say failed and must not recommend it.
+    assert head["recall_pct"] < 90 and int8["cosine_similarity"] > 0.9
+    assert int8["verdict"] == "failed"
+    assert manifest["recommended"] == "onnx-fp32"
