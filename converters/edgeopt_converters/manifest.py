@@ -134,9 +134,10 @@ def build_manifest(ctx, records: List[ArtifactRecord], recommendation, opts) -> 
             "sha256": ctx.source.sha256,
             "inputs": _model_inputs(ctx),
         },
-        "input_shapes": {  # the shapes each input was fed with (-1 in model.inputs: dynamic)
-            "calibration": {k: list(v) for k, v in ctx.calibration.feed_shapes(feed_batch(ctx.specs)).items()},
-            "evaluation": {k: list(v) for k, v in validated.items()},
+        "input_shapes": {  # the shapes each input was fed with, per data file of other shapes
+            "calibration": [{k: list(v) for k, v in shapes.items()}
+                            for shapes in ctx.calibration.shapes(feed_batch(ctx.specs))],
+            "evaluation": [{k: list(v) for k, v in validated.items()}],
         },
         "device": profile.name,
         "profile": {

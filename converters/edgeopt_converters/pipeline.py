@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -39,7 +39,7 @@ from .progress import Progress
 from .recipe import PlannedArtifact, make_plan
 from .recommend import recommend
 from .runtime import open_predictor, reference_predictor
-from .tensors import Dataset, InputSpec, feed_batch, load_dataset, random_dataset
+from .tensors import Dataset, DatasetParts, InputSpec, feed_batch, load_datasets, random_dataset
 
 log = logging.getLogger("edgeopt.convert")
 DEFAULT_MAX_CALIBRATION = 256
@@ -54,8 +54,8 @@ class ConvertOptions:
     input_shapes: Sequence[str] = ()
     input_dtypes: Sequence[str] = ()
     input_values: Sequence[str] = ()  # NAME=NUMBER: constant arguments
-    calibration: Optional[Path] = None
-    eval_data: Optional[Path] = None
+    calibration: Union[Path, Sequence[Path], None] = None  # several files: several shapes per input
+    eval_data: Union[Path, Sequence[Path], None] = None
     formats: Sequence[str] = ()
     precisions: Sequence[str] = ()
     max_accuracy_drop: Optional[float] = None
@@ -104,8 +104,8 @@ class _Judging:
 
 
 def _datasets(source: SourceModel, specs: List[InputSpec], opts: ConvertOptions, notes: List[str], warnings: List[str]):
-    calibration = load_dataset(opts.calibration, specs, "calibration", allow_labels=False) if opts.calibration else None
-    evaluation = load_dataset(opts.eval_data, specs, "eval-data", allow_labels=True) if opts.eval_data else None
+    calibration = load_datasets(_paths(opts.calibration), specs, "calibration", False) if opts.calibration else None
+    evaluation = load_datasets(_paths(opts.eval_data), specs, "eval-data", True) if opts.eval_data else None
     if calibration is None and evaluation is None and source.calibration is not None:
         calibration, evaluation = source.calibration, source.eval_data
         notes.append(f"calibration and evaluation use the data bundled with {source.description}")
@@ -119,25 +119,33 @@ def _datasets(source: SourceModel, specs: List[InputSpec], opts: ConvertOptions,
         calibration = evaluation
         warnings.append("no --calibration given: calibrating on the --eval-data samples, so the accuracy figures are optimistic")
     elif evaluation is None:
-        evaluation = calibration
-        warnings.append("no --eval-data given: validating on the calibration samples, so the accuracy figures are optimistic")
+        evaluation = calibration.parts[0] if isinstance(calibration, DatasetParts) else calibration
+        which = f"the samples of {evaluation.source}" if evaluation is not calibration else "the calibration samples"
+        warnings.append(f"no --eval-data given: validating on {which}, so the accuracy figures are optimistic")
     calibration = _head(calibration, opts.max_calibration_samples)
     evaluation = _head(evaluation, opts.max_eval_samples)
     return calibration, evaluation
+
+
+def _paths(value) -> List[Path]:
+    return [Path(value)] if isinstance(value, (str, os.PathLike)) else [Path(v) for v in value]
+
+
+def _shape_sets(calibration, evaluation, batch: int) -> List[Dict[str, Tuple[int, ...]]]:
+    return calibration.shapes(batch) + evaluation.shapes(batch)
 
 
 def _one_shape_for_tflite(plan, calibration: Dataset, evaluation: Dataset, specs: List[InputSpec],
                           asked: bool, notes: List[str]) -> None:
     """TFLite artifacts (litert-torch) take one shape per input: data of several shapes leaves
     them out (or, when asked for by --format tflite, is an error)."""
-    batch = feed_batch(specs)
-    first, second = calibration.feed_shapes(batch), evaluation.feed_shapes(batch)
-    differ = [n for n in first if n in second and first[n] != second[n]]
+    sets = _shape_sets(calibration, evaluation, feed_batch(specs))
+    differ = [n for n in sets[0] if len({tuple(s.get(n, ())) for s in sets}) > 1]
     if not differ or not any(a.format == "tflite" for a in plan.artifacts):
         return
     name = differ[0]
-    why = (f"input '{name}' is {list(first[name])} in the calibration data and {list(second[name])} in the "
-           f"evaluation data, and TFLite artifacts take one shape per input")
+    seen = " and ".join(str(list(shape)) for shape in dict.fromkeys(tuple(s[name]) for s in sets if name in s))
+    why = f"input '{name}' is {seen} in the data, and TFLite artifacts take one shape per input"
     if asked:
         raise UserError(f"{why}; give data of one shape, or --format onnx (which keeps the dim dynamic)")
     plan.artifacts[:] = [a for a in plan.artifacts if a.format != "tflite"]
@@ -314,18 +322,16 @@ def _build_all(ctx: _Context, planned: List[PlannedArtifact], opts: ConvertOptio
 
 
 def _data_axes(ctx: _Context) -> Tuple[Tuple[str, int, str], ...]:
-    """Axes (besides the batch) whose size differs between the calibration and evaluation data:
-    they stay dynamic in the export. Axes that vary alike across inputs share one size."""
-    batch = feed_batch(ctx.specs)
-    first = ctx.calibration.feed_shapes(batch)
-    second = ctx.evaluation.feed_shapes(batch)
-    groups: Dict[Tuple[int, int, int], str] = {}
+    """Axes (besides the batch) whose size differs across the data files (calibration parts and
+    evaluation): they stay dynamic in the export. Axes that vary alike across inputs share one size."""
+    sets = _shape_sets(ctx.calibration, ctx.evaluation, feed_batch(ctx.specs))
+    groups: Dict[Tuple[int, Tuple[int, ...]], str] = {}
     axes = []
-    for name, shape in first.items():
-        other = second.get(name, shape)
-        for axis, (a, b) in enumerate(zip(shape, other)):
-            if a != b and not (axis == 0 and not ctx.calibration.whole):
-                group = groups.setdefault((axis, a, b), f"dim{len(groups)}")
+    for name, shape in sets[0].items():
+        for axis in range(len(shape)):
+            sizes = tuple(s[name][axis] for s in sets if name in s)
+            if len(set(sizes)) > 1 and not (axis == 0 and not ctx.calibration.whole):
+                group = groups.setdefault((axis, sizes), f"dim{len(groups)}")
                 axes.append((name, axis, group))
     return tuple(axes)
 

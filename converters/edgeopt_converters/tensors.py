@@ -199,6 +199,10 @@ class Dataset:
             return {k: tuple(v.shape[1:]) for k, v in self.arrays.items()}
         return {k: (batch_size,) + tuple(v.shape[1:]) for k, v in self.arrays.items()}
 
+    def shapes(self, batch_size: int) -> List[Dict[str, Tuple[int, ...]]]:
+        """Every distinct set of feed shapes the data holds (one for a single file)."""
+        return [self.feed_shapes(batch_size)]
+
     def subset(self, index: slice) -> "Dataset":
         return Dataset({k: v[index] for k, v in self.arrays.items()},
                        None if self.labels is None else self.labels[index], self.source, self.whole)
@@ -206,6 +210,78 @@ class Dataset:
     def split(self, fraction: float) -> Tuple["Dataset", "Dataset"]:
         cut = max(1, min(self.size - 1, int(round(self.size * fraction))))
         return self.subset(slice(None, cut)), self.subset(slice(cut, None))
+
+
+@dataclass
+class DatasetParts:
+    """Calibration data from several files whose shapes differ (sequence lengths, image sizes):
+    fed part after part, each at its own shapes. The first part stands for the whole where one
+    shape is needed (the export's example)."""
+
+    parts: List[Dataset]
+    labels: None = None
+
+    @property
+    def size(self) -> int:
+        return sum(p.size for p in self.parts)
+
+    @property
+    def source(self) -> str:
+        return " + ".join(p.source for p in self.parts)
+
+    @property
+    def is_random(self) -> bool:
+        return False
+
+    @property
+    def whole(self) -> bool:
+        return self.parts[0].whole
+
+    def batches(self, batch_size: int):
+        for part in self.parts:
+            yield from part.batches(batch_size)
+
+    def first_feed(self, batch_size: int) -> Dict[str, np.ndarray]:
+        return self.parts[0].first_feed(batch_size)
+
+    def feed_shapes(self, batch_size: int) -> Dict[str, Tuple[int, ...]]:
+        return self.parts[0].feed_shapes(batch_size)
+
+    def shapes(self, batch_size: int) -> List[Dict[str, Tuple[int, ...]]]:
+        return [p.feed_shapes(batch_size) for p in self.parts]
+
+    def subset(self, index: slice) -> "DatasetParts":
+        """The first `index.stop` samples over the parts in order."""
+        left, kept = index.stop, []
+        for part in self.parts:
+            if left is not None and left <= 0:
+                break
+            kept.append(part if left is None or part.size <= left else part.subset(slice(None, left)))
+            left = None if left is None else left - part.size
+        return DatasetParts(kept)
+
+
+def load_datasets(paths: Sequence[Path], specs: Sequence[InputSpec], what: str,
+                  allow_labels: bool) -> Union[Dataset, DatasetParts]:
+    """One file, or several: files of the same shapes are joined, files of different shapes kept
+    apart as parts (each fed at its own shapes)."""
+    loaded = [load_dataset(Path(p), specs, what, allow_labels) for p in paths]
+    if len(loaded) == 1:
+        return loaded[0]
+    layouts = {(d.whole, tuple(sorted(d.feed_shapes(feed_batch(specs)).items()))) for d in loaded}
+    if len(layouts) == 1:
+        labels = [d.labels for d in loaded]
+        if any(x is None for x in labels) and not all(x is None for x in labels):
+            raise UserError(f"{what} files: some have 'labels' and some do not; give labels in all or none")
+        return Dataset({k: np.concatenate([d.arrays[k] for d in loaded]) for k in loaded[0].arrays},
+                       None if labels[0] is None else np.concatenate(labels),
+                       " + ".join(d.source for d in loaded), loaded[0].whole)
+    if allow_labels:
+        raise UserError(f"{what} files of different shapes ({', '.join(d.source for d in loaded)}): give evaluation "
+                        f"data of one shape per input; several shapes are taken for --calibration")
+    if len({d.whole for d in loaded}) != 1:
+        raise UserError(f"{what} files mix whole samples and batch-first rows; give all in one layout")
+    return DatasetParts(loaded)
 
 
 def _read_arrays(path: Path, what: str) -> Dict[str, np.ndarray]:

@@ -34,6 +34,13 @@ def _one(item) -> str:
     return str(item)
 
 
+def _paths(value) -> Optional[Tuple[Path, ...]]:
+    """One data file, or several (of different shapes)."""
+    if not value:
+        return None
+    return (Path(value),) if isinstance(value, (str, Path)) else tuple(Path(v) for v in value)
+
+
 def _names(value) -> Tuple[str, ...]:
     """formats="onnx" and formats=["onnx", "tflite"] both work."""
     return (value,) if isinstance(value, str) else tuple(value or ())
@@ -56,7 +63,7 @@ def convert(
     input_shape=None,
     input_dtype=None,
     input_value=None,
-    calibration: Optional[PathLike] = None,
+    calibration: Union[PathLike, Sequence[PathLike], None] = None,
     eval_data: Optional[PathLike] = None,
     formats: Sequence[str] = (),
     precisions: Sequence[str] = (),
@@ -81,6 +88,7 @@ def convert(
     like (1, 3, 224, 224), a string "1,3,224,224", a list of those for several inputs, or a dict by
     input name ({"input": (1, 512), "sr": ()}; () is a scalar); give only what the model does not
     declare. `input_dtype` likewise; `input_value` ({"sr": 16000}) gives constant arguments.
+    `calibration` is a data file, or a list of files of different shapes (sequence lengths).
     `trust_model_code=True` is needed for a TorchScript file, which runs code when loaded.
     `output_kinds` ({name: kind} or ["name=kind"]) says how outputs are judged; `state`
     ({input: output}) names recurrent state for streamed judgement; `metric` is "file.py:fn".
@@ -96,7 +104,7 @@ def convert(
         input_shapes=_as_list(input_shape),
         input_dtypes=_as_list(input_dtype),
         input_values=_as_list(input_value),
-        calibration=Path(calibration) if calibration else None,
+        calibration=_paths(calibration),
         eval_data=Path(eval_data) if eval_data else None,
         formats=_names(formats),
         precisions=_names(precisions),

@@ -161,10 +161,11 @@ def _mixed(tmp_path, nets_path):
 
 def _tokens(tmp_path, nets_path):
     rng = np.random.default_rng(0)
-    np.savez(tmp_path / "calib.npz", input_ids=rng.integers(0, 50, (8, 12)), attention_mask=np.ones((8, 12), np.int64))
-    np.savez(tmp_path / "eval.npz", input_ids=rng.integers(0, 50, (8, 20)), attention_mask=np.ones((8, 20), np.int64))
+    for name, length in (("calib-12", 12), ("calib-6", 6), ("eval", 20)):  # a file set of several lengths
+        np.savez(tmp_path / f"{name}.npz", input_ids=rng.integers(0, 50, (8, length)),
+                 attention_mask=np.ones((8, length), np.int64))
     return dict(model=model_files.save_token_encoder_onnx(tmp_path / "encoder.onnx"),
-                calibration=tmp_path / "calib.npz", eval_data=tmp_path / "eval.npz")
+                calibration=[tmp_path / "calib-12.npz", tmp_path / "calib-6.npz"], eval_data=tmp_path / "eval.npz")
 
 
 def _tokens_torch(tmp_path, nets_path):
@@ -206,12 +207,14 @@ def test_converted_and_benchmarked_with_no_input_options(case, device, tmp_path,
             names = [i["model_input"] for i in artifact["inputs"]]
             assert ("sr" in names) is not baked
     if case.startswith("dynamic-seq"):
-        assert manifest["input_shapes"]["calibration"]["input_ids"] == [1, 12]
-        assert manifest["input_shapes"]["evaluation"]["input_ids"] == [1, 20]
+        assert [s["input_ids"] for s in manifest["input_shapes"]["calibration"]] == [[1, 12], [1, 6]]
+        assert manifest["input_shapes"]["evaluation"] == [{"input_ids": [1, 20], "attention_mask": [1, 20]}]
+        assert manifest["calibration"]["samples"] == 16
         for artifact in manifest["artifacts"]:
             assert isinstance(artifact["inputs"][0]["shape"][1], str)  # the dynamic axis is kept
         if case == "dynamic-seq-torch":  # the profiles' TFLite takes one shape per input
-            assert any(n.startswith("TFLite artifacts skipped: input 'input_ids' is [1, 12]") for n in manifest["notes"])
+            assert any(n.startswith("TFLite artifacts skipped: input 'input_ids' is [1, 12] and [1, 6] and [1, 20]")
+                       for n in manifest["notes"])
 
     code, report, err = bench_folder(capsys, outdir)
     assert code == 0, err
@@ -225,7 +228,7 @@ def test_converted_and_benchmarked_with_no_input_options(case, device, tmp_path,
     for name, item in model_inputs.items():
         if "value" in item:
             continue
-        shape = manifest["input_shapes"]["evaluation"][name]
+        shape = manifest["input_shapes"]["evaluation"][0][name]
         arrays[name] = np.zeros(shape, np.dtype(item["dtype"]))
     np.savez(tmp_path / "input.npz", **arrays)
     code, report, err = bench_folder(capsys, outdir, "--input", tmp_path / "input.npz")
@@ -255,3 +258,20 @@ def test_outputs_of_whole_samples_keep_every_element():
     outputs = collect_outputs(lambda feed: [np.ones((1, 5)), np.ones((2, 1, 8)), np.float32(3)], data, 1)
     # a batch-of-1 output stacks by its batch axis; a state [2, 1, 8] and a scalar get a sample axis
     assert [o.shape for o in outputs] == [(3, 5), (3, 2, 1, 8), (3,)]
+
+
+def test_calibration_files_of_several_shapes_are_fed_each_at_its_own(tmp_path):
+    from edgeopt_converters.tensors import DatasetParts, load_datasets
+
+    tokens = [InputSpec("ids", (1, -1), "int64", dim_names=("batch", "seq"))]
+    for length in (4, 7, 4):
+        np.save(tmp_path / f"c{length}-{len(list(tmp_path.iterdir()))}.npy", np.ones((3, length), np.int64))
+    files = sorted(tmp_path.iterdir())
+    same = load_datasets([f for f in files if f.name.startswith("c4")], tokens, "calibration", False)
+    assert not isinstance(same, DatasetParts) and same.size == 6  # same shapes: joined
+    parts = load_datasets(files, tokens, "calibration", False)
+    assert isinstance(parts, DatasetParts) and parts.size == 9
+    assert sorted(f["ids"].shape[1] for f, _ in parts.batches(1)) == [4] * 6 + [7] * 3
+    assert parts.subset(slice(None, 4)).size == 4
+    with pytest.raises(UserError, match="give evaluation data of one shape per input"):
+        load_datasets(files, tokens, "eval-data", True)

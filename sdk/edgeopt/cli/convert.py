@@ -24,9 +24,10 @@ file, an ExportedProgram .pt2, an .onnx file, or example:digits-cnn (bundled).""
 @click.option("--input-value", "input_values", multiple=True, metavar="NAME=16000",
               help="A constant argument (a TorchScript int, a Python float), baked into the export; "
                    "for an ONNX input, the value it is always fed.")
-@click.option("--calibration", type=click.Path(dir_okay=False),
+@click.option("--calibration", type=click.Path(dir_okay=False), multiple=True,
               help=".npy, or .npz keyed by input name, with representative inputs for INT8 calibration: "
-                   "an array [N, *input_shape] holds N samples (batch-first [N, *input_shape[1:]] also works).")
+                   "an array [N, *input_shape] holds N samples (batch-first [N, *input_shape[1:]] also works); repeat "
+                   "for files of other shapes (sequence lengths) to calibrate over each.")
 @click.option("--eval-data", type=click.Path(dir_okay=False),
               help="Like --calibration, plus optional integer `labels`, for the accuracy check.")
 @click.option("--format", "formats", multiple=True, type=click.Choice(["onnx", "tflite"]),
@@ -67,7 +68,7 @@ def convert(model, device, output_dir, input_shapes, input_dtypes, input_values,
     kwargs = dict(
         input_shape=list(input_shapes) or None, input_dtype=list(input_dtypes) or None,
         input_value=list(input_values) or None,
-        calibration=calibration, eval_data=eval_data, formats=formats, precisions=precisions,
+        calibration=list(calibration) or None, eval_data=eval_data, formats=formats, precisions=precisions,
         max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine, output_kinds=list(output_kinds),
         state=list(state_pairs), stream_steps=stream_steps, metric=metric, max_metric_drop=max_metric_drop,
         threads=threads, calibrate_method=calibrate_method,
