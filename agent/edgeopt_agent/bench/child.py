@@ -68,9 +68,9 @@ def benchmark(spec: BenchmarkSpec, send: Send) -> None:
         send("phase", text=what, batch=batch)
         try:
             if spec.input_file:
-                feeds = file_feeds(spec.input_file, runner.inputs(), batch)
+                feeds = file_feeds(spec.input_file, runner.inputs(), batch, spec.inputs)
             else:
-                feeds = random_feeds(runner.inputs(), batch, spec.seed)
+                feeds = random_feeds(runner.inputs(), batch, spec.seed, spec.inputs)
             entry = measure_batch(runner, spec, batch, feeds)
         except Exception as exc:  # this batch failed; the next size may still run
             entry = {"batch": batch, "ok": False, "error": classify(exc)}
