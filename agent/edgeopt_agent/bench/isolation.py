@@ -147,6 +147,11 @@ def _collect(read_fd: int, deadline: float, outcome: ChildOutcome, progress: Opt
                 progress(message["text"])
 
 
+def _is_import_machinery(frame: str) -> bool:
+    """A faulthandler frame inside importlib, which says only that a crash happened during an import."""
+    return "<frozen importlib." in frame or "/importlib/" in frame.replace("\\", "/")
+
+
 def _tail(log) -> str:
     """The lines of the child's output that say why it died, joined into one line."""
     log.seek(0, os.SEEK_END)
@@ -154,7 +159,7 @@ def _tail(log) -> str:
     log.seek(max(0, size - _LOG_TAIL_BYTES))
     lines = [line.strip() for line in log.read().decode("utf-8", errors="replace").splitlines() if line.strip()]
     fatal = next((i for i, line in enumerate(lines) if line.startswith("Fatal Python error")), None)
-    if fatal is not None:  # faulthandler: the error, then the innermost frame
-        frames = [line for line in lines[fatal + 1:] if line.startswith("File ")]
+    if fatal is not None:  # faulthandler: the error, then the innermost frame that is not importlib's
+        frames = [line for line in lines[fatal + 1:] if line.startswith("File ") and not _is_import_machinery(line)]
         return " | ".join(lines[fatal:fatal + 1] + frames[:1])
     return " | ".join(lines[-_LOG_TAIL_LINES:])

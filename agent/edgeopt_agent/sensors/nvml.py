@@ -31,6 +31,8 @@ class NvmlSensor(PowerSensor):
         try:
             nvml = require("pynvml", "nvml", "GPU energy through NVML")
         except MissingExtraError as exc:
+            if not has_nvidia_discrete_gpu(sysfs_root):
+                return None  # no GPU NVML could read: the extra would not help, so do not suggest it
             raise SensorError(str(exc)) from None
         try:
             nvml.nvmlInit()
@@ -68,3 +70,25 @@ class NvmlSensor(PowerSensor):
             self._nvml.nvmlShutdown()
         except self._nvml.NVMLError:
             pass  # already shut down: nothing left to release
+
+
+NVIDIA_PCI_VENDOR = "0x10de"
+PCI_DISPLAY_CLASS = "0x03"  # VGA and 3D controllers; a Jetson's integrated GPU is not on PCI
+
+
+def has_nvidia_discrete_gpu(sysfs_root: Path) -> bool:
+    """True when the PCI bus under `sysfs_root` holds an NVIDIA display controller."""
+    devices = Path(sysfs_root) / "sys" / "bus" / "pci" / "devices"
+    try:
+        entries = list(devices.iterdir())
+    except OSError:
+        return False
+    for device in entries:
+        try:
+            vendor = (device / "vendor").read_text().strip().lower()
+            klass = (device / "class").read_text().strip().lower()
+        except OSError:
+            continue
+        if vendor == NVIDIA_PCI_VENDOR and klass.startswith(PCI_DISPLAY_CLASS):
+            return True
+    return False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes.util
 import importlib.util
+import json
 import os
 import sys
 from pathlib import Path
@@ -97,13 +98,35 @@ def test_rapl_counter_that_is_not_a_number_disables_the_sensor(board, rewrite, c
     assert suite.power is None
 
 
-def test_nvml_without_pynvml_is_disabled_with_the_extra_to_install(commands, monkeypatch):
+def _add_pci_device(root, slot: str, vendor: str, klass: str) -> None:
+    device = root / "sys" / "bus" / "pci" / "devices" / slot
+    device.mkdir(parents=True)
+    (device / "vendor").write_text(vendor + "\n")
+    (device / "class").write_text(klass + "\n")
+
+
+def test_nvml_without_pynvml_on_an_nvidia_gpu_machine_names_the_extra_to_install(board, commands, monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)  # None in sys.modules: importing it fails
-    suite = discover(FIXTURES / "x86-64-rapl", run_command=commands("none"))
+    root = board("x86-64-rapl")
+    _add_pci_device(root, "0000:00:02.0", "0x8086", "0x030000")  # the CPU's own Intel graphics
+    _add_pci_device(root, "0000:01:00.0", "0x10de", "0x030200")  # an NVIDIA 3D controller
+    suite = discover(root, run_command=commands("none"))
     reason = suite.disabled["nvml"]
 
     assert "'pynvml' is not installed" in reason
     assert "pip install 'edgeopt[nvml]'" in reason
+
+
+@pytest.mark.parametrize("name", ["rpi4", "rpi5", "jetson-orin-nano-jp6", "x86-64-rapl"])
+def test_nvml_without_pynvml_and_without_an_nvidia_pci_gpu_is_not_suggested(board, commands, monkeypatch, name):
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    root = board(name)
+    _add_pci_device(root, "0000:00:00.0", "0x10de", "0x060400")  # an NVIDIA PCIe bridge, not a GPU
+    suite = discover(root, run_command=commands(name))
+    snap = suite.snapshot()
+
+    assert "nvml" not in suite.active and "nvml" not in suite.disabled
+    assert "edgeopt[nvml]" not in json.dumps(snap)
 
 
 @pytest.mark.skipif(not HAS_PYNVML, reason="pynvml (nvidia-ml-py) is not installed")
