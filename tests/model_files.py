@@ -7,8 +7,9 @@ import pytest
 MATMUL_WEIGHTS = np.random.default_rng(7).standard_normal((16, 8)).astype(np.float32)
 
 
-def save_matmul_relu(path, batch_dim):
-    """y = relu(x @ W): x [batch_dim, 16] -> y [batch_dim, 8]; batch_dim an int (fixed) or a name."""
+def save_matmul_relu(path, batch_dim, weights=None):
+    """y = relu(x @ W): x [batch_dim, 16] -> y [batch_dim, 8]; batch_dim an int (fixed) or a name.
+    `weights` replaces W (a [16, 8] float32 array): a model that computes something else."""
     onnx = pytest.importorskip("onnx", reason="building test models needs the onnx package")
     from onnx import TensorProto, helper, numpy_helper
 
@@ -17,7 +18,7 @@ def save_matmul_relu(path, batch_dim):
         "matmul_relu",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch_dim, 16])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch_dim, 8])],
-        [numpy_helper.from_array(MATMUL_WEIGHTS, "W")],
+        [numpy_helper.from_array(MATMUL_WEIGHTS if weights is None else weights, "W")],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9

@@ -373,6 +373,7 @@ BENCH_OPTIONS: Dict[str, Tuple[str, bool]] = {
     "precision": ("name", True),  # the precision a TensorRT engine is built at on the board
     "idle_s": ("number", False),
     "inputs": ("inputs", True),  # how to feed each input: see check_input_description
+    "reference": ("reference", True),  # outputs the board's must match: see check_reference
 }
 
 INPUT_DESCRIPTION_KEYS = ("name", "shape", "dtype", "value", "alias")
@@ -421,6 +422,54 @@ def check_input_description(value: Any) -> Tuple[Dict[str, Any], ...]:
     if len(set(names)) != len(names):
         raise UserError(f"'inputs' names an input twice: {names}")
     return tuple(result)
+
+
+MAX_REFERENCE_SAMPLES = 8
+MAX_REFERENCE_OUTPUTS = 64
+MAX_REFERENCE_VALUES = 4096  # per output and sample (edgeopt sends at most 512)
+REFERENCE_TOLERANCES = ("min_cosine", "max_abs_error", "min_argmax_agreement")
+
+
+def check_reference(value: Any) -> Dict[str, Any]:
+    """The `reference` bench option: what the host's FP32 artifact computed on a few seeded inputs.
+
+    {"seed": int, "samples": 1-8, "outputs": [{"name", "stride": every stride-th value of the
+    flattened output, "values": [[floats] per sample], "argmax": optional [[ints] per sample]
+    (last-axis argmax per row), "tolerance": {"min_cosine", "max_abs_error",
+    "min_argmax_agreement"} (each a number or null)}]}. Raises UserError with the first problem.
+    """
+    if not isinstance(value, dict) or set(value) - {"seed", "samples", "outputs"}:
+        raise UserError(f"'reference' must be an object with seed, samples and outputs, got {_short(value)}")
+    samples = value.get("samples")
+    if not _is_int(value.get("seed")) or not _is_int(samples) or not 1 <= samples <= MAX_REFERENCE_SAMPLES:
+        raise UserError(f"'reference' needs an integer seed and 1-{MAX_REFERENCE_SAMPLES} samples")
+    outputs = value.get("outputs")
+    if not isinstance(outputs, list) or not 1 <= len(outputs) <= MAX_REFERENCE_OUTPUTS:
+        raise UserError(f"'reference' outputs must be a list of 1-{MAX_REFERENCE_OUTPUTS} objects")
+    for item in outputs:
+        where = f"'reference' output {_short(item.get('name') if isinstance(item, dict) else item)}"
+        if not isinstance(item, dict) or set(item) - {"name", "stride", "values", "argmax", "tolerance"} or \
+                not isinstance(item.get("name"), str) or not (_is_int(item.get("stride")) and item["stride"] >= 1):
+            raise UserError(f"{where} needs a name, a stride of at least 1 and values, and nothing else")
+        per_sample = item.get("values")
+        if not isinstance(per_sample, list) or len(per_sample) != samples or not all(
+                isinstance(v, list) and len(v) <= MAX_REFERENCE_VALUES and all(_is_number(x) for x in v)
+                for v in per_sample):
+            raise UserError(f"{where}: values must hold one list of at most {MAX_REFERENCE_VALUES} numbers per sample")
+        argmax = item.get("argmax")
+        if argmax is not None and (not isinstance(argmax, list) or len(argmax) != samples or not all(
+                isinstance(v, list) and len(v) <= MAX_REFERENCE_VALUES and all(_is_int(x) for x in v) for v in argmax)):
+            raise UserError(f"{where}: argmax must hold one list of integers per sample")
+        tolerance = item.get("tolerance") or {}
+        if not isinstance(tolerance, dict) or set(tolerance) - set(REFERENCE_TOLERANCES) or \
+                not all(v is None or _is_number(v) for v in tolerance.values()):
+            raise UserError(f"{where}: tolerance may hold {', '.join(REFERENCE_TOLERANCES)}, each a number or null")
+    return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 @dataclass(frozen=True)
@@ -967,6 +1016,11 @@ def _check_option(name: str, kind: str, value: Any) -> Any:
     elif kind == "inputs":
         try:
             return [dict(item) for item in check_input_description(value)]
+        except UserError as exc:
+            raise ProtocolError(f"bench option {exc}") from None
+    elif kind == "reference":
+        try:
+            return check_reference(value)
         except UserError as exc:
             raise ProtocolError(f"bench option {exc}") from None
     elif kind in ("path", "name"):

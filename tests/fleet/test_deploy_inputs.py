@@ -73,6 +73,9 @@ def test_a_deployed_model_benchmarks_with_no_input_options(case, board, tmp_path
     entry = next(a for a in manifest["artifacts"] if a["key"] == keys[0])
     assert set(fed) == {i["name"] for i in entry["inputs"]}
     assert row["result"]["latency_ms"]["p50"] > 0
+    check = row["result"]["output_check"]  # the board reproduced the host's FP32 outputs on the signed reference
+    assert check["ok"] is True and row["result"]["valid"] is True, check
+    assert all(o["cosine"] > 0.9999 for o in check["outputs"])
     described = {d["name"]: d for d in row["result"]["spec"]["inputs"]}  # what the job told the board
     assert {n: d["shape"] for n, d in described.items()} == {i["name"]: i["example_shape"] for i in entry["inputs"]}
     if case == "stateful-onnx":

@@ -28,6 +28,7 @@ from .failures import classify
 from .inputs import file_feeds, random_feeds
 from .memory import current_rss_mb, limit_address_space, peak_rss_mb
 from .parent_watch import die_with_parent
+from .reference import OUTPUT_MISMATCH, run_reference
 from .spec import BenchmarkSpec
 from .stats import device_timing_fields, summarize_ms
 from .timing import output_digest, time_calls
@@ -75,6 +76,14 @@ def benchmark(spec: BenchmarkSpec, send: Send) -> None:
         except Exception as exc:  # this batch failed; the next size may still run
             entry = {"batch": batch, "ok": False, "error": classify(exc)}
         send("batch", entry=entry)
+    if spec.reference is not None:
+        send("phase", text="checking outputs against the reference")
+        try:
+            send("reference", check=run_reference(runner, spec.reference, spec.inputs))
+        except Exception as exc:  # the reference could not run: that is a result too, not a crash
+            error = classify(exc)
+            send("reference", check={"ok": False, "outputs": [], "reason": f"{OUTPUT_MISMATCH}: the reference "
+                                     f"samples could not run ({error['kind']}: {error['message']})"})
     runner.close()
     send("done", peak_rss_mb=_mb(peak_rss_mb()))
 

@@ -212,9 +212,24 @@ def _result(
         inputs=loaded.get("inputs"),
         outputs=loaded.get("outputs"),
         notes=loaded.get("notes", []),
-        spec=spec.to_dict(),
+        spec=_spec_summary(spec),
     )
+    check = outcome.first("reference")
+    if check is not None:
+        result["output_check"] = check["check"]
+        if not check["check"]["ok"]:
+            result["invalid_reasons"] = result["invalid_reasons"] + [check["check"]["reason"]]
+            result["valid"] = False
     return result
+
+
+def _spec_summary(spec: BenchmarkSpec) -> Dict[str, Any]:
+    """The spec as the result echoes it: a reference by its seed and outputs, not all its values."""
+    data = spec.to_dict()
+    if spec.reference is not None:
+        data["reference"] = {"seed": spec.reference["seed"], "samples": spec.reference["samples"],
+                             "outputs": [o["name"] for o in spec.reference["outputs"]]}
+    return data
 
 
 def _failure_of(outcome: ChildOutcome, spec: BenchmarkSpec, entries: List[Dict[str, Any]]) -> Dict[str, str]:

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ..errors import UserError
-from ..protocol import check_input_description
+from ..protocol import check_input_description, check_reference
 from ..runners.formats import ENGINE_RUNTIMES, PRECISIONS, RUNTIMES
 
 
@@ -28,6 +28,8 @@ class BenchmarkSpec:
     precision: what runtimes that build an engine on the board ("tensorrt",
     "onnxruntime-tensorrt") build at. None: "tensorrt" builds at the model's own precision
     (INT8 for a QDQ model); "onnxruntime-tensorrt" enables neither FP16 nor INT8.
+    reference: outputs of the host's FP32 artifact on seeded inputs, with tolerances (see
+    edgeopt_agent.protocol.check_reference); the child checks its own outputs against them.
     engine_cache_dir: where built engines are kept (the agent passes one under its data dir;
     None: edgeopt_agent.runners.engine_cache.default_cache_dir()).
     """
@@ -50,8 +52,11 @@ class BenchmarkSpec:
     precision: Optional[str] = None
     engine_cache_dir: Optional[str] = None
     inputs: Optional[Tuple[Dict[str, Any], ...]] = None
+    reference: Optional[Dict[str, Any]] = None
 
     def __post_init__(self) -> None:
+        if self.reference is not None:
+            object.__setattr__(self, "reference", check_reference(self.reference))
         if self.inputs is not None:
             object.__setattr__(self, "inputs", check_input_description(self.inputs))
         object.__setattr__(self, "artifact", str(self.artifact))

@@ -53,6 +53,8 @@ def bench(artifact: Path, batch: Optional[str], no_sensors: bool, as_json: bool,
     targets = collect_targets(artifact)
     given = given_inputs(input_shapes, input_values)
     specs = [_spec(path, options, merge_inputs(entry, given)) for path, entry in targets]
+    if artifact.is_dir():  # a convert output folder: check every artifact's outputs against its FP32 artifact
+        specs = with_references(artifact, specs, [entry for _, entry in targets])
     for spec in specs:  # a missing or unrecognised file stops everything before anything runs
         resolve_runtime(spec.artifact, spec.runtime)
     sensors = None if no_sensors else local_sensors()
@@ -162,6 +164,16 @@ def merge_inputs(entry: Optional[Dict[str, Any]], given: Dict[str, Dict[str, Any
     return list(merged.values())
 
 
+def with_references(outdir: Path, specs: List[BenchmarkSpec], entries: List[Dict[str, Any]]) -> List[BenchmarkSpec]:
+    import dataclasses
+
+    from ..deploy.reference import build_reference
+
+    manifest = json.loads((outdir / "manifest.json").read_text(encoding="utf-8"))
+    return [dataclasses.replace(spec, reference=build_reference(outdir, manifest, entry, spec.inputs))
+            for spec, entry in zip(specs, entries)]
+
+
 def _spec(path: Path, options: Dict[str, Any], inputs: Optional[List[Dict[str, Any]]] = None) -> BenchmarkSpec:
     values = dict(options)
     values["inputs"] = inputs
@@ -230,6 +242,12 @@ def _notes(result: Dict[str, Any]) -> List[str]:
         )
     else:
         lines.append(f"power: not measured ({result.get('power_reason')})")
+    check = result.get("output_check")
+    if check:
+        lines.append(f"outputs vs FP32 reference ({check['samples']} samples): " + ", ".join(
+            f"{o['name']} cosine {_num(o.get('cosine'))} max error {_num(o.get('max_abs_error'))}"
+            + (f" argmax {_num(o['argmax_agreement'])}" if o.get("argmax_agreement") is not None else "")
+            + ("" if o["ok"] else " MISMATCH") for o in check["outputs"]))
     if not result.get("valid", True):
         lines.append("INVALID: " + "; ".join(result["invalid_reasons"]))
     lines.extend(result.get("notes") or [])

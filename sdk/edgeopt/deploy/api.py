@@ -81,7 +81,7 @@ def deploy(
             job_id, chosen.sha256, chosen.format, meta=chosen.meta, chunks=None if url else chosen.chunks, url=url,
             size=chosen.size, target=protocol.JobTarget(tuple(t.device_id for t in targets), profile),
             lifetime_s=expires_s, release=chosen.release, allow_downgrade=allow_downgrade,
-            signer=key.sign_job if key else None, **_with_inputs(bench, chosen.inputs),
+            signer=key.sign_job if key else None, **_with_reference(outdir, chosen, _with_inputs(bench, chosen.inputs)),
         )
         jobs = {target.device_id: protocol.job_message(target.device_id, 1, body) for target in targets}
         return Rollout(client, chosen, jobs, progress).run(wait, timeout_s)
@@ -95,6 +95,16 @@ def _with_inputs(bench: Optional[Mapping[str, Any]], inputs: Optional[List[Dict[
     options = dict(bench or {})
     if inputs is not None and options.get("inputs") is None:
         options["inputs"] = inputs
+    return options
+
+
+def _with_reference(outdir: PathLike, chosen, options: Dict[str, Any]) -> Dict[str, Any]:
+    """The options, with the FP32 artifact's outputs the board must reproduce (inside the signed
+    body) unless the caller gave a reference or `reference: None`."""
+    if "reference" not in options:
+        from .reference import reference_for_artifact
+
+        options["reference"] = reference_for_artifact(Path(outdir), chosen.key, options.get("inputs"))
     return options
 
 

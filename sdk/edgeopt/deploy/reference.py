@@ -1,0 +1,150 @@
+"""The `reference` a deploy (and `edgeopt bench OUTDIR`) carries: what the FP32 artifact computes
+on a few seeded inputs, kept small, with per-output tolerances from the conversion's verdicts.
+
+The board makes the same inputs (edgeopt_agent.bench.reference.reference_feeds), runs its
+artifact and marks a result whose outputs disagree invalid (`output_mismatch`).
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+
+from edgeopt_agent.bench.reference import compare, plan_stride, reduce_output, reference_feeds, row_argmax
+
+log = logging.getLogger(__name__)
+
+SAMPLES = 4
+SEED = 20261124
+FP32_MIN_COSINE = 0.9999
+FP32_RELATIVE_ERROR = 1e-3  # of the output's largest magnitude: another CPU's float rounding
+QUANTIZED_COSINE_FLOOR = 0.5  # a tolerance never accepts less than this, whatever the verdicts said
+MARGIN = 4.0  # how many times the host's own gap from FP32 the board may show
+
+
+def build_reference(outdir: Path, manifest: Mapping[str, Any], entry: Mapping[str, Any],
+                    inputs: Optional[Sequence[Mapping[str, Any]]], samples: int = SAMPLES,
+                    seed: int = SEED) -> Optional[Dict[str, Any]]:
+    """The reference for `entry`, or None (with a log line) when no FP32 artifact can compute it here."""
+    from edgeopt_agent.errors import UserError
+    from edgeopt_agent.runners import open_runner
+
+    fp32 = _fp32_entry(manifest, entry)
+    if fp32 is None:
+        log.warning("no FP32 artifact in the manifest: the board's outputs go unchecked")
+        return None
+    try:
+        runner = open_runner(str(Path(outdir) / fp32["path"]), threads=1)
+        runner.load()
+    except (UserError, RuntimeError, OSError) as exc:
+        log.warning("cannot run the FP32 artifact here (%s): the board's outputs go unchecked", exc)
+        return None
+    try:
+        fp32_names = [o.name for o in runner.outputs()]
+        produced = [runner.infer(reference_feeds(runner.inputs(), inputs, seed, s)) for s in range(samples)]
+    finally:
+        runner.close()
+    names = _output_names(entry, fp32_names)
+    verdicts = _verdicts(entry)
+    outputs = []
+    for fp32_name, name in zip(fp32_names, names):
+        values = [np.asarray(p[fp32_name]) for p in produced]
+        stride = plan_stride(values[0].size)
+        reduced = [reduce_output(v, stride, values[0].size) for v in values]
+        verdict = verdicts.get(name, {})
+        item: Dict[str, Any] = {"name": name, "stride": stride, "values": [[float(x) for x in r] for r in reduced]}
+        if verdict.get("kind") == "classes":
+            item["argmax"] = [row_argmax(v) for v in values]
+        scale = max(float(np.max(np.abs(r))) if r.size else 0.0 for r in reduced)
+        item["tolerance"] = tolerance(entry.get("precision"), verdict, scale)
+        outputs.append(item)
+    reference = {"seed": seed, "samples": samples, "outputs": outputs}
+    _widen_by_host_run(outdir, entry, reference, inputs)
+    return reference
+
+
+def tolerance(precision: Optional[str], verdict: Mapping[str, Any], scale: float) -> Dict[str, Optional[float]]:
+    """How far the board's output may be from FP32's: FP32 by float rounding only; others by the
+    conversion's measured gap (its worst cosine, its max error) times MARGIN."""
+    classes = verdict.get("kind") == "classes"
+    if precision == "fp32":
+        return {"min_cosine": FP32_MIN_COSINE, "max_abs_error": round(FP32_RELATIVE_ERROR * scale + 1e-5, 9),
+                "min_argmax_agreement": 0.75 if classes else None}
+    cosine = _number(verdict.get("worst_cosine")) or _number(verdict.get("cosine_similarity")) or 0.99
+    error = _number(verdict.get("max_abs_error"))
+    return {
+        "min_cosine": round(max(QUANTIZED_COSINE_FLOOR, 1.0 - max(MARGIN * (1.0 - cosine), 0.01)), 6),
+        "max_abs_error": round(max(MARGIN * error, 0.1 * scale), 9) if error is not None else None,
+        "min_argmax_agreement": 0.5 if classes else None,
+    }
+
+
+def _widen_by_host_run(outdir: Path, entry: Mapping[str, Any], reference: Dict[str, Any], inputs) -> None:
+    """Where the artifact itself runs here, make room for what it does on these very inputs: a
+    random input lies outside the calibration data, so INT8 may drift more than the verdicts saw."""
+    from edgeopt_agent.errors import UserError
+    from edgeopt_agent.runners import open_runner
+
+    if entry.get("precision") == "fp32":
+        return
+    try:
+        runner = open_runner(str(Path(outdir) / entry["path"]), threads=1)
+        runner.load()
+    except (UserError, RuntimeError, OSError) as exc:
+        log.info("the %s artifact does not run here (%s): its tolerances come from the verdicts alone",
+                 entry.get("key"), exc)
+        return
+    try:
+        produced = [runner.infer(reference_feeds(runner.inputs(), inputs, reference["seed"], s))
+                    for s in range(reference["samples"])]
+        names = [o.name for o in runner.outputs()]
+    finally:
+        runner.close()
+    check = compare(reference, produced, names)
+    for item, seen in zip(reference["outputs"], check["outputs"]):
+        limits = item["tolerance"]
+        if seen.get("cosine") is not None:
+            limits["min_cosine"] = round(max(QUANTIZED_COSINE_FLOOR, min(
+                limits["min_cosine"], 1.0 - MARGIN * (1.0 - seen["cosine"]))), 6)
+        if seen.get("max_abs_error") is not None and limits.get("max_abs_error") is not None:
+            limits["max_abs_error"] = round(max(limits["max_abs_error"], MARGIN * seen["max_abs_error"]), 9)
+        if seen.get("argmax_agreement") is not None and limits.get("min_argmax_agreement") is not None:
+            limits["min_argmax_agreement"] = round(min(limits["min_argmax_agreement"],
+                                                       seen["argmax_agreement"] - 0.25), 6)
+
+
+def _fp32_entry(manifest: Mapping[str, Any], entry: Mapping[str, Any]) -> Optional[Mapping[str, Any]]:
+    candidates = [e for e in manifest.get("artifacts") or [] if isinstance(e, dict)
+                  and e.get("precision") == "fp32" and e.get("format") in ("onnx", "tflite") and e.get("path")]
+    same_format = [e for e in candidates if e.get("format") == entry.get("format")]
+    onnx = [e for e in candidates if e.get("format") == "onnx"]
+    chosen = (onnx or same_format or candidates)
+    return chosen[0] if chosen else None
+
+
+def _output_names(entry: Mapping[str, Any], fp32_names: List[str]) -> List[str]:
+    """The target artifact's output names, in the FP32 artifact's order (by position where they differ)."""
+    listed = [o.get("name") for o in entry.get("outputs") or [] if isinstance(o, dict)]
+    if len(listed) != len(fp32_names) or set(listed) == set(fp32_names):
+        return fp32_names
+    return listed
+
+
+def _verdicts(entry: Mapping[str, Any]) -> Dict[str, Mapping[str, Any]]:
+    accuracy = entry.get("accuracy") if isinstance(entry.get("accuracy"), dict) else {}
+    return {o["name"]: o for o in accuracy.get("outputs") or [] if isinstance(o, dict) and "name" in o}
+
+
+def _number(value: Any) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value) else None
+
+
+def reference_for_artifact(outdir: Path, key: str, inputs: Optional[Sequence[Mapping[str, Any]]]) -> Optional[Dict[str, Any]]:
+    """The reference for artifact `key` of a convert output folder (its manifest already checked)."""
+    import json
+
+    manifest = json.loads((Path(outdir) / "manifest.json").read_text(encoding="utf-8"))
+    entry = next(e for e in manifest["artifacts"] if e.get("key") == key)
+    return build_reference(Path(outdir), manifest, entry, inputs)
