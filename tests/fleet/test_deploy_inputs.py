@@ -32,6 +32,7 @@ def board(tmp_path_factory):
         thread.start()
         agent.start()
         wait_until(lambda: [d for d in store.devices() if d["state"] == "online"], "the agent online")
+        broker.store = store  # for the tests that read what the collector filed
         yield broker
     finally:
         stop.set()
@@ -82,3 +83,38 @@ def test_a_deployed_model_benchmarks_with_no_input_options(case, board, tmp_path
         assert described["sr"]["value"] == 16000
     if case == "stateful-tflite":
         assert sorted(d["alias"] for d in described.values()) == ["state", "x"]
+
+
+def test_a_deployed_artifact_whose_outputs_are_wrong_is_filed_invalid_with_the_figures(board, tmp_path):
+    import hashlib
+    import json
+
+    from edgeopt.fleet.views import RESULTS, cells
+
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    model_files.save_matmul_relu(outdir / "model.fp32.onnx", "N")
+    # What a broken INT8 kernel looks like from outside: a model that runs and computes something else.
+    model_files.save_matmul_relu(outdir / "model.int8.onnx", "N", weights=-model_files.MATMUL_WEIGHTS)
+    entries = []
+    for key, name in (("onnx-fp32", "model.fp32.onnx"), ("onnx-int8", "model.int8.onnx")):
+        data = (outdir / name).read_bytes()
+        entries.append({"key": key, "path": name, "format": "onnx", "precision": key.split("-")[1],
+                        "sha256": hashlib.sha256(data).hexdigest(), "size_bytes": len(data),
+                        "inputs": [{"name": "x", "shape": ["N", 16], "example_shape": [1, 16], "dtype": "float32"}],
+                        "outputs": [{"name": "y"}],
+                        "accuracy": {"outputs": [{"name": "y", "kind": "embedding", "worst_cosine": 0.999}]}})
+    manifest = {"model": {"source": "wrong-kernel.onnx"}, "created": "2026-11-24T07:00:00+00:00",
+                "artifacts": entries, "recommended": "onnx-int8"}
+    (outdir / "manifest.json").write_text(json.dumps(manifest))
+
+    [row] = deploy(outdir, device="lab-pi4", unsigned=True, wait=True, timeout_s=60,
+                   broker=board.address, bench=QUICK_BENCH, chunk_size=64 * 1024)
+
+    assert row["ok"] is True and row["result"]["valid"] is False
+    [figures] = row["result"]["output_check"]["outputs"]
+    assert figures["ok"] is False and figures["cosine"] < 0.5
+    stored = wait_until(lambda: [r for r in board.store.results(model="wrong-kernel.onnx")], "the result filed")
+    assert stored[0]["valid"] is False and stored[0]["invalid_reasons"][0].startswith("output_mismatch: y (cosine")
+    headers, table = cells(RESULTS, stored)
+    assert table[0][headers.index("valid")].startswith("invalid: output_mismatch: y (cosine")
