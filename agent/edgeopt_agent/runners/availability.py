@@ -32,7 +32,7 @@ def unavailable_reason(runtime: str) -> Optional[str]:
         else:
             from .onnxruntime_import import import_onnxruntime
 
-            ort = import_onnxruntime("agent", "ONNX models")
+            ort = import_onnxruntime("agent-onnx", "ONNX models")
             provider = ORT_PROVIDERS.get(runtime)
             available = list(ort.get_available_providers())
             if provider is not None and provider not in available:

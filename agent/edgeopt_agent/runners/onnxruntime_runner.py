@@ -52,7 +52,7 @@ class OnnxRuntimeRunner(Runner):
         required_provider: Optional[str] = None,
     ):
         super().__init__(path, threads)
-        self._ort = import_onnxruntime("agent", "ONNX models")
+        self._ort = import_onnxruntime("agent-onnx", "ONNX models")
         self.providers = choose_providers(self._ort.get_available_providers(), required_provider)
         self._session = None
         self._inputs: Tuple[TensorInfo, ...] = ()

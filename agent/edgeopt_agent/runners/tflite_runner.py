@@ -36,7 +36,7 @@ def find_interpreter() -> InterpreterSource:
     try:
         tf = importlib.import_module("tensorflow")
     except ImportError:
-        raise MissingExtraError("ai_edge_litert", "agent", "TFLite models") from None
+        raise MissingExtraError("ai_edge_litert", "agent-tflite", "TFLite models") from None
     return InterpreterSource("tensorflow", tf.lite.Interpreter, getattr(tf.lite.experimental, "OpResolverType", None))
 
 
