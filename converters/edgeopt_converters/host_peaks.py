@@ -1,0 +1,97 @@
+"""This host's own roofline, measured: small onnxruntime kernels for peak throughput and bandwidth.
+
+- FP32 peak: a 256x1024 @ 1024x1024 MatMul; INT8 peak: the same as MatMulInteger (uint8 x int8),
+  the kernel onnxruntime runs INT8 artifacts' matrix products with;
+- bandwidth: an Add of a 32 MiB tensor and a scalar (reads it once, writes it once);
+- overhead: a chain of 200 Relu nodes on a 16-element tensor, per node.
+Each is the best of several timed runs (what the hardware can reach, not what a noisy moment gave).
+"""
+from __future__ import annotations
+
+import functools
+import platform
+import time
+from typing import Callable, Dict, Optional
+
+import numpy as np
+
+from edgeopt_agent.bench.spec import available_cpus
+from edgeopt_agent.errors import require
+
+from .roofline import Machine
+
+_M, _K, _N = 256, 1024, 1024
+_BANDWIDTH_ELEMENTS = 8 * 2**20  # float32: 32 MiB
+_CHAIN = 200
+
+
+def _session(model, threads: int):
+    ort = require("onnxruntime", "convert")
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"])
+
+
+def _best_s(call: Callable[[], object], repeats: int = 7, min_s: float = 0.05) -> float:
+    call()
+    best = float("inf")
+    for _ in range(repeats):
+        runs, start = 0, time.perf_counter()
+        while True:
+            call()
+            runs += 1
+            elapsed = time.perf_counter() - start
+            if elapsed >= min_s:
+                break
+        best = min(best, elapsed / runs)
+    return best
+
+
+def _model(nodes, inputs, outputs, initializers=()):
+    onnx = require("onnx", "convert")
+    graph = onnx.helper.make_graph(nodes, "calibration", inputs, outputs, list(initializers))
+    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+
+
+def _run(session, feeds) -> Callable[[], object]:
+    return functools.partial(session.run, None, feeds)
+
+
+def measure_host(threads: Optional[int] = None) -> Machine:
+    onnx = require("onnx", "convert")
+    helper, tp = onnx.helper, onnx.TensorProto
+    threads = threads or available_cpus()
+    rng = np.random.default_rng(0)
+    ops = 2.0 * _M * _K * _N
+
+    fp32 = _model([helper.make_node("MatMul", ["a", "b"], ["c"])],
+                  [helper.make_tensor_value_info("a", tp.FLOAT, [_M, _K])], [helper.make_tensor_value_info("c", tp.FLOAT, None)],
+                  [onnx.numpy_helper.from_array(rng.standard_normal((_K, _N)).astype(np.float32), "b")])
+    fp32_s = _best_s(_run(_session(fp32, threads), {"a": rng.standard_normal((_M, _K)).astype(np.float32)}))
+
+    int8 = _model([helper.make_node("MatMulInteger", ["a", "b"], ["c"])],
+                  [helper.make_tensor_value_info("a", tp.UINT8, [_M, _K])], [helper.make_tensor_value_info("c", tp.INT32, None)],
+                  [onnx.numpy_helper.from_array(rng.integers(-127, 127, (_K, _N)).astype(np.int8), "b")])
+    int8_s = _best_s(_run(_session(int8, threads), {"a": rng.integers(0, 255, (_M, _K)).astype(np.uint8)}))
+
+    add = _model([helper.make_node("Add", ["x", "one"], ["y"])],
+                 [helper.make_tensor_value_info("x", tp.FLOAT, [_BANDWIDTH_ELEMENTS])],
+                 [helper.make_tensor_value_info("y", tp.FLOAT, None)],
+                 [onnx.numpy_helper.from_array(np.ones((1,), np.float32), "one")])
+    add_s = _best_s(_run(_session(add, threads), {"x": np.ones(_BANDWIDTH_ELEMENTS, np.float32)}))
+
+    chain = [helper.make_node("Relu", ["t0"], ["t1"])]
+    chain += [helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"]) for i in range(1, _CHAIN)]
+    relus = _model(chain, [helper.make_tensor_value_info("t0", tp.FLOAT, [1, 16])],
+                   [helper.make_tensor_value_info(f"t{_CHAIN}", tp.FLOAT, None)])
+    chain_s = _best_s(_run(_session(relus, threads), {"t0": np.ones((1, 16), np.float32)}))
+
+    peaks: Dict[str, float] = {"fp32": ops / fp32_s / 1e9, "int8": ops / int8_s / 1e9}
+    bandwidth = 2 * _BANDWIDTH_ELEMENTS * 4 / add_s / 1e9
+    return Machine(
+        "host", peaks, bandwidth, chain_s / _CHAIN * 1e6,
+        f"measured on this {platform.machine()} host with onnxruntime, {threads} thread(s): "
+        f"{_M}x{_K}x{_N} MatMul / MatMulInteger, a {_BANDWIDTH_ELEMENTS * 4 // 2**20} MiB Add, {_CHAIN} chained Relu",
+    )
