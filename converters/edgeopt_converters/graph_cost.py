@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from edgeopt_agent.errors import UserError, require
 
@@ -116,7 +116,7 @@ class _Tensor:
         return 0.0 if self.shape is None else self.elements * _ELEMENT_BYTES.get(self.dtype, 4)
 
 
-def analyze_onnx(model: Union[str, Path, "onnx.ModelProto"], input_shapes: Sequence[Sequence[int]] = ()) -> GraphCost:
+def analyze_onnx(model: Union[str, Path, Any], input_shapes: Sequence[Sequence[int]] = ()) -> GraphCost:
     """Per-node cost of an ONNX model. `input_shapes` fixes the graph inputs' shapes, in order."""
     onnx = require("onnx", "convert")
     if not hasattr(model, "graph"):
