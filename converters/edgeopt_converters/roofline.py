@@ -10,12 +10,13 @@ scales the prediction; without one the prediction is uncalibrated, and says so.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from edgeopt_agent.errors import UserError
 from edgeopt_agent.profiles import DeviceProfile
 
-from .graph_cost import GraphCost, NodeCost
+from .graph_cost import GraphCost, NodeCost, analyze_onnx
 
 EXECUTED = ("compute", "elementwise", "move")  # roles that run a kernel of their own
 
@@ -139,3 +140,23 @@ def predict(cost: GraphCost, machine: Machine, efficiency: Optional[float] = Non
     if efficiency is None:
         notes.append("uncalibrated: no fleet measurement of this board to fit an efficiency factor from")
     return Prediction(machine, times, efficiency, samples, notes)
+
+
+def predict_artifacts(profile: DeviceProfile, paths: Mapping[str, Path]) -> Dict[str, float]:
+    """Uncalibrated roofline latency (ms) of each ONNX artifact on a board, by artifact key.
+
+    Empty where the profile states no peak figures or bandwidth; an artifact whose graph cannot
+    be analysed is left out.
+    """
+    try:
+        board = machine_for(profile)
+    except UserError:
+        return {}
+    predicted: Dict[str, float] = {}
+    for key, path in paths.items():
+        if str(path).endswith(".onnx"):
+            try:
+                predicted[key] = predict(analyze_onnx(path), board).roofline_ms
+            except UserError:
+                continue
+    return predicted

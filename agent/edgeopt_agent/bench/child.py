@@ -19,6 +19,7 @@ import sys
 import time
 from typing import Any, Callable, Dict, Optional
 
+from .. import op_profile
 from ..runners import open_runner
 from ..runners.formats import GPU_RUNTIMES
 from .failures import classify
@@ -68,6 +69,9 @@ def benchmark(spec: BenchmarkSpec, send: Send) -> None:
             else:
                 feeds = random_feeds(runner.inputs(), batch, spec.seed)
             entry = measure_batch(runner, spec, batch, feeds)
+            if spec.profile and number == 1:
+                send("phase", text="profiling per op", batch=batch)
+                entry["op_profile"] = profile_ops(runner, spec, feeds)
         except Exception as exc:  # this batch failed; the next size may still run
             entry = {"batch": batch, "ok": False, "error": classify(exc)}
         send("batch", entry=entry)
@@ -131,6 +135,17 @@ def measure_batch(runner, spec: BenchmarkSpec, batch: Optional[int], feeds: Dict
     if device_stats is not None:
         entry.update(device_stats())
     return entry
+
+
+def profile_ops(runner, spec: BenchmarkSpec, feeds: Dict[str, Any]) -> Dict[str, Any]:
+    """The runtime's own per-op profile of this model and input, or why there is none."""
+    if runner.runtime != "onnxruntime":
+        return op_profile.unsupported(runner.runtime)
+    try:
+        return op_profile.profile_onnx(spec.artifact, feeds, threads=spec.resolved_threads(),
+                                       providers=list(runner.providers), top=op_profile.TOP)
+    except Exception as exc:  # the measurement stands; the profile reports its own failure
+        return {"profiler": "onnxruntime", "error": classify(exc)}
 
 
 def _mb(value: Optional[float]) -> Optional[float]:
