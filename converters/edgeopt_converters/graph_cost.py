@@ -88,6 +88,11 @@ class GraphCost:
         return sum(n.bytes for n in self.nodes)
 
     @property
+    def macs(self) -> float:
+        """Multiply-accumulates of the convolutions, matrix products and recurrences."""
+        return sum(n.macs for n in self.nodes if n.role == "compute")
+
+    @property
     def precision(self) -> str:
         """The artifact's precision: int8 when any compute node runs INT8, else that of its compute nodes."""
         precisions = {n.precision for n in self.nodes if n.role == "compute"}

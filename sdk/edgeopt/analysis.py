@@ -64,14 +64,17 @@ def machine(device: str, threads: Optional[int] = None) -> Machine:
 
 
 def efficiency(fits: Sequence[Dict[str, Any]], profile: str, precision: str,
-               leave_out: Optional[Tuple[str, str]] = None) -> Tuple[Optional[float], int]:
-    """Geometric mean of measured / predicted over a board's stored pairs at a precision."""
-    ratios = [f["measured_ms"] / f["predicted_ms"] for f in fits
-              if f["profile"] == profile and f["precision"] == precision and f["predicted_ms"] > 0
-              and (f["model_sha256"], f["artifact_key"]) != leave_out]
-    if not ratios:
-        return None, 0
-    return math.exp(statistics.fmean(math.log(r) for r in ratios)), len(ratios)
+               leave_out: Optional[Tuple[str, str]] = None) -> Tuple[Optional[float], int, str]:
+    """Geometric mean of measured / predicted over a board's stored pairs: at this precision where
+    there are some, else at all precisions. Returns (factor or None, pairs used, which pairs)."""
+    mine = [f for f in fits if f["profile"] == profile and f["predicted_ms"] > 0
+            and (f["model_sha256"], f["artifact_key"]) != leave_out]
+    same = [f for f in mine if f["precision"] == precision]
+    chosen, scope = (same, precision) if same else (mine, "all precisions")
+    if not chosen:
+        return None, 0, ""
+    factor = math.exp(statistics.fmean(math.log(f["measured_ms"] / f["predicted_ms"]) for f in chosen))
+    return factor, len(chosen), scope
 
 
 def _fleet_results(store, manifest: Dict[str, Any]) -> Dict[Tuple[str, str], List[float]]:
@@ -110,13 +113,14 @@ def compare_with_fleet(store, manifest: Dict[str, Any], costs: Dict[str, GraphCo
         pairs.append((profile_name, key, cost.precision, predicted, measured, len(latencies)))
     fits = store.roofline_fits()
     for profile_name, key, precision, predicted, measured, count in pairs:
-        factor, samples = efficiency(fits, profile_name, precision, leave_out=(sha, key))
+        factor, samples, scope = efficiency(fits, profile_name, precision, leave_out=(sha, key))
         rows.append({
             "profile": profile_name, "artifact": key, "precision": precision, "measured_ms": round(measured, 6),
             "results": count, "predicted_ms": round(predicted, 6), "error_pct": _error_pct(predicted, measured),
             "calibrated_ms": round(predicted * factor, 6) if factor else None,
             "calibrated_error_pct": _error_pct(predicted * factor, measured) if factor else None,
             "efficiency": round(factor, 4) if factor else None, "efficiency_samples": samples,
+            "efficiency_from": scope or None,
         })
     if pairs:
         notes.append("calibrated figures use each board's efficiency fitted from its other artifacts (this one "
@@ -147,8 +151,11 @@ def analyze(path, device: str, input_shapes: Sequence[Sequence[int]] = (), db: O
     artifacts = []
     for t in found:
         cost = costs[t.key]
-        factor, samples = efficiency(fits, device, cost.precision)
+        factor, samples, scope = efficiency(fits, device, cost.precision)
         prediction = predict(cost, board, factor, samples)
+        if factor is not None:
+            prediction.notes.append(f"calibrated by {device}'s efficiency {factor:.2f} (measured / predicted) over "
+                                    f"{samples} fleet result(s) at {scope}")
         artifacts.append(artifact_summary(t, cost, prediction, top))
     return {"device": device, "machine": board.to_dict(), "artifacts": artifacts, "fleet": fleet_rows,
             "notes": notes}
@@ -165,7 +172,7 @@ def artifact_summary(target: Target, cost: GraphCost, prediction: Prediction, to
     return {
         "key": target.key, "path": str(target.path), "precision": cost.precision, "inputs": {
             k: list(v) if v else None for k, v in cost.inputs.items()},
-        "ops": cost.ops, "macs": cost.ops / 2, "bytes": cost.bytes, "node_count": len(cost.nodes),
+        "ops": cost.ops, "macs": cost.macs, "bytes": cost.bytes, "node_count": len(cost.nodes),
         "notes": list(cost.notes), "prediction": prediction.to_dict(top), "op_types": types,
         "roofline_points": [
             {"name": n.node.name, "op_type": n.node.op_type, "intensity": n.node.intensity,
