@@ -159,3 +159,15 @@ def test_family_comparison_verdicts():
 def test_tflite_artifacts_say_why_they_are_not_profiled(tmp_path):
     result = profile_artifact(tmp_path / "model.tflite")
     assert result["profiler"] is None and "per-op profiler" in result["unavailable"]
+
+
+def test_the_report_shows_the_profile_and_the_roofline_plot(outdir, tmp_path):
+    url = _fleet(tmp_path, {"onnx-fp32": 40.0, "onnx-int8": 20.0})
+    page = tmp_path / "report.html"
+    assert main(["report", str(outdir), "--db", url, "--profile", "--roofline", "rpi5", "-o", str(page)]) == 0
+    html = page.read_text()
+    assert 'id="profile"' in html and "against onnx-int8" in html
+    assert 'id="roofline"' in html and "roofline of onnx-fp32 on rpi5" in html and "roofline of onnx-int8 on rpi5" in html
+    assert "<polyline" in html and "bound node" in html  # the roofs, and nodes as points by bound
+    assert "Predicted against the fleet" in html
+    assert main(["report", "--db", url, "--profile", "-o", str(page)]) == 2  # needs OUTDIR
