@@ -21,6 +21,7 @@ import platform
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 
@@ -143,7 +144,7 @@ def sources():
         ("ppocr-det", str(corpus_file("rapidocr", "det")), [(1, 3, 320, 320)], {}),
         ("ppocr-rec", str(corpus_file("rapidocr", "rec")), [(1, 3, 48, 320)], {}),
         ("minilm", str(minilm), [(1, 128), (1, 128)], {"input_dtype": ["int64", "int64"]}),
-        ("silero-vad", str(corpus_file("silero-vad", "vad")), None, {}),
+        ("silero-vad", str(corpus_file("silero-vad", "vad")), [(1, 576), (2, 1, 128)], {"state": {"state": "stateN"}}),
     ]
 
 
@@ -167,6 +168,9 @@ def convert_all(names=None):
                                        time_on_host=False, **extra)
         except Exception as exc:  # one model failing to convert must not hide the others' figures
             print(f"{name}: conversion failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}", flush=True)
+            if isinstance(model, str) and model.endswith(".onnx"):  # its own FP32 graph is still measured
+                built[name] = (out, {"artifacts": [{"key": "onnx-fp32", "path": model, "format": "onnx",
+                                                    "precision": "fp32"}]}, shapes)
             continue
         print(f"{name}: converted in {time.perf_counter() - started:.0f} s", flush=True)
         built[name] = (out, manifest, shapes)
@@ -196,7 +200,7 @@ def main(argv=None) -> int:
             if a["format"] == "onnx" and a["precision"] in ("fp32", "int8"):
                 artifacts.append((name, a["key"], a["precision"], out / a["path"], shapes))
 
-    measured = {}
+    measured, around = {}, {}
     for name in sorted(built):
         runners, calls = [], {}
         for model, key, precision, path, shapes in artifacts:
@@ -204,11 +208,9 @@ def main(argv=None) -> int:
                 continue
             runner = open_runner(path, threads=args.threads, runtime="onnxruntime").load()
             infos = list(runner.inputs())
-            feeds = random_feeds(infos, None, 0)
             if shapes:
-                from dataclasses import replace
-
-                feeds = random_feeds([replace(i, shape=tuple(s)) for i, s in zip(infos, shapes)], None, 0)
+                infos = [replace(i, shape=tuple(s)) for i, s in zip(infos, shapes)]
+            feeds = random_feeds(infos, None, 0)
             calls[key] = runner.bind(runner.prepare(feeds))
             runners.append(runner)
         timings = time_interleaved(calls, {k: "onnx-fp32" for k in calls}, min_rounds=args.rounds,
@@ -218,15 +220,20 @@ def main(argv=None) -> int:
         for r in runners:
             r.close()
         machines.append(measure_host(args.threads))
+        around[name] = _between(machines[-2], machines[-1])
         print(f"{name}: " + ", ".join(f"{k} {v.p50_ms:.2f} ms" for k, v in timings.items()), flush=True)
 
     host = Machine("host", {p: statistics.median(m.peak_gops[p] for m in machines) for p in ("fp32", "int8")},
                    statistics.median(m.bandwidth_gbps for m in machines),
-                   statistics.median(m.overhead_us for m in machines), machines[0].source)
+                   statistics.median(m.overhead_us for m in machines), machines[0].source,
+                   cache_bytes=machines[0].cache_bytes,
+                   cache_bandwidth_gbps=statistics.median(m.cache_bandwidth_gbps for m in machines))
     rows = []
     for model, key, precision, path, shapes in artifacts:
         cost = analyze_onnx(path, shapes or ())
-        prediction = predict(cost, host)
+        # The roofline measured just before and just after this model was timed: a shared host's
+        # load changes over minutes, and both sides of the comparison should see the same one.
+        prediction = predict(cost, around[model])
         shares = prediction.bound_share()
         rows.append({"model": model, "key": key, "precision": cost.precision, "gmacs": cost.macs / 1e9,
                      "mb": cost.bytes / 1e6, "predicted": prediction.roofline_ms,
@@ -248,6 +255,19 @@ def main(argv=None) -> int:
     return 0
 
 
+def _between(before, after):
+    """Geometric mean of two measurements of this host's roofline."""
+    from edgeopt_converters.roofline import Machine
+
+    def mean(a, b):
+        return math.sqrt(a * b) if a > 0 and b > 0 else max(a, b)
+
+    return Machine("host", {p: mean(before.peak_gops[p], after.peak_gops[p]) for p in before.peak_gops},
+                   mean(before.bandwidth_gbps, after.bandwidth_gbps), mean(before.overhead_us, after.overhead_us),
+                   before.source, cache_bytes=before.cache_bytes,
+                   cache_bandwidth_gbps=mean(before.cache_bandwidth_gbps, after.cache_bandwidth_gbps))
+
+
 def _err(predicted, measured):
     return (predicted - measured) / measured * 100.0
 
@@ -265,7 +285,11 @@ def render(rows, host, machines, args) -> str:
         f"({min(m.peak_gops['int8'] for m in machines):.0f}-{max(m.peak_gops['int8'] for m in machines):.0f}), "
         f"bandwidth {host.bandwidth_gbps:.1f} GB/s "
         f"({min(m.bandwidth_gbps for m in machines):.1f}-{max(m.bandwidth_gbps for m in machines):.1f}), "
-        f"{host.overhead_us:.2f} us per node.",
+        f"{host.overhead_us:.2f} us per node, last-level cache {host.cache_bytes / 2**20:.0f} MiB at "
+        f"{host.cache_bandwidth_gbps:.1f} GB/s "
+        f"({min(m.cache_bandwidth_gbps for m in machines):.1f}-{max(m.cache_bandwidth_gbps for m in machines):.1f}). "
+        "Each model is predicted with the roofline measured just before and after it was timed (geometric mean), "
+        "since the load of this shared 2-core host changes from minute to minute.",
         "",
         "Measured: p50 of interleaved rounds (every artifact of a model in turn). Predicted: the roofline sum "
         "over nodes. Calibrated: the prediction times a per-precision efficiency factor (geometric mean of "

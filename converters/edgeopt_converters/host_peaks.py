@@ -3,6 +3,8 @@
 - FP32 peak: a 256x1024 @ 1024x1024 MatMul; INT8 peak: the same as MatMulInteger (uint8 x int8),
   the kernel onnxruntime runs INT8 artifacts' matrix products with;
 - bandwidth: an Add of a 32 MiB tensor and a scalar (reads it once, writes it once);
+- cache: the last-level cache's size from Linux sysfs, and its bandwidth by the same Add on a
+  tensor that fits in an eighth of it (none where sysfs does not say);
 - overhead: a chain of 200 Relu nodes on a 16-element tensor, per node.
 Each is the best of several timed runs (what the hardware can reach, not what a noisy moment gave).
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 import functools
 import platform
 import time
+from pathlib import Path
 from typing import Callable, Dict, Optional
 
 import numpy as np
@@ -49,6 +52,37 @@ def _best_s(call: Callable[[], object], repeats: int = 7, min_s: float = 0.05) -
     return best
 
 
+def last_level_cache_bytes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
+    """Size of the highest-level data or unified cache Linux reports, in bytes; 0 where it reports none."""
+    best_level, best_size = 0, 0
+    for index in sorted(Path(root).glob("index*")):
+        try:
+            kind = (index / "type").read_text().strip()
+            level = int((index / "level").read_text())
+            text = (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        if kind == "Instruction":
+            continue
+        scale = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}.get(text[-1:].upper(), 1)
+        try:
+            size = int(text.rstrip("KMGkmg")) * scale
+        except ValueError:
+            continue
+        if level > best_level:
+            best_level, best_size = level, size
+    return best_size
+
+
+def _add_seconds(elements: int, threads: int) -> float:
+    onnx = require("onnx", "convert")
+    helper, tp = onnx.helper, onnx.TensorProto
+    add = _model([helper.make_node("Add", ["x", "one"], ["y"])], [helper.make_tensor_value_info("x", tp.FLOAT, [elements])],
+                 [helper.make_tensor_value_info("y", tp.FLOAT, None)],
+                 [onnx.numpy_helper.from_array(np.ones((1,), np.float32), "one")])
+    return _best_s(_run(_session(add, threads), {"x": np.ones(elements, np.float32)}))
+
+
 def _model(nodes, inputs, outputs, initializers=()):
     onnx = require("onnx", "convert")
     graph = onnx.helper.make_graph(nodes, "calibration", inputs, outputs, list(initializers))
@@ -76,11 +110,10 @@ def measure_host(threads: Optional[int] = None) -> Machine:
                   [onnx.numpy_helper.from_array(rng.integers(-127, 127, (_K, _N)).astype(np.int8), "b")])
     int8_s = _best_s(_run(_session(int8, threads), {"a": rng.integers(0, 255, (_M, _K)).astype(np.uint8)}))
 
-    add = _model([helper.make_node("Add", ["x", "one"], ["y"])],
-                 [helper.make_tensor_value_info("x", tp.FLOAT, [_BANDWIDTH_ELEMENTS])],
-                 [helper.make_tensor_value_info("y", tp.FLOAT, None)],
-                 [onnx.numpy_helper.from_array(np.ones((1,), np.float32), "one")])
-    add_s = _best_s(_run(_session(add, threads), {"x": np.ones(_BANDWIDTH_ELEMENTS, np.float32)}))
+    add_s = _add_seconds(_BANDWIDTH_ELEMENTS, threads)
+    cache = last_level_cache_bytes()
+    cache_elements = cache // 8 // 4
+    cache_gbps = 2 * cache_elements * 4 / _add_seconds(cache_elements, threads) / 1e9 if cache_elements else 0.0
 
     chain = [helper.make_node("Relu", ["t0"], ["t1"])]
     chain += [helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"]) for i in range(1, _CHAIN)]
@@ -93,5 +126,7 @@ def measure_host(threads: Optional[int] = None) -> Machine:
     return Machine(
         "host", peaks, bandwidth, chain_s / _CHAIN * 1e6,
         f"measured on this {platform.machine()} host with onnxruntime, {threads} thread(s): "
-        f"{_M}x{_K}x{_N} MatMul / MatMulInteger, a {_BANDWIDTH_ELEMENTS * 4 // 2**20} MiB Add, {_CHAIN} chained Relu",
+        f"{_M}x{_K}x{_N} MatMul / MatMulInteger, a {_BANDWIDTH_ELEMENTS * 4 // 2**20} MiB Add, {_CHAIN} chained Relu"
+        + (f", a {cache_elements * 4 // 1024} KiB Add in its {cache // 2**20} MiB last-level cache" if cache else ""),
+        cache_bytes=float(cache), cache_bandwidth_gbps=cache_gbps,
     )

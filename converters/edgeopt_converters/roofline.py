@@ -2,7 +2,9 @@
 
 A node takes max(ops / peak, bytes / bandwidth) on a machine with that peak throughput (at the
 node's precision) and memory bandwidth, plus a fixed dispatch overhead per executed node where
-the machine's is known; the graph takes the sum (nodes run one after another). Peak figures and
+the machine's is known. Where the machine's last-level cache is known (this host's is), a node
+whose whole working set (inputs, weights, outputs) fits in half of it moves its bytes at the
+cache's bandwidth instead of DRAM's; the graph takes the sum (nodes run one after another). Peak figures and
 bandwidths come from the board's profile (cited there), or are measured on this host by
 `host_peaks`. A per-board efficiency factor fitted from fleet measurements (measured / predicted)
 scales the prediction; without one the prediction is uncalibrated, and says so.
@@ -30,6 +32,8 @@ class Machine:
     bandwidth_gbps: float  # bytes per second, in 1e9
     overhead_us: float = 0.0  # fixed cost of running one node
     source: str = ""
+    cache_bytes: float = 0.0  # last-level cache; 0: unknown, every byte comes from DRAM
+    cache_bandwidth_gbps: float = 0.0
     notes: Tuple[str, ...] = ()
 
     def peak(self, precision: str) -> Tuple[float, str]:
@@ -47,7 +51,14 @@ class Machine:
 
     def to_dict(self) -> dict:
         return {"name": self.name, "peak_gops": dict(self.peak_gops), "bandwidth_gbps": self.bandwidth_gbps,
-                "overhead_us": self.overhead_us, "source": self.source, "notes": list(self.notes)}
+                "overhead_us": self.overhead_us, "cache_bytes": self.cache_bytes,
+                "cache_bandwidth_gbps": self.cache_bandwidth_gbps, "source": self.source, "notes": list(self.notes)}
+
+    def bandwidth_for(self, working_set: float) -> float:
+        """Bytes per second (in 1e9) for a node that touches `working_set` bytes."""
+        if self.cache_bytes and self.cache_bandwidth_gbps and working_set <= self.cache_bytes / 2:
+            return self.cache_bandwidth_gbps
+        return self.bandwidth_gbps
 
 
 def machine_for(profile: DeviceProfile) -> Machine:
@@ -64,7 +75,7 @@ def machine_for(profile: DeviceProfile) -> Machine:
 class NodeTime:
     node: NodeCost
     ms: float
-    bound: str  # "compute" | "memory" | "overhead" | "none"
+    bound: str  # "compute" | "memory" (DRAM or cache) | "overhead" | "none"
     peak_precision: str
 
     def to_dict(self) -> dict:
@@ -121,7 +132,7 @@ def node_time(node: NodeCost, machine: Machine) -> NodeTime:
         return NodeTime(node, 0.0, "none", node.precision)
     peak, used = machine.peak(node.precision)
     compute_s = node.ops / (peak * 1e9)
-    memory_s = node.bytes / (machine.bandwidth_gbps * 1e9)
+    memory_s = node.bytes / (machine.bandwidth_for(node.bytes) * 1e9)
     overhead_s = machine.overhead_us * 1e-6
     if max(compute_s, memory_s) < overhead_s:
         bound = "overhead"

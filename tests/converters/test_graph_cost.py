@@ -164,3 +164,28 @@ def test_board_rooflines_come_from_the_profiles_cited_figures():
     cost = analyze_onnx(_model([helper.make_node("MatMulInteger", ["a", "b"], ["y"], name="mm")],
                                [("a", TensorProto.UINT8, [4, 16])], [_weights("b", (16, 8), np.int8)]))
     assert any("no int8 peak" in n for n in predict(cost, rpi4).notes)
+
+
+def test_a_working_set_that_fits_in_half_the_cache_moves_at_cache_bandwidth():
+    cost = analyze_onnx(_model([helper.make_node("Add", ["x", "x"], ["y"], name="add")], [("x", F, [1, 1024])]))
+    add = _node(cost, "add")  # reads 4 KiB twice, writes 4 KiB: memory-bound everywhere
+    dram_only = Machine("m", {"fp32": 100.0}, 10.0)
+    cached = Machine("m", {"fp32": 100.0}, 10.0, cache_bytes=2 * add.bytes, cache_bandwidth_gbps=40.0)
+    too_small = Machine("m", {"fp32": 100.0}, 10.0, cache_bytes=add.bytes, cache_bandwidth_gbps=40.0)
+    assert node_time(add, dram_only).ms == pytest.approx(add.bytes / 10e9 * 1e3)
+    assert node_time(add, cached).ms == pytest.approx(add.bytes / 40e9 * 1e3)
+    assert node_time(add, too_small).ms == pytest.approx(node_time(add, dram_only).ms)
+
+
+def test_the_last_level_cache_comes_from_sysfs(tmp_path):
+    from edgeopt_converters.host_peaks import last_level_cache_bytes
+
+    for index, (level, kind, size) in enumerate([(1, "Data", "48K"), (1, "Instruction", "32K"), (2, "Unified", "1024K"),
+                                                 (3, "Unified", "32M")]):
+        folder = tmp_path / f"index{index}"
+        folder.mkdir()
+        (folder / "level").write_text(f"{level}\n")
+        (folder / "type").write_text(f"{kind}\n")
+        (folder / "size").write_text(f"{size}\n")
+    assert last_level_cache_bytes(str(tmp_path)) == 32 * 2**20
+    assert last_level_cache_bytes(str(tmp_path / "missing")) == 0
