@@ -30,7 +30,7 @@ FAMILIES = {
                        "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "Attention", "MultiHeadAttention"),
     "quantize / dequantize": ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"),
     "layout": ("Transpose", "ReorderInput", "ReorderOutput", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
-               "Concat", "Split", "Slice", "Gather", "Pad", "Expand", "Tile", "Cast", "Resize"),
+               "Concat", "QLinearConcat", "Split", "Slice", "Gather", "Pad", "Expand", "Tile", "Cast", "Resize"),
     "pooling": ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "QLinearAveragePool",
                 "QLinearGlobalAveragePool", "NhwcMaxPool", "ReduceMean", "ReduceMax", "ReduceSum"),
     "elementwise": ("Add", "Mul", "Sub", "Div", "Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh",
