@@ -5,9 +5,10 @@
 Models: the real-model corpus (nudenet's YOLOv8n, PP-OCRv4 det and rec, silero VAD, all-MiniLM-L6-v2
 with its real weights) and the ResNet-18 / MobileNetV2 nets of scripts/bench_convert.py (untrained:
 latency does not depend on the weights), each at FP32 and at INT8 as `edgeopt.convert(..., device="x86-64")`
-builds it. This host's roofline (peak FP32 and INT8 throughput, bandwidth, per-node overhead) is
-measured by small onnxruntime kernels (edgeopt_converters.host_peaks) three times, interleaved with
-the models, and the median taken. Artifacts are timed interleaved (host_timing.time_interleaved).
+builds it. This host's roofline (peak FP32 and INT8 throughput, DRAM and cache bandwidth, per-node
+overhead) is measured by the small onnxruntime kernels of edgeopt_converters.host_peaks, timed in
+the same interleaved rounds as each model's artifacts (host_timing.time_interleaved): on a shared
+host the load changes from minute to minute, and both sides of the comparison must see the same.
 
 Calibration: models are split in two halves (alternating by name); a per-precision efficiency
 factor (geometric mean of measured / predicted) is fitted on one half and tested on the other,
@@ -188,12 +189,13 @@ def main(argv=None) -> int:
     from edgeopt_agent.bench.inputs import random_feeds
     from edgeopt_agent.runners import open_runner
     from edgeopt_converters.graph_cost import analyze_onnx
-    from edgeopt_converters.host_peaks import measure_host
+    from edgeopt_converters.host_peaks import kernels, machine_from
     from edgeopt_converters.host_timing import time_interleaved
     from edgeopt_converters.roofline import Machine, predict
 
     built = convert_all(args.models)
-    machines = [measure_host(args.threads)]
+    machines = []
+    calibration = kernels(args.threads)
     artifacts = []  # (model, key, precision, path, shapes)
     for name, (out, manifest, shapes) in sorted(built.items()):
         for a in manifest["artifacts"]:
@@ -213,15 +215,18 @@ def main(argv=None) -> int:
             feeds = random_feeds(infos, None, 0)
             calls[key] = runner.bind(runner.prepare(feeds))
             runners.append(runner)
-        timings = time_interleaved(calls, {k: "onnx-fp32" for k in calls}, min_rounds=args.rounds,
+        models = set(calls)
+        calls.update({f"kernel:{k}": call for k, call in calibration.items()})
+        timings = time_interleaved(calls, {k: "onnx-fp32" for k in models}, min_rounds=args.rounds,
                                    max_rounds=args.rounds, min_round_s=0.3, warmup=2)
-        for key, t in timings.items():
-            measured[(name, key)] = t.p50_ms
+        for key in models:
+            measured[(name, key)] = timings[key].p50_ms
         for r in runners:
             r.close()
-        machines.append(measure_host(args.threads))
-        around[name] = _between(machines[-2], machines[-1])
-        print(f"{name}: " + ", ".join(f"{k} {v.p50_ms:.2f} ms" for k, v in timings.items()), flush=True)
+        around[name] = machine_from({k[len("kernel:"):]: t.p50_ms / 1000.0 for k, t in timings.items()
+                                     if k.startswith("kernel:")}, args.threads)
+        machines.append(around[name])
+        print(f"{name}: " + ", ".join(f"{k} {timings[k].p50_ms:.2f} ms" for k in sorted(models)), flush=True)
 
     host = Machine("host", {p: statistics.median(m.peak_gops[p] for m in machines) for p in ("fp32", "int8")},
                    statistics.median(m.bandwidth_gbps for m in machines),
@@ -231,8 +236,7 @@ def main(argv=None) -> int:
     rows = []
     for model, key, precision, path, shapes in artifacts:
         cost = analyze_onnx(path, shapes or ())
-        # The roofline measured just before and just after this model was timed: a shared host's
-        # load changes over minutes, and both sides of the comparison should see the same one.
+        # The roofline timed in the same rounds as this model.
         prediction = predict(cost, around[model])
         shares = prediction.bound_share()
         rows.append({"model": model, "key": key, "precision": cost.precision, "gmacs": cost.macs / 1e9,
@@ -255,19 +259,6 @@ def main(argv=None) -> int:
     return 0
 
 
-def _between(before, after):
-    """Geometric mean of two measurements of this host's roofline."""
-    from edgeopt_converters.roofline import Machine
-
-    def mean(a, b):
-        return math.sqrt(a * b) if a > 0 and b > 0 else max(a, b)
-
-    return Machine("host", {p: mean(before.peak_gops[p], after.peak_gops[p]) for p in before.peak_gops},
-                   mean(before.bandwidth_gbps, after.bandwidth_gbps), mean(before.overhead_us, after.overhead_us),
-                   before.source, cache_bytes=before.cache_bytes,
-                   cache_bandwidth_gbps=mean(before.cache_bandwidth_gbps, after.cache_bandwidth_gbps))
-
-
 def _err(predicted, measured):
     return (predicted - measured) / measured * 100.0
 
@@ -278,8 +269,8 @@ def render(rows, host, machines, args) -> str:
         f"`scripts/bench_analyze.py --threads {args.threads} --rounds {args.rounds}`, {time.strftime('%Y-%m-%d')}, "
         f"onnxruntime CPU, {args.threads} threads. Host: {platform.machine()}, {cpu_flags()}.",
         "",
-        f"This host's roofline, measured by `edgeopt_converters.host_peaks` {len(machines)} times interleaved with the "
-        f"models (median; range): FP32 {host.peak_gops['fp32']:.0f} GOP/s "
+        f"This host's roofline, measured by the kernels of `edgeopt_converters.host_peaks` in the same interleaved "
+        f"rounds as each of the {len(machines)} models (median over models; range): FP32 {host.peak_gops['fp32']:.0f} GOP/s "
         f"({min(m.peak_gops['fp32'] for m in machines):.0f}-{max(m.peak_gops['fp32'] for m in machines):.0f}), "
         f"INT8 {host.peak_gops['int8']:.0f} GOP/s "
         f"({min(m.peak_gops['int8'] for m in machines):.0f}-{max(m.peak_gops['int8'] for m in machines):.0f}), "
@@ -288,7 +279,7 @@ def render(rows, host, machines, args) -> str:
         f"{host.overhead_us:.2f} us per node, last-level cache {host.cache_bytes / 2**20:.0f} MiB at "
         f"{host.cache_bandwidth_gbps:.1f} GB/s "
         f"({min(m.cache_bandwidth_gbps for m in machines):.1f}-{max(m.cache_bandwidth_gbps for m in machines):.1f}). "
-        "Each model is predicted with the roofline measured just before and after it was timed (geometric mean), "
+        "Each model is predicted with the roofline timed in its own rounds, "
         "since the load of this shared 2-core host changes from minute to minute.",
         "",
         "Measured: p50 of interleaved rounds (every artifact of a model in turn). Predicted: the roofline sum "

@@ -74,13 +74,13 @@ def last_level_cache_bytes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> 
     return best_size
 
 
-def _add_seconds(elements: int, threads: int) -> float:
+def _add(elements: int, threads: int) -> Callable[[], object]:
     onnx = require("onnx", "convert")
     helper, tp = onnx.helper, onnx.TensorProto
     add = _model([helper.make_node("Add", ["x", "one"], ["y"])], [helper.make_tensor_value_info("x", tp.FLOAT, [elements])],
                  [helper.make_tensor_value_info("y", tp.FLOAT, None)],
                  [onnx.numpy_helper.from_array(np.ones((1,), np.float32), "one")])
-    return _best_s(_run(_session(add, threads), {"x": np.ones(elements, np.float32)}))
+    return _run(_session(add, threads), {"x": np.ones(elements, np.float32)})
 
 
 def _model(nodes, inputs, outputs, initializers=()):
@@ -93,40 +93,50 @@ def _run(session, feeds) -> Callable[[], object]:
     return functools.partial(session.run, None, feeds)
 
 
-def measure_host(threads: Optional[int] = None) -> Machine:
+def kernels(threads: int) -> Dict[str, Callable[[], object]]:
+    """The calibration kernels, ready to call: "fp32", "int8", "dram", "cache" (where known), "overhead"."""
     onnx = require("onnx", "convert")
     helper, tp = onnx.helper, onnx.TensorProto
-    threads = threads or available_cpus()
     rng = np.random.default_rng(0)
-    ops = 2.0 * _M * _K * _N
-
     fp32 = _model([helper.make_node("MatMul", ["a", "b"], ["c"])],
                   [helper.make_tensor_value_info("a", tp.FLOAT, [_M, _K])], [helper.make_tensor_value_info("c", tp.FLOAT, None)],
                   [onnx.numpy_helper.from_array(rng.standard_normal((_K, _N)).astype(np.float32), "b")])
-    fp32_s = _best_s(_run(_session(fp32, threads), {"a": rng.standard_normal((_M, _K)).astype(np.float32)}))
-
     int8 = _model([helper.make_node("MatMulInteger", ["a", "b"], ["c"])],
                   [helper.make_tensor_value_info("a", tp.UINT8, [_M, _K])], [helper.make_tensor_value_info("c", tp.INT32, None)],
                   [onnx.numpy_helper.from_array(rng.integers(-127, 127, (_K, _N)).astype(np.int8), "b")])
-    int8_s = _best_s(_run(_session(int8, threads), {"a": rng.integers(0, 255, (_M, _K)).astype(np.uint8)}))
-
-    add_s = _add_seconds(_BANDWIDTH_ELEMENTS, threads)
-    cache = last_level_cache_bytes()
-    cache_elements = cache // 8 // 4
-    cache_gbps = 2 * cache_elements * 4 / _add_seconds(cache_elements, threads) / 1e9 if cache_elements else 0.0
-
-    chain = [helper.make_node("Relu", ["t0"], ["t1"])]
-    chain += [helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"]) for i in range(1, _CHAIN)]
+    chain = [helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"]) for i in range(_CHAIN)]
     relus = _model(chain, [helper.make_tensor_value_info("t0", tp.FLOAT, [1, 16])],
                    [helper.make_tensor_value_info(f"t{_CHAIN}", tp.FLOAT, None)])
-    chain_s = _best_s(_run(_session(relus, threads), {"t0": np.ones((1, 16), np.float32)}))
+    calls = {
+        "fp32": _run(_session(fp32, threads), {"a": rng.standard_normal((_M, _K)).astype(np.float32)}),
+        "int8": _run(_session(int8, threads), {"a": rng.integers(0, 255, (_M, _K)).astype(np.uint8)}),
+        "dram": _add(_BANDWIDTH_ELEMENTS, threads),
+        "overhead": _run(_session(relus, threads), {"t0": np.ones((1, 16), np.float32)}),
+    }
+    if _cache_elements():
+        calls["cache"] = _add(_cache_elements(), threads)
+    return calls
 
-    peaks: Dict[str, float] = {"fp32": ops / fp32_s / 1e9, "int8": ops / int8_s / 1e9}
-    bandwidth = 2 * _BANDWIDTH_ELEMENTS * 4 / add_s / 1e9
+
+def _cache_elements() -> int:
+    return last_level_cache_bytes() // 8 // 4
+
+
+def machine_from(seconds: Dict[str, float], threads: int) -> Machine:
+    """This host's roofline from each kernel's time per call (seconds)."""
+    ops = 2.0 * _M * _K * _N
+    cache, cache_elements = last_level_cache_bytes(), _cache_elements()
+    cache_gbps = 2 * cache_elements * 4 / seconds["cache"] / 1e9 if "cache" in seconds else 0.0
     return Machine(
-        "host", peaks, bandwidth, chain_s / _CHAIN * 1e6,
+        "host", {"fp32": ops / seconds["fp32"] / 1e9, "int8": ops / seconds["int8"] / 1e9},
+        2 * _BANDWIDTH_ELEMENTS * 4 / seconds["dram"] / 1e9, seconds["overhead"] / _CHAIN * 1e6,
         f"measured on this {platform.machine()} host with onnxruntime, {threads} thread(s): "
         f"{_M}x{_K}x{_N} MatMul / MatMulInteger, a {_BANDWIDTH_ELEMENTS * 4 // 2**20} MiB Add, {_CHAIN} chained Relu"
         + (f", a {cache_elements * 4 // 1024} KiB Add in its {cache // 2**20} MiB last-level cache" if cache else ""),
-        cache_bytes=float(cache), cache_bandwidth_gbps=cache_gbps,
+        cache_bytes=float(cache) if "cache" in seconds else 0.0, cache_bandwidth_gbps=cache_gbps,
     )
+
+
+def measure_host(threads: Optional[int] = None) -> Machine:
+    threads = threads or available_cpus()
+    return machine_from({name: _best_s(call) for name, call in kernels(threads).items()}, threads)
