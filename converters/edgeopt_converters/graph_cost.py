@@ -5,9 +5,13 @@ Bytes are what a kernel reads and writes once: its inputs (weights included) and
 its own element size, so an INT8 artifact's weights count one byte each.
 
 What runtimes do to every graph is applied, since it decides what is really moved:
-- a QDQ graph runs its quantized nodes as INT8 kernels: a DequantizeLinear on a weight, and the
-  QuantizeLinear -> DequantizeLinear pairs between quantized nodes, are folded into the kernels
-  (no pass of their own), and the tensors they carry are read at their quantized size;
+- a QDQ graph runs its quantized nodes as INT8 kernels where runtimes have one (INT8_KERNEL_OPS:
+  convolutions, matrix products, additions, multiplications, concatenation, pooling, a few
+  activations) and moves INT8 data through layout ops: the DequantizeLinear nodes feeding such
+  nodes and the QuantizeLinear nodes after them are folded into the kernels (no pass of their
+  own), and the tensors they carry move at their quantized size. Any other node between Q/DQ
+  pairs (a division, a normalization) runs in float, with a real dequantize before it and a real
+  quantize after it;
 - an activation or batch norm right after a convolution or matrix product is fused into it
   (its arithmetic stays, its own pass over memory goes);
 - reshapes and other views move nothing.
@@ -40,6 +44,11 @@ PER_ELEMENT = {"Softmax": 5, "LogSoftmax": 5, "LayerNormalization": 8, "Instance
                "QuantizeLinear": 3, "DequantizeLinear": 2, "DynamicQuantizeLinear": 4}
 _QUANTIZED = ("int8", "uint8", "int4", "uint4")
 _INT8_KERNELS = ("ConvInteger", "QLinearConv", "MatMulInteger", "QLinearMatMul")
+# Ops whose QDQ form runtimes run as one INT8 kernel (onnxruntime's QDQ fusions: QLinearConv,
+# QLinearMatMul, QGemm, QLinearAdd/Mul, QLinearConcat, QLinear pools and activations; TFLite and
+# TensorRT cover at least these) or on INT8 data as it is (layout moves and views).
+INT8_KERNEL_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "Add", "Mul", "Concat", "AveragePool",
+                   "GlobalAveragePool", "MaxPool", "Sigmoid", "LeakyRelu", "Relu", "Clip") + MOVES + VIEWS
 
 
 @dataclass
@@ -237,15 +246,19 @@ class _Graph:
             return node.input[0]
         return None
 
-    def read_bytes(self, name: str) -> float:
-        """Bytes a consumer reads for `name`: a dequantized tensor is read at its quantized size."""
-        source = self._dq_source(name)
-        return self.tensor(source).nbytes if source else self.tensor(name).nbytes
+    def int8_kernel(self, node) -> bool:
+        return node.op_type in _INT8_KERNELS or node.op_type in INT8_KERNEL_OPS
 
-    def write_bytes(self, name: str) -> float:
-        """Bytes a producer writes for `name`: a tensor only quantized next is written at its quantized size."""
+    def read_bytes(self, name: str, reader) -> float:
+        """Bytes `reader` reads for `name`: an INT8 kernel reads a dequantized tensor at its quantized size."""
+        source = self._dq_source(name)
+        return self.tensor(source).nbytes if source and self.int8_kernel(reader) else self.tensor(name).nbytes
+
+    def write_bytes(self, name: str, writer) -> float:
+        """Bytes `writer` writes for `name`: an INT8 kernel whose output is only quantized writes it quantized."""
         users = self.consumers.get(name, [])
-        if users and name not in self.graph_outputs and all(u.op_type == "QuantizeLinear" for u in users):
+        if (users and name not in self.graph_outputs and self.int8_kernel(writer)
+                and all(u.op_type == "QuantizeLinear" for u in users)):
             return self.tensor(users[0].output[0]).nbytes
         return self.tensor(name).nbytes
 
@@ -258,6 +271,8 @@ class _Graph:
     def _quantized_inputs(self, node) -> bool:
         if node.op_type in _INT8_KERNELS:
             return True
+        if node.op_type not in INT8_KERNEL_OPS:
+            return False
         data = [i for i in node.input[:2] if i]
         return bool(data) and all(self._dq_source(i) is not None and self.tensor(self._dq_source(i)).dtype in _QUANTIZED
                                   for i in data)
@@ -272,14 +287,14 @@ class _Graph:
     def _folded_qdq(self, node) -> bool:
         """A Q/DQ node the runtime folds into its neighbours' INT8 kernels."""
         if node.op_type == "DequantizeLinear":
-            source = node.input[0]
-            if source in self.weights:
-                return True
             users = self.consumers.get(node.output[0], [])
-            return bool(users) and node.output[0] not in self.graph_outputs and source in self.producer
+            if not users or node.output[0] in self.graph_outputs or not all(self.int8_kernel(u) for u in users):
+                return False
+            return node.input[0] in self.weights or node.input[0] in self.producer
         if node.op_type == "QuantizeLinear":
             users = self.consumers.get(node.output[0], [])
-            return (node.input[0] in self.producer and bool(users)
+            producer = self.producer.get(node.input[0])
+            return (producer is not None and self.int8_kernel(producer) and bool(users)
                     and all(u.op_type == "DequantizeLinear" for u in users))
         return False
 
@@ -295,9 +310,9 @@ class _Graph:
         if any(t.shape is None for t in outputs):
             return NodeCost(name, op, 0.0, 0.0, 0.0, precision, "compute" if op in COMPUTE else "elementwise",
                             "unknown shape")
-        weight_bytes = sum(self.read_bytes(i) for i in node.input if i and self.is_weight(i))
-        activation_bytes = sum(self.read_bytes(i) for i in node.input if i and not self.is_weight(i))
-        activation_bytes += sum(self.write_bytes(o) for o in node.output if o)
+        weight_bytes = sum(self.read_bytes(i, node) for i in node.input if i and self.is_weight(i))
+        activation_bytes = sum(self.read_bytes(i, node) for i in node.input if i and not self.is_weight(i))
+        activation_bytes += sum(self.write_bytes(o, node) for o in node.output if o)
         ops, role = self._ops(node, outputs)
         if self._fused_into_producer(node):
             return NodeCost(name, op, ops, 0.0, 0.0, precision, "fused", "fused into the node before it")

@@ -189,3 +189,26 @@ def test_the_last_level_cache_comes_from_sysfs(tmp_path):
         (folder / "size").write_text(f"{size}\n")
     assert last_level_cache_bytes(str(tmp_path)) == 32 * 2**20
     assert last_level_cache_bytes(str(tmp_path / "missing")) == 0
+
+
+def test_a_node_without_an_int8_kernel_runs_in_float_between_real_qdq_passes():
+    scale = numpy_helper.from_array(np.array(0.1, np.float32), "s")
+    zero = numpy_helper.from_array(np.array(0, np.int8), "z")
+    two = numpy_helper.from_array(np.array(2.0, np.float32), "two")
+    nodes = [
+        helper.make_node("DequantizeLinear", ["wq", "s", "z"], ["wd"], name="dq_w"),
+        helper.make_node("Conv", ["x", "wd"], ["c"], name="conv"),
+        helper.make_node("QuantizeLinear", ["c", "s", "z"], ["cq"], name="q_conv"),
+        helper.make_node("DequantizeLinear", ["cq", "s", "z"], ["cd"], name="dq_div"),
+        helper.make_node("Div", ["cd", "two"], ["d"], name="div"),
+        helper.make_node("QuantizeLinear", ["d", "s", "z"], ["dq"], name="q_div"),
+        helper.make_node("DequantizeLinear", ["dq", "s", "z"], ["y"], name="dq_out"),
+    ]
+    cost = analyze_onnx(_model(nodes, [("x", F, [1, 4, 8, 8])], [scale, zero, two, _weights("wq", (8, 4, 1, 1), np.int8)]))
+    div = _node(cost, "div")
+    assert div.precision == "fp32" and div.activation_bytes == 2 * 8 * 64 * 4  # float in, float out
+    # The conv's output is quantized as part of its kernel; the Div needs a real dequantize before it
+    # and a real quantize after it.
+    assert _node(cost, "q_conv").role == "folded"
+    assert _node(cost, "dq_div").role == "elementwise" and _node(cost, "q_div").role == "elementwise"
+    assert _node(cost, "conv").activation_bytes == 4 * 64 * 4 + 8 * 64  # float graph input, INT8 output
