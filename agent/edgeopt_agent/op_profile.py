@@ -127,7 +127,6 @@ def unsupported(runtime: str) -> Dict[str, Any]:
     reasons = {
         "tflite": "the LiteRT/TFLite Python interpreter exposes no per-op profiler (its op profiling is C++ "
                   "and benchmark_model only)",
-        "tensorrt": "TensorRT's layer profile (IProfiler) is not wired up: it could not be checked here",
         "onnxruntime-tensorrt": "onnxruntime's TensorRT provider reports one fused node per engine",
     }
     return {"profiler": None, "runtime": runtime,

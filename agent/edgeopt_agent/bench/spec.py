@@ -27,9 +27,9 @@ class BenchmarkSpec:
     precision: what runtimes that build an engine on the board ("tensorrt",
     "onnxruntime-tensorrt") build at. None: "tensorrt" builds at the model's own precision
     (INT8 for a QDQ model); "onnxruntime-tensorrt" enables neither FP16 nor INT8.
-    profile: after the measured phase of the first batch size, run the model again under the
-    runtime's own per-op profiler (onnxruntime's; other runtimes say why they cannot) and report
-    it as "op_profile" (edgeopt_agent.op_profile).
+    profile: after every batch size is measured, run the first one again under the runtime's
+    own per-op profiler (onnxruntime's; TensorRT's IProfiler; other runtimes say why they
+    cannot) and report it as "op_profile" (edgeopt_agent.op_profile).
     engine_cache_dir: where built engines are kept (the agent passes one under its data dir;
     None: edgeopt_agent.runners.engine_cache.default_cache_dir()).
     """

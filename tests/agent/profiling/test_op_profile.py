@@ -52,7 +52,7 @@ def test_malformed_traces_are_refused_with_a_reason():
 def test_runtimes_without_a_readable_profiler_say_why():
     tflite = unsupported("tflite")
     assert tflite["profiler"] is None and "Python interpreter" in tflite["unavailable"]
-    assert "not wired up" in unsupported("tensorrt")["unavailable"]
+    assert "no per-op profiler for onnxruntime-cuda" in unsupported("onnxruntime-cuda")["unavailable"]
 
 
 def _conv_net(path: Path) -> Path:
