@@ -1,6 +1,7 @@
 """What each node of an ONNX graph costs: operations (2 per multiply-accumulate) and bytes moved.
 
-Shapes come from ONNX shape inference with the inputs' free dimensions fixed (given shapes, or 1).
+Shapes come from ONNX shape inference with the inputs' free dimensions fixed (given shapes, or 1);
+tensors it leaves unknown (shapes computed at run time) take the shape one onnxruntime run gives them.
 Bytes are what a kernel reads and writes once: its inputs (weights included) and outputs, each at
 its own element size, so an INT8 artifact's weights count one byte each.
 
@@ -150,6 +151,12 @@ def analyze_onnx(model: Union[str, Path, Any], input_shapes: Sequence[Sequence[i
         notes.append(f"shape inference failed ({type(exc).__name__}); nodes with unknown shapes cost nothing here")
     graph = inferred.graph
     tensors = _tensors(onnx, graph)
+    unknown = [o for n in graph.node for o in n.output if o and (o not in tensors or tensors[o].shape is None)]
+    if unknown:
+        found = _shapes_by_running(onnx, model, unknown)
+        tensors.update(found)
+        if found:
+            notes.append(f"shapes of {len(found)} tensor(s) shape inference could not give come from one onnxruntime run")
     weights = {init.name for init in graph.initializer}
     weights |= {o for n in graph.node if n.op_type == "Constant" for o in n.output}
     inputs = {i.name: tensors[i.name].shape for i in graph.input if i.name not in weights}
@@ -161,6 +168,37 @@ def analyze_onnx(model: Union[str, Path, Any], input_shapes: Sequence[Sequence[i
     if any(f.op_type in ("If", "Loop", "Scan") for f in nodes):
         notes.append("control-flow subgraphs (If/Loop/Scan) are not analysed")
     return GraphCost(nodes, inputs, notes)
+
+
+def _shapes_by_running(onnx, model, names: Sequence[str]) -> Dict[str, "_Tensor"]:
+    """Run the model once in onnxruntime (no graph optimization) with `names` as extra outputs."""
+    try:
+        import numpy as np
+        import onnxruntime as ort
+    except ImportError:
+        return {}
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    existing = {o.name for o in probe.graph.output}
+    probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in dict.fromkeys(names) if n not in existing)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        feeds = {}
+        for i in session.get_inputs():
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(
+                next(v for v in probe.graph.input if v.name == i.name).type.tensor_type.elem_type)
+            shape = [d if isinstance(d, int) else 1 for d in i.shape]
+            feeds[i.name] = (np.random.default_rng(0).random(shape).astype(dtype) if dtype.kind == "f"
+                             else np.zeros(shape, dtype))
+        values = session.run([o.name for o in session.get_outputs()], feeds)
+    except Exception:  # the analysis goes on with the shapes inference gave; the note names what is missing
+        return {}
+    wanted = set(names)
+    return {o.name: _Tensor(tuple(int(d) for d in np.shape(v)), np.asarray(v).dtype.name)
+            for o, v in zip(session.get_outputs(), values) if o.name in wanted}
 
 
 def _with_fixed_inputs(model, shapes: Sequence[Sequence[int]]):

@@ -212,3 +212,15 @@ def test_a_node_without_an_int8_kernel_runs_in_float_between_real_qdq_passes():
     assert _node(cost, "q_conv").role == "folded"
     assert _node(cost, "dq_div").role == "elementwise" and _node(cost, "q_div").role == "elementwise"
     assert _node(cost, "conv").activation_bytes == 4 * 64 * 4 + 8 * 64  # float graph input, INT8 output
+
+
+def test_shapes_inference_cannot_give_come_from_one_onnxruntime_run(monkeypatch):
+    import onnx
+
+    model = _model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+                    helper.make_node("Relu", ["c"], ["y"], name="relu")],
+                   [("x", F, [1, 3, 32, 32])], [_weights("w", (8, 3, 3, 3))])
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", lambda m, **_: m)  # as if it gave up
+    cost = analyze_onnx(model)
+    assert _node(cost, "conv").macs == 8 * 32 * 32 * 27
+    assert any("one onnxruntime run" in n for n in cost.notes)
