@@ -12,6 +12,7 @@ Topics, all under ``edgeopt/v1/<device_id>/``:
     results    device -> host  one message per job: the result, or an error
     transfer   device -> host  for a job whose artifact comes in chunks: the chunks still missing
     chunks     host -> device  the pieces of an artifact the device asked for
+    confirm    host -> device  the collector: which of the device's messages it committed
 
 Every message is one JSON object, the envelope::
 
@@ -41,7 +42,10 @@ JOBS = "jobs"
 RESULTS = "results"
 TRANSFER = "transfer"
 CHUNKS = "chunks"
-TOPIC_KINDS = (STATUS, TELEMETRY, JOBS, RESULTS, TRANSFER, CHUNKS)
+CONFIRM = "confirm"
+TOPIC_KINDS = (STATUS, TELEMETRY, JOBS, RESULTS, TRANSFER, CHUNKS, CONFIRM)
+# What the agent keeps until the collector confirms it committed it (others: until the broker's PUBACK).
+CONFIRMED_KINDS = (TELEMETRY, RESULTS)
 
 # Envelope `type` of the messages a device sends; jobs carry their job type instead.
 STATUS_TYPE = "status"
@@ -49,6 +53,7 @@ TELEMETRY_TYPE = "telemetry"
 RESULT_TYPE = "result"
 TRANSFER_TYPE = "transfer"
 CHUNK_TYPE = "chunk"
+CONFIRM_TYPE = "confirm"
 BENCHMARK_JOB = "benchmark"
 JOB_TYPES = (BENCHMARK_JOB,)
 
@@ -139,6 +144,10 @@ def chunks_topic(device_id: str) -> str:
     return topic(device_id, CHUNKS)
 
 
+def confirm_topic(device_id: str) -> str:
+    return topic(device_id, CONFIRM)
+
+
 def subscription(kind: Optional[str] = None, device_id: str = "+") -> str:
     """A topic filter: one kind (or all with None) of one device (or every device with "+")."""
     if device_id != "+":
@@ -171,6 +180,11 @@ def parse_topic(name: str) -> Tuple[str, str]:
 
 def new_message_id() -> str:
     return uuid.uuid4().hex
+
+
+def is_message_id(value: Any) -> bool:
+    """Whether `value` is an envelope id: 32 lowercase hex digits."""
+    return isinstance(value, str) and bool(_MESSAGE_ID.match(value))
 
 
 @dataclass(frozen=True)
@@ -359,7 +373,55 @@ BENCH_OPTIONS: Dict[str, Tuple[str, bool]] = {
     "precision": ("name", True),  # the precision a TensorRT engine is built at on the board
     "idle_s": ("number", False),
     "profile": ("flag", False),  # per-op profile from the runtime's own profiler, published with the result
+    "inputs": ("inputs", True),  # how to feed each input: see check_input_description
 }
+
+INPUT_DESCRIPTION_KEYS = ("name", "shape", "dtype", "value", "alias")
+MAX_DESCRIBED_INPUTS = 256
+MAX_INPUT_RANK = 16
+MAX_INPUT_ELEMENTS = 2**28  # per input: a job cannot ask the board to fill more than this
+
+
+def check_input_description(value: Any) -> Tuple[Dict[str, Any], ...]:
+    """The `inputs` bench option: one object per model input, saying how the board feeds it.
+
+    {"name": the artifact's input name, "shape": [concrete dims] (fills the dims the artifact
+    leaves dynamic), "dtype": optional, "value": optional constant every feed holds (a sample
+    rate), "alias": optional name the model used for it (an input file may use either)}.
+    Raises UserError with the first problem.
+    """
+    if not isinstance(value, (list, tuple)) or len(value) > MAX_DESCRIBED_INPUTS:
+        raise UserError(f"'inputs' must be a list of at most {MAX_DESCRIBED_INPUTS} input descriptions, got {value!r}")
+    result = []
+    for number, item in enumerate(value, start=1):
+        if not isinstance(item, dict):
+            raise UserError(f"'inputs' #{number} must be an object, got {item!r}")
+        unknown = sorted(set(item) - set(INPUT_DESCRIPTION_KEYS))
+        if unknown:
+            raise UserError(f"'inputs' #{number} has unknown key(s) {', '.join(unknown)}; "
+                            f"known: {', '.join(INPUT_DESCRIPTION_KEYS)}")
+        for key in ("name", "dtype", "alias"):
+            if key in item and (not isinstance(item[key], str) or not 1 <= len(item[key]) <= 256):
+                raise UserError(f"'inputs' #{number} '{key}' must be a string of 1-256 characters, got {item.get(key)!r}")
+        if "name" not in item:
+            raise UserError(f"'inputs' #{number} needs a 'name'")
+        shape = item.get("shape")
+        if not isinstance(shape, (list, tuple)) or len(shape) > MAX_INPUT_RANK or \
+                not all(_is_int(d) and 0 <= d <= 2**31 for d in shape):
+            raise UserError(f"'inputs' '{item['name']}' needs a 'shape': a list of at most {MAX_INPUT_RANK} "
+                            f"non-negative integers, got {shape!r}")
+        elements = 1
+        for dim in shape:
+            elements *= dim
+        if elements > MAX_INPUT_ELEMENTS:
+            raise UserError(f"'inputs' '{item['name']}' shape {list(shape)} holds more than {MAX_INPUT_ELEMENTS} elements")
+        if "value" in item and not (isinstance(item["value"], bool) or _is_number(item["value"])):
+            raise UserError(f"'inputs' '{item['name']}' 'value' must be a number or a boolean, got {item['value']!r}")
+        result.append({**item, "shape": [int(d) for d in shape]})
+    names = [i["name"] for i in result]
+    if len(set(names)) != len(names):
+        raise UserError(f"'inputs' names an input twice: {names}")
+    return tuple(result)
 
 
 @dataclass(frozen=True)
@@ -906,7 +968,64 @@ def _check_option(name: str, kind: str, value: Any) -> Any:
     elif kind == "flag":
         if not isinstance(value, bool):
             raise ProtocolError(f"bench option '{name}' must be true or false, got {value!r}")
+    elif kind == "inputs":
+        try:
+            return [dict(item) for item in check_input_description(value)]
+        except UserError as exc:
+            raise ProtocolError(f"bench option {exc}") from None
     elif kind in ("path", "name"):
         if not isinstance(value, str) or not value:
             raise ProtocolError(f"bench option '{name}' must be a non-empty string, got {value!r}")
     return value
+
+
+# --- delivery confirmations -------------------------------------------------------------------
+#
+# The broker's PUBACK only says the broker has a message, and a broker that dies before saving
+# it loses it. So the agent keeps each telemetry and results message until the collector says,
+# on the device's confirm topic, that it committed it to its database (or already had it), or
+# that it rejected it for good (then sending it again would not help). Ids only, batched.
+
+MAX_CONFIRM_IDS = 1000  # per confirm message: ~40 KB of JSON at most
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """Host -> device: message ids the collector committed, and those it rejected (id -> reason)."""
+
+    committed: Tuple[str, ...]
+    rejected: Dict[str, str]
+
+    @property
+    def ids(self) -> Tuple[str, ...]:
+        """Every id the device may forget."""
+        return self.committed + tuple(self.rejected)
+
+
+def confirm_message(device_id: str, seq: int, committed: Any = (), rejected: Optional[Mapping[str, str]] = None
+                    ) -> Envelope:
+    """Host -> device: the device's messages (by envelope id) that are committed or rejected for good."""
+    committed, rejected = list(committed), dict(rejected or {})
+    if len(committed) + len(rejected) > MAX_CONFIRM_IDS:
+        raise ValueError(f"a confirm message lists at most {MAX_CONFIRM_IDS} ids; split the batch")
+    body = {"committed": committed, "rejected": [{"id": i, "reason": r} for i, r in rejected.items()]}
+    return Envelope(device_id=validate_device_id(device_id), seq=seq, type=CONFIRM_TYPE, body=body)
+
+
+def parse_confirm(envelope: Envelope) -> Confirmation:
+    body = envelope.body
+    if envelope.type != CONFIRM_TYPE:
+        raise ProtocolError(f"a '{envelope.type}' message on a confirm topic; expected '{CONFIRM_TYPE}'")
+    if sorted(body) != ["committed", "rejected"]:
+        raise ProtocolError("confirm body needs exactly 'committed' and 'rejected'")
+    committed, rejected = body["committed"], body["rejected"]
+    if not isinstance(committed, list) or not all(isinstance(i, str) and _MESSAGE_ID.match(i) for i in committed):
+        raise ProtocolError("confirm 'committed' must list message ids (32 lowercase hex digits)")
+    if not isinstance(rejected, list) or not all(
+        isinstance(r, dict) and sorted(r) == ["id", "reason"] and isinstance(r["id"], str)
+        and _MESSAGE_ID.match(r["id"]) and isinstance(r["reason"], str) for r in rejected
+    ):
+        raise ProtocolError("confirm 'rejected' must list {id, reason} objects")
+    if len(committed) + len(rejected) > MAX_CONFIRM_IDS:
+        raise ProtocolError(f"a confirm message lists at most {MAX_CONFIRM_IDS} ids")
+    return Confirmation(tuple(committed), {r["id"]: r["reason"][:200] for r in rejected})

@@ -216,7 +216,7 @@ def _with_fixed_inputs(model, shapes: Sequence[Sequence[int]]):
         if wanted is not None and len(wanted) != len(dims):
             raise UserError(f"input '{graph_input.name}' has {len(dims)} dimensions, got shape {wanted}")
         for axis, dim in enumerate(dims):
-            if wanted is not None:
+            if wanted is not None and int(wanted[axis]) > 0:  # a "?" (-1) dim stays free: 1 below
                 dim.Clear()
                 dim.dim_value = int(wanted[axis])
             elif not dim.HasField("dim_value") or dim.dim_value <= 0:

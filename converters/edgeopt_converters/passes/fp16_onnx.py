@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgeopt_agent.errors import require
+from edgeopt_agent.runners.onnxruntime_import import import_onnxruntime
 
 from ._quiet import captured_output
 
@@ -20,7 +21,7 @@ class ConvertOnnxFp16:
 
     def run(self, fp32_model: Path, output: Path) -> Path:
         onnx = require("onnx", "convert", "ONNX FP16 conversion")
-        require("onnxruntime", "convert", "ONNX FP16 conversion")
+        import_onnxruntime("convert", "ONNX FP16 conversion")
         from onnxruntime.transformers.float16 import convert_float_to_float16
 
         model = onnx.load(str(fp32_model))

@@ -1,12 +1,15 @@
 """ONNX FP32 -> ONNX INT8: static QDQ quantization with onnxruntime's own tools."""
 from __future__ import annotations
 
+import contextlib
+import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Tuple
 
-from edgeopt_agent.errors import UserError, require
+from edgeopt_agent.errors import UserError
+from edgeopt_agent.runners.onnxruntime_import import import_onnxruntime
 
 from ..tensors import Dataset
 from ._quiet import captured_output, log
@@ -54,6 +57,34 @@ class OnnxInt8Options:
         return text
 
 
+@contextlib.contextmanager
+def _working_directory(path: str):
+    previous = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
+
+
+def _pre_process(q, fp32_path: str, prepared: Path, tmp: str) -> Optional[Path]:
+    """onnxruntime's pre-processing (shape inference, constant folding, fusions), which only
+    improves placement; retried without symbolic shape inference, which gives up on dynamic dims
+    it cannot follow. None when it fails both ways."""
+    errors = []
+    for skip_symbolic in (False, True):
+        try:
+            # The symbolic inference dumps its partial model into the current folder when it
+            # gives up: run it inside tmp.
+            with captured_output("quant_pre_process"), _working_directory(tmp):
+                q.quant_pre_process(fp32_path, str(prepared), skip_symbolic_shape=skip_symbolic)
+            return prepared
+        except Exception as exc:
+            errors.append(str(exc) or type(exc).__name__)
+    log.warning("onnxruntime quant_pre_process failed (%s); quantizing the exported graph as is", "; ".join(errors))
+    return None
+
+
 class _Reader:
     """Feeds calibration samples to onnxruntime's calibrator, one sample at a time."""
 
@@ -78,7 +109,7 @@ class QuantizeOnnxInt8:
 
     def run(self, fp32_model: Path, calibration: Dataset, output: Path, batch: int = 1,
             on_batch: Optional[Callable[[int], None]] = None) -> Path:
-        require("onnxruntime", "convert", "ONNX INT8 quantization")
+        import_onnxruntime("convert", "ONNX INT8 quantization")
         from onnxruntime import quantization as q
 
         o = self.options
@@ -87,13 +118,8 @@ class QuantizeOnnxInt8:
                    "percentile": q.CalibrationMethod.Percentile}
         with tempfile.TemporaryDirectory(prefix="edgeopt-quant-") as tmp:
             prepared = Path(tmp) / "prepared.onnx"
-            try:
-                with captured_output("quant_pre_process"):
-                    q.quant_pre_process(str(fp32_model), str(prepared), skip_symbolic_shape=False)
-            except Exception as exc:
-                # Pre-processing (shape inference + graph optimisation) only improves placement.
-                log.warning("onnxruntime quant_pre_process failed (%s); quantizing the exported graph as is", exc)
-                prepared = fp32_model
+            fp32_path = str(Path(fp32_model).resolve())  # before the working directory changes
+            prepared = _pre_process(q, fp32_path, prepared, tmp) or fp32_model
             with captured_output("quantize_static"):
                 q.quantize_static(
                     str(prepared),
