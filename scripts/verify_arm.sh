@@ -103,11 +103,14 @@ mountpoint -q "$ROOT/dev" || mount --bind /dev "$ROOT/dev"
 mountpoint -q "$ROOT/tmp" || mount -t tmpfs tmpfs "$ROOT/tmp"
 mount --bind "$REPO" "$ROOT/repo"
 
+# The host's CA bundle, so pip in the userland trusts what pip on the host trusts (a proxy's CA).
+cp /etc/ssl/certs/ca-certificates.crt "$ROOT/opt/host-ca.crt"
+
 # Run a command in the userland on a pinned CPU model (qemu-user reads QEMU_CPU).
 arm() {
     local cpu=$1; shift
     chroot "$ROOT" /usr/bin/env -i QEMU_CPU="$cpu" HOME=/root PATH=/usr/local/bin:/usr/bin:/bin \
-        LANG=C.UTF-8 PIP_DISABLE_PIP_VERSION_CHECK=1 "$@"
+        LANG=C.UTF-8 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_CERT=/opt/host-ca.crt PIP_DEFAULT_TIMEOUT=180 "$@"
 }
 PYVER=$(arm cortex-a72 /usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 log "userland ready: Debian $SUITE, Python $PYVER, $(arm cortex-a72 /usr/bin/uname -m)"

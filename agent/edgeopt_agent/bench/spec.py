@@ -30,6 +30,9 @@ class BenchmarkSpec:
     (INT8 for a QDQ model); "onnxruntime-tensorrt" enables neither FP16 nor INT8.
     reference: outputs of the host's FP32 artifact on seeded inputs, with tolerances (see
     edgeopt_agent.protocol.check_reference); the child checks its own outputs against them.
+    profile: after every batch size is measured, run the first one again under the runtime's
+    own per-op profiler (onnxruntime's; TensorRT's IProfiler; other runtimes say why they
+    cannot) and report it as "op_profile" (edgeopt_agent.op_profile).
     engine_cache_dir: where built engines are kept (the agent passes one under its data dir;
     None: edgeopt_agent.runners.engine_cache.default_cache_dir()).
     """
@@ -51,6 +54,7 @@ class BenchmarkSpec:
     idle_s: float = 1.0
     precision: Optional[str] = None
     engine_cache_dir: Optional[str] = None
+    profile: bool = False
     inputs: Optional[Tuple[Dict[str, Any], ...]] = None
     reference: Optional[Dict[str, Any]] = None
 
@@ -84,6 +88,8 @@ class BenchmarkSpec:
             _at_least(self, "memory_limit_mb", 1, whole=True)
         if self.latency_budget_ms is not None:
             _positive(self, "latency_budget_ms")
+        if not isinstance(self.profile, bool):
+            raise UserError(f"profile must be true or false, got {self.profile!r}")
         if not _is_int(self.seed):
             raise UserError(f"seed must be a whole number, got {self.seed!r}")
         if self.runtime is not None and self.runtime not in RUNTIMES:
@@ -124,11 +130,14 @@ class BenchmarkSpec:
     def runner_options(self) -> Dict[str, Any]:
         """What open_runner takes beyond the path, threads and runtime, for this spec's runtime."""
         if self.runtime == "tensorrt":
+            ranges = {d["name"]: [list(d.get("min_shape", d["shape"])), list(d.get("max_shape", d["shape"]))]
+                      for d in self.inputs or () if "min_shape" in d or "max_shape" in d}
             return {
                 "precision": self.precision,
                 "cache_dir": self.engine_cache_dir,
                 "max_batch": max(self.batch_sizes or (1,)),
                 "input_shapes": {d["name"]: list(d["shape"]) for d in self.inputs or ()} or None,
+                **({"input_ranges": ranges} if ranges else {}),
             }
         if self.runtime == "onnxruntime-tensorrt":
             return {"precision": self.precision, "cache_dir": self.engine_cache_dir}

@@ -35,6 +35,7 @@ from .tensorrt_build import (
     parse_onnx,
 )
 from .tensorrt_io import tensor_io
+from .tensorrt_layers import layer_profile
 
 # The per-call timings, in milliseconds: the CUDA events', and the host's time to enqueue the engine
 # (the GPU waits for that after the input copy, so on a small net it can show in gpu_compute).
@@ -66,6 +67,7 @@ class TensorRTRunner(Runner):
         max_batch: int = 1,
         workspace_mb: int = DEFAULT_WORKSPACE_MB,
         input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+        input_ranges: Optional[Mapping[str, Sequence[Sequence[int]]]] = None,
     ):
         super().__init__(path, threads)
         check_precision(self.runtime, precision)
@@ -76,6 +78,8 @@ class TensorRTRunner(Runner):
         self.workspace_mb = workspace_mb
         # the sizes of dynamic non-batch axes the optimization profile is built for
         self.input_shapes = {k: [int(d) for d in v] for k, v in (input_shapes or {}).items()}
+        # the smallest and largest sizes of those axes the data held ([min shape, max shape])
+        self.input_ranges = {k: [[int(d) for d in bound] for bound in v] for k, v in (input_ranges or {}).items()}
         self.cache = EngineCache(cache_dir)
         self._trt = import_tensorrt()
         self._cuda = CudaRuntime.load()
@@ -112,7 +116,8 @@ class TensorRTRunner(Runner):
             compute_capability=self._gpu.compute_capability,
             precision=precision,
             options=dict({"max_batch": self.max_batch, "workspace_mb": self.workspace_mb},
-                         **({"input_shapes": self.input_shapes} if self.input_shapes else {})),
+                         **({"input_shapes": self.input_shapes} if self.input_shapes else {}),
+                         **({"input_ranges": self.input_ranges} if self.input_ranges else {})),
         )
         self._runtime = runtime = create(trt.Runtime, logger, "runtime")
         engine, record = self._cached_engine(runtime, logger, key)
@@ -177,6 +182,7 @@ class TensorRTRunner(Runner):
             self.cache.load_timing_cache(key),
             self.path.name,
             self.input_shapes,
+            self.input_ranges,
         )
         self.notes.extend(built.notes)
         stored = self.cache.store(key, built.plan, built.build_s)
@@ -293,6 +299,15 @@ class TensorRTRunner(Runner):
             return [view.copy() for _, _, view in fetches]
 
         return call
+
+    def profile_layers(self, prepared: Mapping[str, np.ndarray], runs: int) -> Dict[str, Any]:
+        """Per-layer GPU time from TensorRT's IProfiler (edgeopt_agent.runners.tensorrt_layers).
+
+        The profiler stays attached: call this last, after every measurement of this runner.
+        """
+        self._require_loaded()
+        call = self.bind(prepared)
+        return layer_profile(self._trt, self._context, call, runs, lambda: self.take_device_timings()["gpu_compute"])
 
     def _buffers_for(self, name: str, nbytes: int) -> _Buffers:
         current = self._buffers.get(name)
