@@ -91,7 +91,7 @@ Hardware	: BCM2835
 Model		: Raspberry Pi 4 Model B Rev 1.4
 EOF
 cleanup() {
-    for m in "$ROOT/repo" "$ROOT/proc/cpuinfo" "$ROOT/proc" "$ROOT/dev/pts" "$ROOT/dev" "$ROOT/tmp"; do
+    for m in "$ROOT/repo" "$ROOT/proc/cpuinfo" "$ROOT/proc" "$ROOT/sys" "$ROOT/dev" "$ROOT/tmp"; do
         mountpoint -q "$m" 2>/dev/null && umount -l "$m" || true
     done
 }
@@ -99,6 +99,7 @@ trap cleanup EXIT
 mkdir -p "$ROOT/repo"
 mountpoint -q "$ROOT/proc" || mount -t proc proc "$ROOT/proc"
 mount --bind "$CPUINFO" "$ROOT/proc/cpuinfo"
+mountpoint -q "$ROOT/sys" || mount -o ro --rbind /sys "$ROOT/sys"  # cpuinfo libraries read the CPU lists here
 mountpoint -q "$ROOT/dev" || mount --bind /dev "$ROOT/dev"
 mountpoint -q "$ROOT/tmp" || mount -t tmpfs tmpfs "$ROOT/tmp"
 mount --bind "$REPO" "$ROOT/repo"
@@ -142,12 +143,15 @@ rows = []
 for d in m.distributions():
     size = sum((pathlib.Path(d.locate_file(f)).stat().st_size for f in d.files or [] if pathlib.Path(d.locate_file(f)).is_file()), 0)
     rows.append((size, d.metadata['Name'], d.version))
-for size, name, version in sorted(rows, reverse=True)[:8]:
+tooling = ('pip', 'setuptools', 'wheel')
+print('   packages without the venv tooling (pip, setuptools): %.1f MB' % (sum(s for s, n, _ in rows if n.lower() not in tooling) / 1e6))
+for size, name, version in sorted(rows, reverse=True)[:10]:
     print('   %-22s %-10s %6.1f MB' % (name, version, size / 1e6))
 " | tee -a "$RESULTS/sizes.txt"
 done
 VENV=/opt/venv-agent
-arm cortex-a72 $VENV/bin/pip install -q pytest > /dev/null
+# Test tooling after the sizes are taken: the tests build their small models with the onnx package.
+arm cortex-a72 $VENV/bin/pip install -q pytest onnx > "$RESULTS/pip-test-tools.log" 2>&1
 versions=$(arm cortex-a72 $VENV/bin/python -c "
 import importlib.metadata as m
 print(' '.join('%s %s' % (n, m.version(n)) for n in ('onnxruntime', 'ai-edge-litert', 'numpy')))")
@@ -163,10 +167,11 @@ if [ "$SKIP_TESTS" = 0 ]; then
     log "agent test suite on aarch64 (cortex-a72)"
     set +e
     arm cortex-a72 /usr/bin/env -C /repo $VENV/bin/python -m pytest -q -p no:cacheprovider tests/agent \
-        -o addopts="" -x --ignore=tests/agent/trt > "$RESULTS/agent-tests.txt" 2>&1
+        -o addopts="-ra" --ignore=tests/agent/trt > "$RESULTS/agent-tests.txt" 2>&1
     status=$?
     set -e
-    tail -5 "$RESULTS/agent-tests.txt"
+    grep -E "^(FAILED|ERROR)" "$RESULTS/agent-tests.txt" || true
+    tail -1 "$RESULTS/agent-tests.txt"
     [ $status = 0 ] || { echo "the agent test suite failed on aarch64 (see $RESULTS/agent-tests.txt)" >&2; exit 1; }
 fi
 
