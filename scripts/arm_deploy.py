@@ -54,7 +54,7 @@ def main(argv=None) -> int:
     device = "emu-" + args.profile
     with open(log_path, "wb") as log:
         agent = subprocess.Popen(
-            ["chroot", str(args.root), f"{args.venv}/bin/edgeopt-agent", "--broker", f"127.0.0.1:{port}",
+            [shutil.which("chroot") or "/usr/sbin/chroot", str(args.root), f"{args.venv}/bin/edgeopt-agent", "--broker", f"127.0.0.1:{port}",
              "--device-id", device, "--profile", args.profile, "--data-dir", str(inside / "data"),
              "--trusted-key", str(inside / "trusted.pub"), "--telemetry-interval", "60", "--log-level", "info"],
             stdout=log, stderr=subprocess.STDOUT, env=env)

@@ -119,7 +119,7 @@ log "userland ready: Debian $SUITE, Python $PYVER, $(arm cortex-a72 /usr/bin/una
 
 # -- the wheel from this checkout (built on the host: the build backend needs Python 3.9+)
 WHEELS=$CACHE/wheels
-rm -rf "$WHEELS" && mkdir -p "$WHEELS"
+rm -rf "$WHEELS" "$REPO/build" && mkdir -p "$WHEELS"  # no stale build/lib in the wheel
 "$HOST_PY" -m pip wheel -q --no-deps "$REPO" -w "$WHEELS" > "$CACHE/wheel.log" 2>&1
 WHEEL=$(ls "$WHEELS"/edgeopt-*.whl)
 mkdir -p "$ROOT/opt/wheels" && cp "$WHEEL" "$ROOT/opt/wheels/"
@@ -151,8 +151,11 @@ for size, name, version in sorted(rows, reverse=True)[:10]:
 " | tee -a "$RESULTS/sizes.txt"
 done
 VENV=/opt/venv-agent
-# Test tooling after the sizes are taken: the tests build their small models with the onnx package.
-arm cortex-a72 $VENV/bin/pip install -q pytest onnx > "$RESULTS/pip-test-tools.log" 2>&1
+# Test tooling beside the venv, not in it (its size stays the agent's): the tests build their
+# small models with the onnx package.
+if [ ! -d "$ROOT/opt/test-tools/onnx" ]; then
+    arm cortex-a72 $VENV/bin/pip install -q --target /opt/test-tools pytest onnx > "$RESULTS/pip-test-tools.log" 2>&1
+fi
 versions=$(arm cortex-a72 $VENV/bin/python -c "
 import importlib.metadata as m
 print(' '.join('%s %s' % (n, m.version(n)) for n in ('onnxruntime', 'ai-edge-litert', 'numpy')))")
@@ -168,7 +171,7 @@ done
 if [ "$SKIP_TESTS" = 0 ]; then
     log "agent test suite on aarch64 (cortex-a72)"
     set +e
-    arm cortex-a72 /usr/bin/env -C /repo $VENV/bin/python -m pytest -q -p no:cacheprovider tests/agent \
+    arm cortex-a72 /usr/bin/env -C /repo PYTHONPATH=/opt/test-tools $VENV/bin/python -m pytest -q -p no:cacheprovider tests/agent \
         -o addopts="-ra" --ignore=tests/agent/trt > "$RESULTS/agent-tests.txt" 2>&1
     status=$?
     set -e

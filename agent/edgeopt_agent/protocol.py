@@ -446,13 +446,19 @@ REFERENCE_TOLERANCES = ("min_cosine", "max_abs_error", "min_argmax_agreement")
 def check_reference(value: Any) -> Dict[str, Any]:
     """The `reference` bench option: what the host's FP32 artifact computed on a few seeded inputs.
 
-    {"seed": int, "samples": 1-8, "outputs": [{"name", "stride": every stride-th value of the
+    {"seed": int, "samples": 1-8, "ranges": optional {input name: [low, high]} of the generated
+    floats (default [0, 1)), "outputs": [{"name", "stride": every stride-th value of the
     flattened output, "values": [[floats] per sample], "argmax": optional [[ints] per sample]
     (last-axis argmax per row), "tolerance": {"min_cosine", "max_abs_error",
     "min_argmax_agreement"} (each a number or null)}]}. Raises UserError with the first problem.
     """
-    if not isinstance(value, dict) or set(value) - {"seed", "samples", "outputs"}:
-        raise UserError(f"'reference' must be an object with seed, samples and outputs, got {_short(value)}")
+    if not isinstance(value, dict) or set(value) - {"seed", "samples", "outputs", "ranges"}:
+        raise UserError(f"'reference' must be an object with seed, samples, outputs and ranges, got {_short(value)}")
+    ranges = value.get("ranges") or {}
+    if not isinstance(ranges, dict) or len(ranges) > MAX_DESCRIBED_INPUTS or not all(
+            isinstance(v, list) and len(v) == 2 and all(_is_number(x) for x in v) and v[0] < v[1]
+            for v in ranges.values()):
+        raise UserError("'reference' ranges must map input names to [low, high] with low < high")
     samples = value.get("samples")
     if not _is_int(value.get("seed")) or not _is_int(samples) or not 1 <= samples <= MAX_REFERENCE_SAMPLES:
         raise UserError(f"'reference' needs an integer seed and 1-{MAX_REFERENCE_SAMPLES} samples")

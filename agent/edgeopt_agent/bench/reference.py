@@ -21,12 +21,13 @@ MAX_ARGMAX_ROWS = 256  # per output and sample
 
 
 def reference_feeds(infos: Sequence[TensorInfo], descriptions: Optional[Sequence[Mapping[str, Any]]],
-                    seed: int, sample: int) -> Dict[str, np.ndarray]:
+                    seed: int, sample: int, ranges: Optional[Mapping[str, Sequence[float]]] = None) -> Dict[str, np.ndarray]:
     """The inputs of one reference sample, the same on every machine for the same description.
 
     Each input is drawn from its own generator (seed, sample, its place in the description), so
     an artifact that orders or names its inputs differently (a TFLite file) gets the same data.
-    Floats are uniform in [0, 1) even for a quantized input (the runner quantizes them), wider
+    Floats are uniform in [0, 1), or in `ranges[name]` (by the described name: the range a
+    quantized input represents), even for a quantized input (the runner quantizes them); wider
     integers 0 or 1, booleans coin flips; a described constant is that value.
     """
     listed = list(descriptions or ())
@@ -46,7 +47,9 @@ def reference_feeds(infos: Sequence[TensorInfo], descriptions: Optional[Sequence
             continue
         rng = np.random.default_rng([int(seed), int(sample), index])
         if dtype.kind == "f":
-            feeds[info.name] = rng.random(shape, dtype=np.float32).astype(dtype)
+            low, high = (ranges or {}).get(description["name"], (0.0, 1.0))
+            values = np.float32(low) + np.float32(high - low) * rng.random(shape, dtype=np.float32)
+            feeds[info.name] = values.astype(dtype)
         elif dtype.kind in "iu":
             feeds[info.name] = rng.integers(0, 2, size=shape).astype(dtype)
         elif dtype.kind == "b":
@@ -89,7 +92,8 @@ def run_reference(runner, reference: Mapping[str, Any], descriptions) -> Dict[st
     names = [o.name for o in runner.outputs()]
     produced: List[Dict[str, np.ndarray]] = []
     for sample in range(int(reference["samples"])):
-        produced.append(runner.infer(reference_feeds(infos, descriptions, reference["seed"], sample)))
+        produced.append(runner.infer(reference_feeds(infos, descriptions, reference["seed"], sample,
+                                                     reference.get("ranges"))))
     return compare(reference, produced, names)
 
 
