@@ -95,6 +95,19 @@ def test_argmax_agreement_is_checked_for_class_scores():
     assert "argmax agreement 0.50 < 0.75" in check["reason"]
 
 
+def test_reference_inputs_of_a_quantized_input_stay_inside_its_range(tmp_path):
+    from edgeopt.deploy.reference import input_ranges
+
+    entry = {"inputs": [{"name": "q", "dtype": "int8", "quantization": {"scale": 0.5 / 127, "zero_point": 0}},
+                        {"name": "f", "dtype": "float32", "quantization": None}]}
+    ranges = input_ranges(entry)
+    assert ranges == {"q": [0.0, 0.5]}  # the part of [0, 1) the int8 input can hold
+    infos = [TensorInfo("q", (1, 64), "float32"), TensorInfo("f", (1, 64), "float32")]
+    feeds = reference_feeds(infos, [{"name": "q", "shape": [1, 64]}, {"name": "f", "shape": [1, 64]}], 3, 0, ranges)
+    assert feeds["q"].min() >= 0.0 and feeds["q"].max() < 0.5
+    assert feeds["f"].max() > 0.5  # the float input keeps [0, 1)
+
+
 def test_reference_inputs_do_not_depend_on_the_artifacts_input_order_or_names():
     described = [{"name": "a", "shape": [1, 4]}, {"name": "b", "shape": [1, 3], "alias": "model_b"}]
     onnx_like = [TensorInfo("a", (1, 4), "float32"), TensorInfo("b", (1, 3), "float32")]
@@ -114,7 +127,8 @@ def test_reference_inputs_do_not_depend_on_the_artifacts_input_order_or_names():
     (lambda r: r["outputs"][0].update(values=[[1.0]]), "one list of at most"),
     (lambda r: r["outputs"][0].update(stride=0), "stride of at least 1"),
     (lambda r: r["outputs"][0]["tolerance"].update(min_cosine="high"), "each a number or null"),
-    (lambda r: r.update(extra=1), "must be an object with seed, samples and outputs"),
+    (lambda r: r.update(extra=1), "must be an object with seed, samples, outputs and ranges"),
+    (lambda r: r.update(ranges={"x": [1.0, 0.0]}), "low < high"),
 ])
 def test_a_malformed_reference_is_refused(change, message):
     reference = {"seed": 0, "samples": 2, "outputs": [
