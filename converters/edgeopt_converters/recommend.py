@@ -35,7 +35,9 @@ def _accuracy_split(records) -> Tuple[list, List[str]]:
     usable, excluded = [], []
     for r in records:
         a = r.accuracy
-        if a.verdict == OK or (a.verdict == UNRESOLVED and a.excellent):
+        if getattr(r, "not_quantized", False):
+            excluded.append(f"{r.planned.key} is not really quantized (its weights are not ~4x smaller than FP32's)")
+        elif a.verdict == OK or (a.verdict == UNRESOLVED and a.excellent):
             usable.append(r)
         else:
             excluded.append(f"{r.planned.key} {a.verdict} ({a.reason})")

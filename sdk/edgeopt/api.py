@@ -62,6 +62,7 @@ def convert(
     weights: Optional[PathLike] = None,
     trust_model_code: bool = False,
     time_on_host: bool = True,
+    mixed_precision: bool = True,
     progress=None,
 ) -> Dict[str, Any]:
     """Convert `model` for `device`; returns the manifest (also written to OUTDIR/manifest.json).
@@ -70,6 +71,7 @@ def convert(
     file, a .pt2 ExportedProgram, an .onnx file or "example:digits-cnn". `input_shape` is a tuple
     like (1, 3, 224, 224), a string "1,3,224,224", or a list of those for several inputs.
     `trust_model_code=True` is needed for a TorchScript file, which runs code when loaded.
+    `mixed_precision=False` keeps a failed INT8 whole-graph instead of searching nodes to keep in float.
     `output_kinds` ({name: kind} or ["name=kind"]) says how outputs are judged; `state`
     ({input: output}) names recurrent state for streamed judgement; `metric` is "file.py:fn".
     """
@@ -99,6 +101,7 @@ def convert(
         weights=Path(weights) if weights else None,
         trust_model_code=trust_model_code,
         time_on_host=time_on_host,
+        mixed_precision=mixed_precision,
     )
     return run(model, options, progress or Progress())
 

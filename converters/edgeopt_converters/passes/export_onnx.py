@@ -3,25 +3,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 from edgeopt_agent.errors import UserError, require
 
-from ..model_source import SourceModel
 from ..tensors import InputSpec
 from ._quiet import captured_output, log
+from .base import Step, StepContext, StepResult, option
 
 
 @dataclass(frozen=True)
 class OnnxExportOptions:
-    opset: int = 18
-    dynamic_batch: bool = True
-
-
-@dataclass(frozen=True)
-class OnnxExportResult:
-    path: Path
-    dynamic_batch: bool
+    opset: int = option(18, "ONNX opset of the export")
+    dynamic_batch: bool = option(True, "export the batch dimension as dynamic when the model allows it")
 
 
 def example_args(specs: Sequence[InputSpec]):
@@ -37,14 +31,18 @@ def example_args(specs: Sequence[InputSpec]):
     return tuple(args)
 
 
-class ExportOnnx:
-    def __init__(self, options: OnnxExportOptions = OnnxExportOptions()):
-        self.options = options
+class ExportOnnx(Step):
+    """The source model as one self-contained ONNX FP32 file."""
 
-    def run(self, source: SourceModel, specs: Sequence[InputSpec], output: Path) -> OnnxExportResult:
+    name = "export-onnx"
+    Options = OnnxExportOptions
+    from_source = True
+
+    def run(self, ctx: StepContext, model: Optional[Path], output: Path) -> StepResult:
+        source, specs = ctx.source, ctx.specs
         if source.kind == "onnx":
             self._copy_onnx(source.onnx_path, output)
-            return OnnxExportResult(output, any(s.shape[0] == -1 for s in source.input_specs[:1]))
+            return StepResult(output, {"dynamic_batch": any(s.shape[0] == -1 for s in source.input_specs[:1])})
         torch = require("torch", "convert")
         require("onnxscript", "convert", "ONNX export")
         args = example_args(specs)
@@ -52,7 +50,7 @@ class ExportOnnx:
         if self.options.dynamic_batch:
             try:
                 self._export(torch, source, args, names, output, dynamic=True)
-                return OnnxExportResult(output, True)
+                return StepResult(output, {"dynamic_batch": True})
             except Exception as exc:  # the model pins its batch size (e.g. x.view(1, -1))
                 log.info("export with a dynamic batch dimension failed (%s); exporting with fixed shapes", exc)
         try:
@@ -62,7 +60,7 @@ class ExportOnnx:
                 f"ONNX export of {source.description} with inputs "
                 f"{', '.join(s.describe() for s in specs)} failed: {_first_line(exc)}"
             ) from exc
-        return OnnxExportResult(output, False)
+        return StepResult(output, {"dynamic_batch": False})
 
     @staticmethod
     def _copy_onnx(path: Path, output: Path) -> None:

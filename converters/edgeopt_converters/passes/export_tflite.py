@@ -15,13 +15,14 @@ from edgeopt_agent.errors import UserError, require
 from ..model_source import SourceModel
 from ..tensors import Dataset, InputSpec
 from ._quiet import captured_output
+from .base import Step, StepContext, StepResult, option
 from .export_onnx import _first_line, example_args
 
 
 @dataclass(frozen=True)
 class TfliteOptions:
-    precision: str = "fp32"  # "fp32" | "int8"
-    per_channel: bool = True
+    precision: str = option("fp32", "fp32, or int8 (full-integer, PT2E calibration)")
+    per_channel: bool = option(True, "per-channel INT8 weights")
 
 
 def _litert_torch():
@@ -29,14 +30,26 @@ def _litert_torch():
     return require("litert_torch", "tflite", "TFLite export")
 
 
-class ExportTflite:
-    def __init__(self, options: TfliteOptions = TfliteOptions()):
-        if options.precision not in ("fp32", "int8"):
-            raise UserError(f"TFLite export supports fp32 and int8, not {options.precision}")
-        self.options = options
+class ExportTflite(Step):
+    """The source PyTorch model as TFLite through litert-torch."""
 
-    def run(self, source: SourceModel, specs: Sequence[InputSpec], output: Path,
-            calibration: Optional[Dataset] = None, on_batch: Optional[Callable[[int], None]] = None) -> Path:
+    name = "export-tflite"
+    Options = TfliteOptions
+    from_source = True
+
+    def __init__(self, options: Optional[TfliteOptions] = None, **overrides):
+        super().__init__(options, **overrides)
+        if self.options.precision not in ("fp32", "int8"):
+            raise UserError(f"TFLite export supports fp32 and int8, not {self.options.precision}")
+
+    def run(self, ctx: StepContext, model: Optional[Path], output: Path) -> StepResult:
+        path = self.export(ctx.source, ctx.specs, output,
+                           ctx.calibration if self.options.precision == "int8" else None, ctx.advance)
+        info = {"scheme": "full-integer INT8 (PT2E, per-channel weights)"} if self.options.precision == "int8" else {}
+        return StepResult(path, info)
+
+    def export(self, source: SourceModel, specs: Sequence[InputSpec], output: Path,
+               calibration: Optional[Dataset] = None, on_batch: Optional[Callable[[int], None]] = None) -> Path:
         if not source.exportable:
             raise UserError(
                 f"TFLite export needs a PyTorch model that torch.export can trace; {source.description} is a "
