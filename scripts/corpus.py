@@ -82,6 +82,23 @@ def corpus_file(entry: str, name: str) -> Path:
     return path
 
 
+def face_tiles(faces, start: int, count: int, size: int = 320, face: int = 110):
+    """Canvases with four upscaled LFW faces each (`lfw` file): images a face detector finds several things in."""
+    import numpy as np
+    from PIL import Image
+
+    images = []
+    for i in range(count):
+        canvas = np.full((size, size), 0.5, np.float32)
+        for k in range(4):
+            crop = faces[(start + i * 4 + k) % len(faces)]
+            scaled = Image.fromarray((crop * 255).astype(np.uint8)).resize((face, face), Image.BILINEAR)
+            y, x = 40 + (k // 2) * 140, 30 + (k % 2) * 150
+            canvas[y:y + face, x:x + face] = np.asarray(scaled, np.float32) / 255
+        images.append(np.stack([canvas] * 3))
+    return np.stack(images)
+
+
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:

@@ -3,7 +3,7 @@
 Nodes are ranked by the SQNR they lose (sensitivity.py, on a few calibration samples), then the
 most sensitive 1, 2, 4, 8, ... are kept in float, each attempt re-quantized with the same
 calibration ranges and judged by the same per-output verdicts as every artifact. The first attempt
-that passes is kept; the search stops when two attempts in a row gain nothing or after MAX_TRIES.
+that passes is kept; the search stops when three attempts in a row gain nothing or after MAX_TRIES.
 The best attempt replaces the whole-graph artifact, and the manifest says which nodes stayed float.
 """
 from __future__ import annotations
@@ -19,7 +19,8 @@ from .passes.errors import StepFailed
 from .recipe import with_exclusions
 from .sensitivity import node_sensitivity, quantized_nodes
 
-MAX_TRIES = 6
+MAX_TRIES = 8
+STALE_TRIES = 3
 SENSITIVITY_SAMPLES = 4
 MAX_FLOAT_SHARE = 0.5  # past half of the quantized nodes in float, INT8 has little left to give
 
@@ -63,8 +64,8 @@ def search_mixed_precision(ctx, record, prepared: Path, validate):
             best_path, stale = trial, 0
         else:
             stale += 1
-            if stale >= 2:
-                report["stopped"] = "two attempts in a row gained nothing"
+            if stale >= STALE_TRIES:
+                report["stopped"] = f"{STALE_TRIES} attempts in a row gained nothing"
                 break
         count = min(count * 2, limit) if count < limit else limit + 1
     if best is not record:

@@ -142,8 +142,10 @@ def node_sensitivity(float_model: Path, low_model: Path, feeds: Sequence[Mapping
             if a.shape != b.shape:
                 continue
             axes = tuple(i for i in range(a.ndim) if i != 1) if a.ndim >= 2 else None
-            signal[tensor] = signal.get(tensor, 0.0) + np.sum(a * a, axis=axes)
-            noise[tensor] = noise.get(tensor, 0.0) + np.sum((a - b) ** 2, axis=axes)
+            with np.errstate(over="ignore", invalid="ignore"):  # float-min masks: their noise is infinite
+                signal[tensor] = signal.get(tensor, 0.0) + np.nan_to_num(np.sum(a * a, axis=axes), posinf=1e300)
+                noise[tensor] = noise.get(tensor, 0.0) + np.nan_to_num(np.sum((a - b) ** 2, axis=axes), nan=1e300,
+                                                                       posinf=1e300)
 
     def sqnr(tensor: str) -> float:
         """Mean over channels (axis 1) of each channel's SQNR: a concatenation of a large-valued and a

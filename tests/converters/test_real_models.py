@@ -8,7 +8,7 @@ import pytest
 import edgeopt
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from corpus import CorpusMissing, corpus_file  # noqa: E402
+from corpus import CorpusMissing, corpus_file, face_tiles  # noqa: E402
 
 
 def corpus(entry, name):
@@ -16,22 +16,6 @@ def corpus(entry, name):
         return corpus_file(entry, name)
     except CorpusMissing as exc:
         pytest.skip(str(exc))
-
-
-def face_tiles(faces: np.ndarray, start: int, count: int, size: int = 320, face: int = 110) -> np.ndarray:
-    """Canvases with four upscaled LFW faces each: images a face detector finds several things in."""
-    from PIL import Image
-
-    images = []
-    for i in range(count):
-        canvas = np.full((size, size), 0.5, np.float32)
-        for k in range(4):
-            crop = faces[(start + i * 4 + k) % len(faces)]
-            scaled = Image.fromarray((crop * 255).astype(np.uint8)).resize((face, face), Image.BILINEAR)
-            y, x = 40 + (k // 2) * 140, 30 + (k % 2) * 150
-            canvas[y:y + face, x:x + face] = np.asarray(scaled, np.float32) / 255
-        images.append(np.stack([canvas] * 3))
-    return np.stack(images)
 
 
 @pytest.mark.slow

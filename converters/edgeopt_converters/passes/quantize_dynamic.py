@@ -15,7 +15,7 @@ from ._quiet import captured_output
 from .base import Step, StepContext, StepResult, option
 from .errors import StepFailed, first_line
 
-TRANSFORMER_OPS = ("MatMul", "Gemm", "Attention")
+TRANSFORMER_OPS = ("MatMul", "Gemm", "Attention", "Gather", "EmbedLayerNormalization")  # Gather: the embedding table
 RECURRENT_OPS = ("MatMul", "Gemm", "LSTM", "GRU")
 
 
