@@ -13,7 +13,6 @@ from onnx import numpy_helper as nh
 import edgeopt
 from edgeopt_agent.errors import UserError
 from edgeopt_converters.architecture import classify
-from edgeopt_converters.model_source import load_source
 from edgeopt_converters.passes.base import Step, StepCall, StepContext, all_steps, make_step, option
 from edgeopt_converters.passes.errors import StepFailed
 from edgeopt_converters.passes.preprocess_onnx import PreprocessOnnx
