@@ -37,7 +37,7 @@ from .passes.base import StepContext
 from .passes.errors import StepFailed
 from .progress import Progress
 from .quant_check import check_weights
-from .recipe import PlannedArtifact, architecture_variants, make_plan
+from .recipe import PlannedArtifact, architecture_variants, make_plan, tflite_dynamic_variant
 from .recommend import recommend
 from .runtime import open_predictor, reference_predictor
 from .tensors import Dataset, InputSpec, load_dataset, make_specs, random_dataset
@@ -275,7 +275,9 @@ def _fit_outputs_in_memory(ctx: _Context, predict, batch: int) -> None:
 
 def _step_label(item: PlannedArtifact) -> str:
     if item.format == "tflite":
-        return "calibrate TFLite INT8 (PT2E)" if item.precision == "int8" else "export TFLite FP32"
+        if item.precision == "int8":
+            return "TFLite dynamic-range INT8 (PT2E)" if item.variant else "calibrate TFLite INT8 (PT2E)"
+        return "export TFLite FP32"
     if item.precision == "fp32":
         return "export ONNX FP32"
     if item.precision == "fp16":
@@ -376,6 +378,10 @@ def _build_all(ctx: _Context, plan, opts: ConvertOptions, progress: Progress) ->
                                 dynamic_batch=dynamic_batch if item.format == "onnx" else False, info=info)
         if item.format == "onnx" and item.precision == "int8":
             record = _check_int8(ctx, record, built, validate, progress, opts.mixed_precision)
+        elif item.key == "tflite-int8" and record.accuracy.verdict == acc.FAILED and opts.mixed_precision:
+            fallback = tflite_dynamic_variant(item)
+            plan.artifacts.append(fallback)
+            queue.append(fallback)
         records.append(record)
     if opts.time_on_host:
         _time_all(ctx, records, progress)

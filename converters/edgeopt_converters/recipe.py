@@ -156,6 +156,13 @@ def make_plan(profile: DeviceProfile, formats: Sequence[str] = (), precisions: S
     return Plan(artifacts, notes)
 
 
+def tflite_dynamic_variant(item: PlannedArtifact) -> PlannedArtifact:
+    """Dynamic-range TFLite INT8: what edgeopt tries when full-integer INT8 fails its verdict."""
+    return PlannedArtifact("tflite", "int8", "full-integer TFLite INT8 failed its accuracy verdict: dynamic-range INT8 "
+                           "(INT8 weights, activations quantized per call)", variant="dynamic",
+                           steps=(StepCall("export-tflite", TfliteOptions("int8", dynamic=True)),))
+
+
 def with_exclusions(item: PlannedArtifact, nodes: Sequence[str]) -> PlannedArtifact:
     """The same static INT8 artifact with `nodes` kept in float."""
     int8 = replace(item.int8, nodes_to_exclude=tuple(nodes))

@@ -13,6 +13,7 @@ from onnx import numpy_helper as nh
 import edgeopt
 from edgeopt_agent.errors import UserError
 from edgeopt_converters.architecture import classify
+from edgeopt_converters.model_source import load_source
 from edgeopt_converters.passes.base import Step, StepCall, StepContext, all_steps, make_step, option
 from edgeopt_converters.passes.errors import StepFailed
 from edgeopt_converters.passes.preprocess_onnx import PreprocessOnnx
@@ -198,3 +199,30 @@ def test_mixed_precision_turns_a_failing_int8_detector_into_a_passing_one(tmp_pa
     graph = onnx.load(str(tmp_path / "out" / "model.int8.onnx")).graph
     concat = next(n for n in graph.node if n.name == int8["float_nodes"][0])
     assert not any(n.op_type == "QuantizeLinear" and n.input[0] in concat.output for n in graph.node)
+
+
+@pytest.mark.slow
+def test_tflite_dynamic_range_int8_keeps_float_io_and_int8_weights(tmp_path, nets_path):
+    import torch
+    from edgeopt_converters.runtime import open_predictor
+
+    source = load_source(f"{nets_path}:small_cnn", None, False)
+    ctx = _ctx((1, 3, 16, 16))
+    ctx.source = source
+    result = make_step("export-tflite", precision="int8", dynamic=True).run(ctx, None, tmp_path / "m.tflite")
+    assert result.info["scheme"].startswith("dynamic-range INT8")
+    predictor = open_predictor(result.path, 1)
+    try:
+        io = predictor.io()
+        assert {t["dtype"] for t in io["inputs"] + io["outputs"]} == {"float32"}
+        x = ctx.calibration.arrays["x"][:1]
+        got = predictor.predict({"x": x})[0]
+    finally:
+        predictor.close()
+    with torch.no_grad():
+        ref = source.module(torch.from_numpy(x)).numpy()
+    assert float((ref * got).sum() / np.linalg.norm(ref) / np.linalg.norm(got)) > 0.99
+    from ai_edge_litert.interpreter import Interpreter
+
+    tensors = Interpreter(model_path=str(result.path)).get_tensor_details()
+    assert any(t["dtype"] == np.int8 and len(t["shape"]) == 4 for t in tensors), "conv weights are not INT8"

@@ -23,6 +23,7 @@ from .export_onnx import _first_line, example_args
 class TfliteOptions:
     precision: str = option("fp32", "fp32, or int8 (full-integer, PT2E calibration)")
     per_channel: bool = option(True, "per-channel INT8 weights")
+    dynamic: bool = option(False, "dynamic-range INT8 (INT8 weights, activations quantized per call; float I/O)")
 
 
 def _litert_torch():
@@ -45,7 +46,10 @@ class ExportTflite(Step):
     def run(self, ctx: StepContext, model: Optional[Path], output: Path) -> StepResult:
         path = self.export(ctx.source, ctx.specs, output,
                            ctx.calibration if self.options.precision == "int8" else None, ctx.advance)
-        info = {"scheme": "full-integer INT8 (PT2E, per-channel weights)"} if self.options.precision == "int8" else {}
+        info = {}
+        if self.options.precision == "int8":
+            mode = "dynamic-range" if self.options.dynamic else "full-integer"
+            info["scheme"] = f"{mode} INT8 (PT2E{', per-channel weights' if self.options.per_channel else ''})"
         return StepResult(path, info)
 
     def export(self, source: SourceModel, specs: Sequence[InputSpec], output: Path,
@@ -78,7 +82,8 @@ class ExportTflite(Step):
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
         quantizer = pt2e_quantizer.PT2EQuantizer().set_global(
-            pt2e_quantizer.get_symmetric_quantization_config(is_per_channel=self.options.per_channel)
+            pt2e_quantizer.get_symmetric_quantization_config(is_per_channel=self.options.per_channel,
+                                                             is_dynamic=self.options.dynamic)
         )
         graph = torch.export.export(module, args).module()
         prepared = prepare_pt2e(graph, quantizer)
