@@ -62,6 +62,7 @@ def _artifact_entry(record: ArtifactRecord, work: Path, fp32_p50: Dict[str, floa
         "float_nodes": record.info.get("float_nodes", []),
         "mixed_precision": record.info.get("mixed_precision"),
         "weights": record.info.get("weights"),
+        "fp16_sensitive_nodes": record.info.get("fp16_sensitive_nodes"),
         "not_quantized": record.not_quantized,
         "sha256": sha256_file(path),
         "size_bytes": path.stat().st_size,

@@ -37,6 +37,7 @@ from .passes.base import StepContext
 from .passes.errors import StepFailed
 from .progress import Progress
 from .quant_check import check_weights
+from .sensitivity import node_sensitivity
 from .recipe import PlannedArtifact, architecture_variants, make_plan, tflite_dynamic_variant
 from .recommend import recommend
 from .runtime import open_predictor, reference_predictor
@@ -378,6 +379,8 @@ def _build_all(ctx: _Context, plan, opts: ConvertOptions, progress: Progress) ->
                                 dynamic_batch=dynamic_batch if item.format == "onnx" else False, info=info)
         if item.format == "onnx" and item.precision == "int8":
             record = _check_int8(ctx, record, built, validate, progress, opts.mixed_precision)
+        elif item.key == "onnx-fp16" and record.accuracy.verdict == acc.FAILED:
+            _blame_fp16(ctx, record, built)
         elif item.key == "tflite-int8" and record.accuracy.verdict == acc.FAILED and opts.mixed_precision:
             fallback = tflite_dynamic_variant(item)
             plan.artifacts.append(fallback)
@@ -386,6 +389,22 @@ def _build_all(ctx: _Context, plan, opts: ConvertOptions, progress: Progress) ->
     if opts.time_on_host:
         _time_all(ctx, records, progress)
     return records
+
+
+def _blame_fp16(ctx: _Context, record: ArtifactRecord, built: Dict[str, Path]) -> None:
+    """A failed FP16 names the nodes whose outputs lose the most against FP32."""
+    feeds = [feed for feed, _ in ctx.evaluation.batches(ctx.specs[0].shape[0])][:4]
+    try:
+        ranked = [s for s in node_sensitivity(built["onnx-fp32"], ctx.work / record.path, feeds, ctx.threads)
+                  if s.drop_db > 1.0][:5]
+    except Exception as exc:  # the verdict stands; only the diagnosis is missing
+        ctx.warnings.append(f"{record.planned.key}: could not measure which ops lose precision ({exc})")
+        return
+    record.info["fp16_sensitive_nodes"] = [s.to_dict() for s in ranked]
+    if ranked:
+        ctx.warnings.append(f"{record.planned.key} failed; the ops losing most precision in FP16: "
+                            + ", ".join(f"{s.name} ({s.op_type}, -{s.drop_db:.0f} dB)" for s in ranked)
+                            + " (keep them in FP32 with ConvertOnnxFp16's node_block_list)")
 
 
 def _check_int8(ctx: _Context, record: ArtifactRecord, built: Dict[str, Path], validate, progress: Progress,

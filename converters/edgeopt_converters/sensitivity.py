@@ -88,10 +88,18 @@ def node_sensitivity(float_model: Path, low_model: Path, feeds: Sequence[Mapping
         for name in node.input:
             consumers.setdefault(name, []).append(node)
 
-    def float_name(tensor: str) -> Optional[str]:
-        """The FP32 model's name for a tensor of the low-precision model."""
+    cast_to = {n.input[0]: n.output[0] for n in low.graph.node if n.op_type == "Cast"}
+
+    def float_name(tensor: str, seen_casts: int = 0) -> Optional[str]:
+        """The FP32 model's name for a tensor of the low-precision model (Casts keep the value)."""
         if tensor in floats:
             return tensor
+        if seen_casts < 4:
+            node = producer.get(tensor)
+            if node is not None and node.op_type == "Cast":
+                return float_name(node.input[0], seen_casts + 1)
+            if tensor in cast_to and cast_to[tensor] in floats:
+                return cast_to[tensor]
         for suffix in _RENAMED:
             if tensor.endswith(suffix) and tensor[: -len(suffix)] in floats:
                 return tensor[: -len(suffix)]
@@ -116,7 +124,7 @@ def node_sensitivity(float_model: Path, low_model: Path, feeds: Sequence[Mapping
     pairs: Dict[str, str] = {}  # low-precision tensor -> FP32 tensor
     plan = []
     for node in low.graph.node:
-        if node.op_type in _QDQ or (candidates is not None and node.name not in candidates):
+        if node.op_type in _QDQ + ("Cast",) or (candidates is not None and node.name not in candidates):
             continue
         ins = [(i, float_name(i)) for i in node.input if i and i not in initializers]
         ins = [(i, f) for i, f in ins if f is not None]

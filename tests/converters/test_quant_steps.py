@@ -226,3 +226,27 @@ def test_tflite_dynamic_range_int8_keeps_float_io_and_int8_weights(tmp_path, net
 
     tensors = Interpreter(model_path=str(result.path)).get_tensor_details()
     assert any(t["dtype"] == np.int8 and len(t["shape"]) == 4 for t in tensors), "conv weights are not INT8"
+
+
+def test_a_failed_fp16_names_the_ops_that_lose_precision(tmp_path):
+    """x @ (10000 + w) - x @ 10000: FP16 weights near 10000 are spaced 8 apart, so w is rounded away."""
+    rng = np.random.default_rng(0)
+    small = rng.standard_normal((8, 8)).astype(np.float32)
+    inits = [nh.from_array(small + 10000, "W"), nh.from_array(np.full((8, 8), 10000, np.float32), "B")]
+    nodes = [h.make_node("MatMul", ["x", "W"], ["a"], name="shifted"),
+             h.make_node("MatMul", ["x", "B"], ["b"], name="shift"),
+             h.make_node("Sub", ["a", "b"], ["y"], name="cancel")]
+    graph = h.make_graph(nodes, "fp16", [h.make_tensor_value_info("x", T.FLOAT, [1, 8])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [1, 8])], inits)
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    np.savez(tmp_path / "data.npz", x=rng.standard_normal((32, 8)).astype(np.float32))
+    manifest = edgeopt.convert(str(tmp_path / "m.onnx"), device="x86-64", output_dir=tmp_path / "out",
+                               formats=["onnx"], precisions=["fp32", "fp16"], calibration=tmp_path / "data.npz",
+                               time_on_host=False)
+    fp16 = {a["key"]: a for a in manifest["artifacts"]}["onnx-fp16"]
+    assert fp16["accuracy"]["verdict"] == "failed"
+    blamed = fp16["fp16_sensitive_nodes"]
+    assert blamed and blamed[0]["node"] == "cancel" and blamed[0]["sqnr_drop_db"] > 20
+    assert any("onnx-fp16 failed; the ops losing most precision in FP16: cancel (Sub" in w for w in manifest["warnings"])
