@@ -14,6 +14,7 @@ gaps, no duplicates) and reports the sustained ingest rate:
     python scripts/bench_fleet.py                    # 200 devices x 100 messages, SQLite
     python scripts/bench_fleet.py --postgres postgresql://root@127.0.0.1:5432/test
     python scripts/bench_fleet.py --update-docs      # rewrite the section in docs/BENCHMARKS.md
+    python scripts/bench_fleet.py --broker-setting "autosave_interval 1000"   # override one setting
 """
 from __future__ import annotations
 
@@ -371,7 +372,7 @@ def render(runs: Dict[Tuple[str, str, int], List[RunResult]], args, source: str,
     lines = [
         f"Measured by `scripts/bench_fleet.py` on {date.today().isoformat()}: {cpu_model()}, {os.cpu_count()} CPUs, "
         f"Python {platform.python_version()}, mosquitto on 127.0.0.1 with {source} "
-        f"({'; '.join(s for s in settings if s.startswith('max_'))}). "
+        f"({'; '.join(s for s in settings if s.startswith(('max_', 'autosave')))}). "
         f"{args.devices} simulated devices x {args.messages} telemetry messages = "
         f"{args.devices * args.messages:,} messages (about {_payload_size()} bytes each) at QoS 1 from "
         f"{args.publishers} publisher processes; collectors are `edgeopt fleet serve` processes "
@@ -444,6 +445,8 @@ collector spends most of its time waiting and a second one helps more."""
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--broker-setting", action="append", default=[], metavar='"KEY VALUE"',
+                        help="a mosquitto setting to use instead of scripts/mosquitto.conf's (repeatable)")
     parser.add_argument("--devices", type=int, default=200)
     parser.add_argument("--messages", type=int, default=100, help="telemetry messages per device")
     parser.add_argument("--publishers", type=int, default=2, help="publisher processes")
@@ -457,6 +460,10 @@ def main() -> int:
         parser.error("bounded benchmark: 1-5000 devices, 1-1000 messages each, 1-16 publishers, 1-9 repeats")
 
     settings, source = broker_settings()
+    for override in args.broker_setting:
+        key = override.split()[0]
+        settings = [line for line in settings if line.split()[0] != key] + [override.strip()]
+        source += f" with {override.strip()}"
     messages = build_messages(args.devices, args.messages)
     kinds = ["sqlite"] + (["postgresql"] if args.postgres else [])
     runs: Dict[Tuple[str, str, int], List[RunResult]] = {}

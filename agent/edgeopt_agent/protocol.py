@@ -12,6 +12,7 @@ Topics, all under ``edgeopt/v1/<device_id>/``:
     results    device -> host  one message per job: the result, or an error
     transfer   device -> host  for a job whose artifact comes in chunks: the chunks still missing
     chunks     host -> device  the pieces of an artifact the device asked for
+    confirm    host -> device  the collector: which of the device's messages it committed
 
 Every message is one JSON object, the envelope::
 
@@ -41,7 +42,10 @@ JOBS = "jobs"
 RESULTS = "results"
 TRANSFER = "transfer"
 CHUNKS = "chunks"
-TOPIC_KINDS = (STATUS, TELEMETRY, JOBS, RESULTS, TRANSFER, CHUNKS)
+CONFIRM = "confirm"
+TOPIC_KINDS = (STATUS, TELEMETRY, JOBS, RESULTS, TRANSFER, CHUNKS, CONFIRM)
+# What the agent keeps until the collector confirms it committed it (others: until the broker's PUBACK).
+CONFIRMED_KINDS = (TELEMETRY, RESULTS)
 
 # Envelope `type` of the messages a device sends; jobs carry their job type instead.
 STATUS_TYPE = "status"
@@ -49,6 +53,7 @@ TELEMETRY_TYPE = "telemetry"
 RESULT_TYPE = "result"
 TRANSFER_TYPE = "transfer"
 CHUNK_TYPE = "chunk"
+CONFIRM_TYPE = "confirm"
 BENCHMARK_JOB = "benchmark"
 JOB_TYPES = (BENCHMARK_JOB,)
 
@@ -139,6 +144,10 @@ def chunks_topic(device_id: str) -> str:
     return topic(device_id, CHUNKS)
 
 
+def confirm_topic(device_id: str) -> str:
+    return topic(device_id, CONFIRM)
+
+
 def subscription(kind: Optional[str] = None, device_id: str = "+") -> str:
     """A topic filter: one kind (or all with None) of one device (or every device with "+")."""
     if device_id != "+":
@@ -171,6 +180,11 @@ def parse_topic(name: str) -> Tuple[str, str]:
 
 def new_message_id() -> str:
     return uuid.uuid4().hex
+
+
+def is_message_id(value: Any) -> bool:
+    """Whether `value` is an envelope id: 32 lowercase hex digits."""
+    return isinstance(value, str) and bool(_MESSAGE_ID.match(value))
 
 
 @dataclass(frozen=True)
@@ -906,3 +920,55 @@ def _check_option(name: str, kind: str, value: Any) -> Any:
         if not isinstance(value, str) or not value:
             raise ProtocolError(f"bench option '{name}' must be a non-empty string, got {value!r}")
     return value
+
+
+# --- delivery confirmations -------------------------------------------------------------------
+#
+# The broker's PUBACK only says the broker has a message, and a broker that dies before saving
+# it loses it. So the agent keeps each telemetry and results message until the collector says,
+# on the device's confirm topic, that it committed it to its database (or already had it), or
+# that it rejected it for good (then sending it again would not help). Ids only, batched.
+
+MAX_CONFIRM_IDS = 1000  # per confirm message: ~40 KB of JSON at most
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """Host -> device: message ids the collector committed, and those it rejected (id -> reason)."""
+
+    committed: Tuple[str, ...]
+    rejected: Dict[str, str]
+
+    @property
+    def ids(self) -> Tuple[str, ...]:
+        """Every id the device may forget."""
+        return self.committed + tuple(self.rejected)
+
+
+def confirm_message(device_id: str, seq: int, committed: Any = (), rejected: Optional[Mapping[str, str]] = None
+                    ) -> Envelope:
+    """Host -> device: the device's messages (by envelope id) that are committed or rejected for good."""
+    committed, rejected = list(committed), dict(rejected or {})
+    if len(committed) + len(rejected) > MAX_CONFIRM_IDS:
+        raise ValueError(f"a confirm message lists at most {MAX_CONFIRM_IDS} ids; split the batch")
+    body = {"committed": committed, "rejected": [{"id": i, "reason": r} for i, r in rejected.items()]}
+    return Envelope(device_id=validate_device_id(device_id), seq=seq, type=CONFIRM_TYPE, body=body)
+
+
+def parse_confirm(envelope: Envelope) -> Confirmation:
+    body = envelope.body
+    if envelope.type != CONFIRM_TYPE:
+        raise ProtocolError(f"a '{envelope.type}' message on a confirm topic; expected '{CONFIRM_TYPE}'")
+    if sorted(body) != ["committed", "rejected"]:
+        raise ProtocolError("confirm body needs exactly 'committed' and 'rejected'")
+    committed, rejected = body["committed"], body["rejected"]
+    if not isinstance(committed, list) or not all(isinstance(i, str) and _MESSAGE_ID.match(i) for i in committed):
+        raise ProtocolError("confirm 'committed' must list message ids (32 lowercase hex digits)")
+    if not isinstance(rejected, list) or not all(
+        isinstance(r, dict) and sorted(r) == ["id", "reason"] and isinstance(r["id"], str)
+        and _MESSAGE_ID.match(r["id"]) and isinstance(r["reason"], str) for r in rejected
+    ):
+        raise ProtocolError("confirm 'rejected' must list {id, reason} objects")
+    if len(committed) + len(rejected) > MAX_CONFIRM_IDS:
+        raise ProtocolError(f"a confirm message lists at most {MAX_CONFIRM_IDS} ids")
+    return Confirmation(tuple(committed), {r["id"]: r["reason"][:200] for r in rejected})

@@ -9,8 +9,6 @@ only when the caller says it trusts where the file came from.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import sys
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +19,7 @@ from edgeopt_agent.errors import UserError, require
 from .hashing import sha256_file, update_with_weights
 from .pt2_guard import checked_archive
 from .tensors import Dataset, InputSpec
+from .user_code import user_function
 
 TORCHSCRIPT_SUFFIXES = (".pt", ".pth", ".ts", ".torchscript", ".jit")
 
@@ -83,21 +82,8 @@ def load_source(spec: str, weights: Optional[Path] = None, trust_model_code: boo
 
 
 def _load_factory(path: Path, factory: str, weights: Optional[Path]) -> SourceModel:
-    if not path.exists():
-        raise UserError(f"model file not found: {path}")
     torch = _torch()
-    module_name = f"_edgeopt_user_model_{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    user_module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = user_module
-    try:
-        spec.loader.exec_module(user_module)
-    except Exception as exc:
-        raise UserError(f"importing {path} failed: {type(exc).__name__}: {exc}") from exc
-    fn = getattr(user_module, factory, None)
-    if not callable(fn):
-        available = sorted(n for n in dir(user_module) if callable(getattr(user_module, n)) and not n.startswith("_"))
-        raise UserError(f"{path} has no function '{factory}'; callables there: {', '.join(available) or 'none'}")
+    fn = user_function(path, factory, "model")
     try:
         model = fn()
     except Exception as exc:

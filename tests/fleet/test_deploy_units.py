@@ -237,3 +237,23 @@ def test_a_deploy_takes_only_well_formed_answers_from_the_targeted_device(tmp_pa
     assert (outcomes["pi-1"]["state"], outcomes["pi-1"]["ok"], outcomes["pi-1"]["result"]["runtime"]) == (
         "answered", True, "onnxruntime")
     assert (outcomes["pi-2"]["ok"], outcomes["pi-2"]["error"]["message"]) == (False, "no runtime")
+
+
+def test_an_answer_sent_again_is_reported_once(tmp_path):
+    chosen = choose_artifact(write_outdir(tmp_path / "out"))
+    jobs = {device_id: protocol.benchmark_job(device_id, 1, "job-1", chosen.sha256, chosen.format,
+                                              url="http://models/a.onnx", size=chosen.size)
+            for device_id in ("pi-1", "pi-2")}
+
+    def answer(device_id):
+        body = protocol.result_body("job-1", protocol.BENCHMARK_JOB, jobs[device_id].id, result={"ok": True})
+        return Received(protocol.results_topic(device_id),
+                        protocol.Envelope(device_id, 1, protocol.RESULT_TYPE, body).encode(), False)
+
+    first = answer("pi-1")
+    # The agent keeps a result until a collector confirms it, so a deploy can see it twice.
+    client = QueuedClient([first, first, answer("pi-2")])
+    events = []
+    outcomes = Rollout(client, chosen, jobs, progress=events.append).run(wait=True, timeout_s=5.0)
+    assert [o["state"] for o in outcomes] == ["answered", "answered"]
+    assert [e.device_id for e in events if e.stage == "answered"] == ["pi-1", "pi-2"]

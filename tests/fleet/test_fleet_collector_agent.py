@@ -4,6 +4,7 @@ import hashlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -82,6 +83,11 @@ def edgeopt(*args):
     return result.stdout
 
 
+def queued_results(state_file):
+    with sqlite3.connect(str(state_file)) as db:
+        return db.execute("SELECT COUNT(*) FROM outbox WHERE kind = 'results'").fetchone()[0]
+
+
 def send_job(broker, envelope):
     client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"test-deploy-{uuid.uuid4().hex[:6]}",
                          protocol=mqtt.MQTTv5 if broker.mqtt_v5 else mqtt.MQTTv311)
@@ -123,6 +129,10 @@ def test_agent_status_telemetry_and_result_reach_the_fleet_views(mqtt_broker, tm
         assert result["ok"], result
         assert result["job_id"] == "e2e-job-1" and result["runtime"] == "onnxruntime" and result["p50_ms"] > 0
         assert result["profile"] == "x86-64" and result["format"] == "onnx"
+
+        # The collector confirmed the result after its commit, so the agent forgot it.
+        wait_for(lambda: queued_results(tmp_path / "agent" / "agent.db"), lambda n: n == 0,
+                 "the agent to forget the confirmed result", agent)
 
         shown = json.loads(edgeopt("fleet", "results", "--db", url, "--json"))
         assert [(r["device_id"], r["job_id"]) for r in shown] == [(DEVICE, "e2e-job-1")]

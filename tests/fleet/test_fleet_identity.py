@@ -12,6 +12,7 @@ import json
 import logging
 import queue
 import shutil
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -414,6 +415,11 @@ def test_fleet_serve_and_deploy_take_the_agents_tls_options(tmp_path, capsys):
 
 @needs_mosquitto
 @pytest.mark.slow
+def queued(state_file: Path, kind: str) -> int:
+    with sqlite3.connect(str(state_file)) as db:
+        return db.execute("SELECT COUNT(*) FROM outbox WHERE kind = ?", (kind,)).fetchone()[0]
+
+
 def test_a_real_agent_with_its_provisioned_config_works_under_the_acl(tmp_path):
     """The agent as shipped, started with the agent.toml that provision wrote: its status (and
     Will), telemetry and results reach the collector, and it gets the jobs deploy sends it."""
@@ -439,6 +445,10 @@ def test_a_real_agent_with_its_provisioned_config_works_under_the_acl(tmp_path):
         deployer.wait_acked(deployer.publish(protocol.jobs_topic("dev-a"), job))
         [answer] = wait_until(lambda: store.results(device="dev-a"), "the agent's answer")
         assert (answer["job_id"], answer["ok"], answer["error_kind"]) == ("no-artifact", False, "invalid_job")
+        # The collector may write the device's confirm topic and the device may read it: the
+        # agent forgets the answer once the collector confirmed it.
+        wait_until(lambda: queued(tmp_path / "agent-data" / "agent.db", protocol.RESULTS) == 0,
+                   "the collector's confirmation of the answer")
         agent.kill()  # the broker sends its Last Will, which the ACL lets through
         agent.wait(10)
         wait_until(lambda: [d["state"] for d in store.devices() if d["device_id"] == "dev-a"] == ["offline"],

@@ -15,7 +15,7 @@ from ..profiles import load_profile
 from .admission import Admission, JobLedger
 from .backoff import Backoff
 from .config import AgentConfig
-from .inbox import Inbox
+from .inbox import ADDED, FULL, Inbox
 from .jobs import JobHandler
 from .outbox import Outbox
 from .sender import OutboxSender
@@ -45,9 +45,10 @@ class Agent:
             sensors = discover(sysfs_root="/", profile=profile)
         self._lock = lock_data_dir(config.data_dir)
         self.store = Store(config.data_dir / STATE_FILE)
-        self.outbox = Outbox(self.store, self.device_id)
-        self.inbox = Inbox(self.store)
-        self.sender = OutboxSender(self.outbox)
+        self.outbox = Outbox(self.store, self.device_id, max_bytes=config.outbox_max_bytes)
+        self.inbox = Inbox(self.store, max_bytes=config.inbox_max_bytes)
+        self.confirms = config.delivery == "collector"
+        self.sender = OutboxSender(self.outbox, confirm=self.confirms, confirm_timeout_s=config.confirm_timeout_s)
         self.telemetry = Telemetry(sensors, profile.name if profile else None)
         self.admission = Admission(self.device_id, config.profile, self.trusted_key,
                                    JobLedger(self.store) if self.trusted_key else None, config.clock_skew_s)
@@ -70,7 +71,8 @@ class Agent:
             on_ack=self.sender.acknowledged,
             on_tick=lambda session: self.sender.tick(session.publish),
             on_new_client=self.sender.restart,
-            subscriptions=[protocol.jobs_topic(self.device_id), protocol.chunks_topic(self.device_id)],
+            subscriptions=[protocol.jobs_topic(self.device_id), protocol.chunks_topic(self.device_id)]
+            + ([protocol.confirm_topic(self.device_id)] if self.confirms else []),
             backoff=Backoff(config.reconnect_min_s, config.reconnect_max_s),
         )
         self._started_at = round(time.time(), 3)
@@ -132,6 +134,7 @@ class Agent:
 
     def _on_connect(self, session: MqttSession) -> None:
         assert self._online_seq is not None, "_before_connect runs before every connection"
+        self.sender.reconnected()
         online = self._status(protocol.ONLINE, "connected", self._online_seq)
         session.publish(online.topic, online.payload, online.retain)
 
@@ -139,18 +142,58 @@ class Agent:
         if topic == protocol.chunks_topic(self.device_id):
             self.transfers.chunk_arrived(payload)  # on disk before the broker gets its PUBACK
             return
+        if topic == protocol.confirm_topic(self.device_id):
+            self._confirmed(payload)
+            return
         if topic != protocol.jobs_topic(self.device_id):
             log.warning("ignoring a message on unexpected topic %s", topic)
             return
         # An oversized job is kept only as far as needed to answer that it is oversized.
-        if self.inbox.add(payload[: protocol.MAX_MESSAGE_BYTES + 1]):
+        payload = payload[: protocol.MAX_MESSAGE_BYTES + 1]
+        with self.store.transaction():  # a refused job is remembered and answered together
+            outcome = self.inbox.add(payload)
+            if outcome == FULL:
+                self.outbox.add(protocol.RESULTS, protocol.RESULT_TYPE, self._inbox_full(payload))
+        if outcome == ADDED:
             try:
                 self.transfers.job_arrived(payload)
             except Exception:  # the job is stored; the worker asks for its chunks when it gets to it
                 log.exception("could not ask for the chunks of a new job right away")
             self.worker.notify()
-        else:
+        elif outcome != FULL:
             log.info("ignoring a job message delivered twice")
+
+    def _confirmed(self, payload: bytes) -> None:
+        try:
+            confirmation = protocol.parse_confirm(protocol.Envelope.decode(payload, expect_device=self.device_id))
+        except protocol.ProtocolError as exc:
+            log.warning("ignoring a confirm message: %s", exc)
+            return
+        for message_id, reason in confirmation.rejected.items():
+            log.warning("the collector rejected message %s (%s); it is not sent again", message_id, reason)
+        if not self.confirms:
+            return
+        forgotten = self.sender.confirmed(confirmation.ids)
+        log.debug("collector confirmed %d message(s), %d of them still queued here",
+                  len(confirmation.ids), forgotten)
+        if confirmation.rejected:
+            self.store.count("rejected_by_collector", len(confirmation.rejected))
+
+    def _inbox_full(self, payload: bytes) -> Dict[str, Any]:
+        """The answer to a job refused because the unanswered jobs already fill the inbox cap."""
+        try:
+            envelope = protocol.Envelope.decode(payload, expect_device=self.device_id)
+            job_id = envelope.body.get("job_id")
+            job_id = job_id if isinstance(job_id, str) and len(job_id) <= 128 else None
+            request_id, job_type = envelope.id, envelope.type
+        except protocol.ProtocolError as exc:
+            request_id, job_type, job_id = None, None, exc.job_id
+        message = (f"the agent's queue of unanswered jobs is full ({self.inbox.size_bytes()} bytes waiting, "
+                   f"inbox_max_bytes {self.inbox.max_bytes}, this job {len(payload)} bytes); send the job again "
+                   "once earlier ones are answered, or raise inbox_max_bytes")
+        log.warning("refused job %s: %s", job_id or request_id or "?", message)
+        self.store.count("jobs_refused:inbox_full")
+        return protocol.result_body(job_id, job_type, request_id, error=protocol.error_info("inbox_full", message))
 
     # ---------------------------------------------------------------------------------------------
 
@@ -170,7 +213,19 @@ class Agent:
     def _agent_state(self) -> Dict[str, Any]:
         return {
             "outbox_queued": len(self.outbox),
+            "outbox_bytes": self.outbox.size_bytes(),
+            "outbox_max_bytes": self.outbox.max_bytes,
+            "outbox_dropped": self.outbox.dropped(),
+            # Telemetry is taken on the main thread while the sender lives on the MQTT thread: a
+            # momentary count is all this is.
+            "outbox_unconfirmed": self.sender.unconfirmed,
+            "outbox_resent": self.sender.resent,
+            "delivery": self.config.delivery,
+            "rejected_by_collector": self.store.counters().get("rejected_by_collector", 0),
             "jobs_open": self.inbox.open_count(),
+            "inbox_bytes": self.inbox.size_bytes(),
+            "inbox_max_bytes": self.inbox.max_bytes,
+            "jobs_refused": self.store.counters("jobs_refused:"),
             "job_running": self.worker.busy,
             "mqtt": {"connected": self.session.connected, "protocol": self.session.protocol},
             **self._signature_state(),

@@ -11,10 +11,14 @@ from typing import List, Optional
 
 from ..errors import UserError
 from .config import (
+    CONFIRM_TIMEOUT_S,
     DEFAULT_CLOCK_SKEW_S,
     DEFAULT_DATA_DIR,
+    DEFAULT_INBOX_MAX_BYTES,
+    DEFAULT_OUTBOX_MAX_BYTES,
     DEFAULT_TELEMETRY_INTERVAL_S,
     DEFAULT_TRANSFER_TIMEOUT_S,
+    DELIVERY_MODES,
     LOG_LEVELS,
     PASSWORD_ENV,
     build_config,
@@ -55,6 +59,17 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"how far the host's clock may be off when a signed job's validity is checked (default {DEFAULT_CLOCK_SKEW_S:g})")
     add("--transfer-timeout", type=float, metavar="SECONDS",
         help=f"give up a chunked artifact transfer after this long without a chunk (default {DEFAULT_TRANSFER_TIMEOUT_S:g})")
+    add("--delivery", choices=DELIVERY_MODES,
+        help="forget telemetry and results once the collector confirms it committed them (collector, the default) "
+        "or once the broker has them (broker: for a set-up without a collector)")
+    add("--confirm-timeout", type=float, metavar="SECONDS",
+        help=f"send a message again when the collector has not confirmed it after this long, doubling each time "
+        f"(default {CONFIRM_TIMEOUT_S:g})")
+    add("--outbox-max-bytes", type=int, metavar="BYTES",
+        help=f"disk for messages not yet confirmed; over it the oldest telemetry is dropped "
+        f"(default {DEFAULT_OUTBOX_MAX_BYTES})")
+    add("--inbox-max-bytes", type=int, metavar="BYTES",
+        help=f"disk for jobs not yet answered; a job over it is refused with inbox_full (default {DEFAULT_INBOX_MAX_BYTES})")
     add("--log-level", choices=LOG_LEVELS, help="default info")
     add("-v", "--verbose", action="store_true", help="same as --log-level debug")
     add("--version", action="store_true", help="print the version and exit")

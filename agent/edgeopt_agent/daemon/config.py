@@ -17,7 +17,10 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Union
 from .. import protocol
 from ..errors import UserError
 from .admission import DEFAULT_CLOCK_SKEW_S
+from .inbox import DEFAULT_MAX_BYTES as DEFAULT_INBOX_MAX_BYTES
 from .jobs import BenchLimits
+from .outbox import DEFAULT_MAX_BYTES as DEFAULT_OUTBOX_MAX_BYTES
+from .sender import CONFIRM_TIMEOUT_S
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -31,6 +34,10 @@ DEFAULT_DATA_DIR = "~/.local/state/edgeopt-agent"
 DEFAULT_TRANSFER_TIMEOUT_S = 120.0
 PASSWORD_ENV = "EDGEOPT_AGENT_PASSWORD"
 LOG_LEVELS = ("debug", "info", "warning", "error")
+# When the agent forgets a telemetry or results message: once the collector confirms it committed
+# it, or (for a set-up without a collector) once the broker acknowledged it.
+DELIVERY_MODES = ("collector", "broker")
+MIN_QUEUE_BYTES = 1024 * 1024
 
 # key: (type, default); None default means "not set".
 KEYS: Dict[str, Tuple[type, Any]] = {
@@ -59,6 +66,11 @@ KEYS: Dict[str, Tuple[type, Any]] = {
     "max_job_timeout": (float, BenchLimits.timeout_s),
     "max_job_duration": (float, BenchLimits.max_duration_s),
     "max_job_idle": (float, BenchLimits.idle_s),
+    # Disk the agent's queues may take, in bytes: unsent/unconfirmed messages, unanswered jobs.
+    "outbox_max_bytes": (int, DEFAULT_OUTBOX_MAX_BYTES),
+    "inbox_max_bytes": (int, DEFAULT_INBOX_MAX_BYTES),
+    "delivery": (str, "collector"),
+    "confirm_timeout": (float, CONFIRM_TIMEOUT_S),
 }
 _PATH_KEYS = ("data_dir", "tls_ca", "tls_cert", "tls_key", "password_file", "trusted_key")
 
@@ -97,6 +109,11 @@ class AgentConfig:
     # A chunked transfer that receives nothing for this long fails (what arrived is kept).
     transfer_timeout_s: float = DEFAULT_TRANSFER_TIMEOUT_S
     bench_limits: BenchLimits = BenchLimits()
+    outbox_max_bytes: int = DEFAULT_OUTBOX_MAX_BYTES
+    inbox_max_bytes: int = DEFAULT_INBOX_MAX_BYTES
+    # "collector": keep telemetry and results until the collector confirms them; "broker": until PUBACK.
+    delivery: str = "collector"
+    confirm_timeout_s: float = CONFIRM_TIMEOUT_S
 
     @property
     def client_id(self) -> str:
@@ -156,6 +173,14 @@ def build_config(flags: Mapping[str, Any], config_file: Optional[Path] = None) -
     for key in ("max_job_timeout", "max_job_duration", "max_job_idle"):
         if values[key] <= 0:
             raise UserError(f"{key} must be positive seconds, got {values[key]}")
+    for key in ("outbox_max_bytes", "inbox_max_bytes"):
+        if values[key] < MIN_QUEUE_BYTES:
+            raise UserError(f"{key} must be at least {MIN_QUEUE_BYTES} bytes (1 MiB), got {values[key]}")
+    if values["delivery"] not in DELIVERY_MODES:
+        raise UserError(f"delivery '{values['delivery']}' is not one of {', '.join(DELIVERY_MODES)}: 'collector' "
+                        "keeps each message until the collector confirms it, 'broker' until the broker has it")
+    if values["confirm_timeout"] <= 0:
+        raise UserError(f"confirm timeout must be positive seconds, got {values['confirm_timeout']}")
     if values["log_level"].lower() not in LOG_LEVELS:
         raise UserError(f"log level '{values['log_level']}' is not one of {', '.join(LOG_LEVELS)}")
 
@@ -184,6 +209,10 @@ def build_config(flags: Mapping[str, Any], config_file: Optional[Path] = None) -
         clock_skew_s=values["clock_skew"],
         transfer_timeout_s=values["transfer_timeout"],
         bench_limits=BenchLimits(values["max_job_timeout"], values["max_job_duration"], values["max_job_idle"]),
+        outbox_max_bytes=values["outbox_max_bytes"],
+        inbox_max_bytes=values["inbox_max_bytes"],
+        delivery=values["delivery"],
+        confirm_timeout_s=values["confirm_timeout"],
     )
 
 

@@ -1,8 +1,15 @@
-"""The disk-backed outbox: every message the agent measures waits here until the broker has it.
+"""The disk-backed outbox: every message the agent measures waits here until it is safe to forget.
 
 A message is written (with its sequence number, in the same transaction) before any attempt to
-send it, and deleted only once the broker acknowledged it (PUBACK). Across a broker outage or an
-agent restart the outbox simply keeps its rows and the sender drains them when it can.
+send it. Telemetry and results (protocol.CONFIRMED_KINDS) are deleted only once the collector
+confirms it committed them; other messages once the broker acknowledged them (PUBACK). Across a
+broker outage, a broker crash or an agent restart the outbox keeps its rows and the sender
+sends them (again) when it can.
+
+The outbox is capped in bytes. When a new message would take it over the cap, the oldest
+telemetry goes first, then old transfer requests, and results only when nothing else is left;
+what was dropped is counted (`dropped()`) and leaves a gap in the sequence numbers the collector
+reports.
 """
 from __future__ import annotations
 
@@ -17,9 +24,11 @@ from .store import Store
 
 log = logging.getLogger(__name__)
 
-# Telemetry is dropped oldest-first beyond this many queued messages (about 17 days of
-# telemetry at the default interval); results are never dropped.
-DEFAULT_MAX_MESSAGES = 50_000
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024  # weeks of telemetry at the default interval
+# What goes first when the outbox is full: telemetry, then transfer requests, results last.
+DROP_ORDER = (protocol.TELEMETRY, protocol.TRANSFER, protocol.RESULTS)
+_DROPPED = "outbox_dropped:"
+_SQL_BATCH = 500  # SQLite before 3.32 takes at most 999 parameters
 
 
 @dataclass(frozen=True)
@@ -28,13 +37,19 @@ class OutgoingMessage:
     topic: str
     payload: bytes
     retain: bool
+    kind: str = protocol.TELEMETRY
+    message_id: str = ""
+
+    @property
+    def needs_confirmation(self) -> bool:
+        return self.kind in protocol.CONFIRMED_KINDS
 
 
 class Outbox:
-    def __init__(self, store: Store, device_id: str, max_messages: int = DEFAULT_MAX_MESSAGES):
+    def __init__(self, store: Store, device_id: str, max_bytes: int = DEFAULT_MAX_BYTES):
         self._store = store
         self._device_id = protocol.validate_device_id(device_id)
-        self._max_messages = max_messages
+        self.max_bytes = max_bytes
         self._last_id_lock = threading.Lock()
         with store.transaction() as db:
             self._last_id = db.execute("SELECT COALESCE(MAX(id), 0) FROM outbox").fetchone()[0]
@@ -52,11 +67,13 @@ class Outbox:
             envelope = protocol.Envelope(
                 device_id=self._device_id, seq=self._store.next_seq(kind), type=message_type, body=body
             )
+            payload = envelope.encode()
             cursor = db.execute(
-                "INSERT INTO outbox (kind, topic, payload, retain, created) VALUES (?, ?, ?, ?, ?)",
-                (kind, topic, envelope.encode(), int(retain), time.time()),
+                "INSERT INTO outbox (kind, topic, payload, retain, created, message_id, size) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (kind, topic, payload, int(retain), time.time(), envelope.id, len(payload)),
             )
-            self._trim(db)
+            self._trim(db, keep=cursor.lastrowid)
         with self._last_id_lock:
             self._last_id = max(self._last_id, cursor.lastrowid)
         return envelope
@@ -65,35 +82,72 @@ class Outbox:
         """Queued messages with an id above `after_id`, oldest first."""
         with self._store.transaction() as db:
             rows = db.execute(
-                "SELECT id, topic, payload, retain FROM outbox WHERE id > ? ORDER BY id LIMIT ?", (after_id, limit)
+                "SELECT id, topic, payload, retain, kind, message_id FROM outbox WHERE id > ? ORDER BY id LIMIT ?",
+                (after_id, limit),
             ).fetchall()
-        return [OutgoingMessage(row[0], row[1], bytes(row[2]), bool(row[3])) for row in rows]
+        return [_message(row) for row in rows]
 
     def get(self, ids: Iterable[int]) -> List[OutgoingMessage]:
+        """The messages with these row ids that are still queued, in the order asked."""
         wanted = list(ids)
         with self._store.transaction() as db:
             rows = [
-                db.execute("SELECT id, topic, payload, retain FROM outbox WHERE id = ?", (i,)).fetchone()
+                db.execute("SELECT id, topic, payload, retain, kind, message_id FROM outbox WHERE id = ?",
+                           (i,)).fetchone()
                 for i in wanted
             ]
-        return [OutgoingMessage(row[0], row[1], bytes(row[2]), bool(row[3])) for row in rows if row]
+        return [_message(row) for row in rows if row]
 
     def remove(self, ids: Iterable[int]) -> None:
-        """Forget messages the broker acknowledged."""
+        """Forget messages by row id (those the broker's PUBACK is enough for)."""
         with self._store.transaction() as db:
             db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids])
+
+    def confirm(self, message_ids: Iterable[str]) -> List[int]:
+        """Forget the messages with these envelope ids; returns the row ids that were still queued."""
+        wanted = list(message_ids)
+        removed: List[int] = []
+        with self._store.transaction() as db:
+            for start in range(0, len(wanted), _SQL_BATCH):
+                batch = wanted[start:start + _SQL_BATCH]
+                marks = ",".join("?" * len(batch))
+                rows = db.execute(f"SELECT id FROM outbox WHERE message_id IN ({marks})", batch).fetchall()
+                db.execute(f"DELETE FROM outbox WHERE message_id IN ({marks})", batch)
+                removed.extend(row[0] for row in rows)
+        return removed
 
     def __len__(self) -> int:
         with self._store.transaction() as db:
             return db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0]
 
-    def _trim(self, db) -> None:
-        excess = db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0] - self._max_messages
-        if excess <= 0:
-            return
-        dropped = db.execute(
-            "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE kind = ? ORDER BY id LIMIT ?)",
-            (protocol.TELEMETRY, excess),
-        ).rowcount
-        log.warning("outbox is full (%d messages): dropped the %d oldest telemetry messages",
-                    self._max_messages, dropped)
+    def size_bytes(self) -> int:
+        with self._store.transaction() as db:
+            return db.execute("SELECT COALESCE(SUM(size), 0) FROM outbox").fetchone()[0]
+
+    def dropped(self) -> Dict[str, int]:
+        """Messages dropped from a full outbox since the state file was made, by kind."""
+        return self._store.counters(_DROPPED)
+
+    def _trim(self, db, keep: int) -> None:
+        excess = db.execute("SELECT COALESCE(SUM(size), 0) FROM outbox").fetchone()[0] - self.max_bytes
+        for kind in DROP_ORDER:
+            if excess <= 0:
+                return
+            victims, freed = [], 0
+            for row_id, size in db.execute("SELECT id, size FROM outbox WHERE kind = ? AND id != ? ORDER BY id",
+                                           (kind, keep)):
+                victims.append(row_id)
+                freed += size
+                if freed >= excess:
+                    break
+            if not victims:
+                continue
+            db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in victims])
+            self._store.count(_DROPPED + kind, len(victims))
+            excess -= freed
+            log.warning("outbox is over its %d-byte cap: dropped the %d oldest %s message(s) (%d bytes)",
+                        self.max_bytes, len(victims), kind, freed)
+
+
+def _message(row) -> OutgoingMessage:
+    return OutgoingMessage(row[0], row[1], bytes(row[2]), bool(row[3]), row[4], row[5] or "")

@@ -6,8 +6,6 @@ The artifact fails when its score is more than `--max-metric-drop` below FP32's 
 """
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +14,8 @@ from typing import Callable, Dict, Optional
 import numpy as np
 
 from edgeopt_agent.errors import UserError
+
+from ..user_code import user_function
 
 Metric = Callable[[Dict[str, np.ndarray], Dict[str, np.ndarray], Optional[np.ndarray]], float]
 
@@ -38,19 +38,6 @@ class UserMetric:
 
 def load_metric(spec: str, max_drop: Optional[float]) -> UserMetric:
     path_text, sep, name = spec.rpartition(":")
-    path = Path(path_text)
-    if not sep or path.suffix != ".py" or not name:
+    if not sep or Path(path_text).suffix != ".py" or not name:
         raise UserError(f"--metric '{spec}' must be file.py:function")
-    if not path.is_file():
-        raise UserError(f"--metric file not found: {path}")
-    module_name = f"_edgeopt_user_metric_{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]}"
-    loader_spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(loader_spec)
-    try:
-        loader_spec.loader.exec_module(module)
-    except Exception as exc:
-        raise UserError(f"importing {path} for --metric failed: {type(exc).__name__}: {exc}") from exc
-    fn = getattr(module, name, None)
-    if not callable(fn):
-        raise UserError(f"{path} has no function '{name}' for --metric")
-    return UserMetric(spec, fn, max_drop)
+    return UserMetric(spec, user_function(Path(path_text), name, "--metric"), max_drop)

@@ -151,9 +151,10 @@ class Rollout:
             return
         run, envelope, request = found
         if request is None:
-            run.answer = envelope.body
-            run.state = ANSWERED
-            self._report(run)
+            if run.state != ANSWERED:  # agents send a result again until a collector confirms it
+                run.answer = envelope.body
+                run.state = ANSWERED
+                self._report(run)
         elif run.state != ANSWERED:
             self._send_chunks(run, request, deadline)
 

@@ -1,7 +1,8 @@
 """A local MQTT broker on a free port, for the quickstart, the benchmark scripts and the tests.
 
-Mosquitto when its binary is there (MQTT v5; persistence on, so sessions and queued messages
-survive a stop/start like a production broker's), else an embedded amqtt broker (MQTT 3.1.1
+Mosquitto when its binary is there (MQTT v5; persistence in the work dir, saved after every
+AUTOSAVE_CHANGES changes as scripts/mosquitto.conf does, so sessions and queued messages survive
+a stop/start, and most of them a crash, like a production broker's), else an embedded amqtt broker (MQTT 3.1.1
 only, in memory) in a child process, so everything also works on a machine without Mosquitto.
 `EDGEOPT_BROKER=amqtt` (or `kind="amqtt"`) forces the embedded one.
 
@@ -22,6 +23,9 @@ from typing import List, Optional, Sequence
 
 MOSQUITTO_FALLBACK = "/usr/sbin/mosquitto"
 START_TIMEOUT_S = 15.0
+# Save the persistence file after this many changes (queued messages, subscriptions, retained
+# messages) rather than once a minute; scripts/mosquitto.conf ships the same.
+AUTOSAVE_CHANGES = 100
 
 
 def free_port() -> int:
@@ -96,6 +100,15 @@ class MqttBroker:
                 self._process.wait(5)
         self._process = None
 
+    def kill(self) -> None:
+        """Crash it (SIGKILL): nothing is saved beyond what the broker had already written."""
+        if self._process is None:
+            return
+        if self._process.poll() is None:
+            self._process.kill()
+            self._process.wait(10)
+        self._process = None
+
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
@@ -113,6 +126,8 @@ class MqttBroker:
                     *(self._listener_settings or ["allow_anonymous true"]),
                     "persistence true",
                     f"persistence_location {self.workdir}/",
+                    "autosave_on_changes true",
+                    f"autosave_interval {AUTOSAVE_CHANGES}",
                     "max_queued_messages 100000",
                     "max_inflight_messages 100",
                     "log_dest stderr",

@@ -7,6 +7,11 @@ when `max_batch` are waiting, when nothing more is waiting on the socket, or aft
 — so the database's commit cost is shared; until its PUBACK the broker keeps each message, and a
 collector that dies before committing gets it again on reconnect (stored once, by message id).
 
+After each commit it tells every device whose messages were in the batch which of them are
+committed (stored now or already stored) or rejected for good, on the device's confirm topic:
+the agent forgets a message only then, so a broker that dies with messages it had acknowledged
+costs nothing (the agent sends them again).
+
 With `shared_group` the subscriptions are MQTT v5 shared subscriptions ($share/GROUP/...), so
 several collectors split the devices' messages between them.
 """
@@ -18,7 +23,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from edgeopt_agent import protocol
 from edgeopt_agent.daemon.backoff import Backoff
@@ -26,7 +31,7 @@ from edgeopt_agent.daemon.config import BrokerSettings
 from edgeopt_agent.daemon.transport import V5, Message, MqttSession, Received
 
 from ..errors import UserError
-from .store import DUPLICATE, REJECTED, STORED, FleetStore
+from .store import DUPLICATE, REJECTED, STORED, FleetStore, IngestOutcome
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +72,7 @@ class Counters:
     missing: int = 0
     filled: int = 0
     batches: int = 0
+    confirmed: int = 0  # message ids confirmed to their devices
     failed_commits: int = 0
     last_error: Optional[str] = None
 
@@ -98,6 +104,7 @@ class Collector:
         self._connection = 0
         self._retry_at = 0.0
         self._retry = Backoff(0.5, 30.0)
+        self._confirm_seq = 0
         self._stop = threading.Event()
         self.session = MqttSession(
             broker,
@@ -203,6 +210,7 @@ class Collector:
             for delivery in batch:
                 if delivery.connection == self._connection:
                     self.session.ack(delivery.mid, delivery.qos)
+            self._confirm(report.outcomes)
         c = self.counters
         c.stored += report.counts[STORED]
         c.duplicate += report.counts[DUPLICATE]
@@ -212,9 +220,43 @@ class Collector:
         c.filled += report.filled
         c.batches += 1
 
+    def _confirm(self, outcomes: Sequence[IngestOutcome]) -> None:
+        """Tell each device which of its messages are committed or rejected for good (network thread)."""
+        for device_id, (committed, rejected) in confirmations(outcomes).items():
+            for start in range(0, len(committed) + len(rejected), protocol.MAX_CONFIRM_IDS):
+                ids = (committed + list(rejected))[start:start + protocol.MAX_CONFIRM_IDS]
+                self._confirm_seq += 1
+                envelope = protocol.confirm_message(
+                    device_id, self._confirm_seq,
+                    committed=[i for i in ids if i not in rejected],
+                    rejected={i: rejected[i] for i in ids if i in rejected},
+                )
+                self.session.publish(protocol.confirm_topic(device_id), envelope.encode())
+                self.counters.confirmed += len(ids)
+
     def _presence(self, state: str, reason: str) -> Message:
         """The collector's own retained status, outside the device topics."""
         payload = json.dumps({"state": state, "reason": reason, "client_id": self.client_id,
                               "shared_group": self.shared_group, "ts": round(time.time(), 3)})
         return Message(self.presence_topic, payload.encode(), retain=True)
 
+
+
+def confirmations(outcomes: Sequence[IngestOutcome]) -> Dict[str, Tuple[List[str], Dict[str, str]]]:
+    """Per device: ids of its messages now committed (stored or duplicate) and ids rejected (-> reason).
+
+    Status messages are left out (the agent publishes them directly, never from its outbox), and
+    so are rejections without a readable device or message id: there is nobody to tell.
+    """
+    found: Dict[str, Tuple[Dict[str, None], Dict[str, str]]] = {}
+    for outcome in outcomes:
+        if outcome.device_id is None or not protocol.is_message_id(outcome.message_id) \
+                or outcome.kind == protocol.STATUS:
+            continue
+        committed, rejected = found.setdefault(outcome.device_id, ({}, {}))
+        if outcome.status == REJECTED:
+            rejected[outcome.message_id] = outcome.reason or "rejected"
+        else:
+            committed[outcome.message_id] = None
+    return {device: ([i for i in committed if i not in rejected], rejected)
+            for device, (committed, rejected) in found.items()}

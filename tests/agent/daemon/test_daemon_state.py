@@ -5,7 +5,7 @@ import sqlite3
 import pytest
 
 from edgeopt_agent import protocol
-from edgeopt_agent.daemon.inbox import Inbox
+from edgeopt_agent.daemon.inbox import ADDED, DUPLICATE, Inbox
 from edgeopt_agent.daemon.outbox import Outbox
 from edgeopt_agent.daemon.store import STATE_FILE, Store
 from edgeopt_agent.errors import UserError
@@ -46,16 +46,6 @@ def test_outbox_numbers_messages_and_keeps_them_until_removed(state_path):
     assert len(restarted) == 2
 
 
-def test_a_full_outbox_drops_oldest_telemetry_but_never_results(state_path):
-    outbox = Outbox(Store(state_path), "dev-1", max_messages=3)
-    outbox.add("results", "result", {"job_id": "a"})
-    for n in range(4):
-        outbox.add("telemetry", "telemetry", {"n": n})
-    outbox.add("results", "result", {"job_id": "b"})
-    bodies = [json.loads(m.payload)["body"] for m in outbox.pending()]
-    assert bodies == [{"job_id": "a"}, {"n": 3}, {"job_id": "b"}]
-
-
 def test_seq_and_message_are_written_together(state_path):
     store = Store(state_path)
     outbox = Outbox(store, "dev-1")
@@ -69,9 +59,9 @@ def test_seq_and_message_are_written_together(state_path):
 
 def test_inbox_stores_once_counts_attempts_and_survives_a_restart(state_path):
     inbox = Inbox(Store(state_path))
-    assert inbox.add(b"job-a") is True
-    assert inbox.add(b"job-a") is False  # QoS 1 redelivery
-    assert inbox.add(b"job-b") is True
+    assert inbox.add(b"job-a") == ADDED
+    assert inbox.add(b"job-a") == DUPLICATE  # QoS 1 redelivery
+    assert inbox.add(b"job-b") == ADDED
     first = inbox.take()
     assert (first.payload, first.attempts) == (b"job-a", 1)
 
@@ -80,7 +70,7 @@ def test_inbox_stores_once_counts_attempts_and_survives_a_restart(state_path):
     assert (again.id, again.attempts) == (first.id, 2)
     restarted.done(again.id)
     assert restarted.take().payload == b"job-b"
-    assert restarted.add(b"job-a") is False  # already answered: still recognised
+    assert restarted.add(b"job-a") == DUPLICATE  # already answered: still recognised
     assert restarted.open_count() == 1
 
 
@@ -89,8 +79,8 @@ def test_inbox_forgets_answered_jobs_beyond_its_memory(state_path):
     for payload in (b"1", b"2", b"3"):
         inbox.add(payload)
         inbox.done(inbox.take().id)
-    assert inbox.add(b"1") is True
-    assert inbox.add(b"3") is False
+    assert inbox.add(b"1") == ADDED
+    assert inbox.add(b"3") == DUPLICATE
 
 
 def test_a_state_file_that_is_not_sqlite_is_a_user_error(tmp_path):

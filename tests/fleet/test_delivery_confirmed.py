@@ -1,0 +1,176 @@
+"""Nothing measured is lost when the broker dies: the agent keeps each result until the collector
+confirms it committed it, and sends again what was not confirmed.
+
+Real Mosquitto (persistence in the test's dir, killed with SIGKILL and restarted on the same
+port and dir), the real Agent and Collector objects in this process, SQLite for both. Each test
+runs against a broker that saves after every 100 changes (scripts/mosquitto.conf) and against one
+that saves once a minute (as that file did before): that one loses everything it acknowledged
+since its start, sessions included, and still no result may be lost.
+"""
+import sqlite3
+import threading
+import time
+import uuid
+
+import pytest
+from mqtt_broker import MqttBroker, mosquitto_binary
+
+from edgeopt.fleet.broker import AUTOSAVE_CHANGES
+from edgeopt.fleet.collector import Collector
+from edgeopt.fleet.store import open_store
+from edgeopt_agent import protocol
+from edgeopt_agent.daemon.agent import Agent
+from edgeopt_agent.daemon.backoff import Backoff
+from edgeopt_agent.daemon.config import BrokerSettings, build_config
+
+pytestmark = pytest.mark.slow
+
+DEVICE = "burst-dev"
+COLLECTOR_ID = "delivery-collector"
+WAIT_S = 25.0
+
+
+class NoSensors:
+    def snapshot(self):
+        return {}
+
+
+def wait_until(predicate, what, timeout=WAIT_S):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.02)
+
+
+class MinutelyMosquitto(MqttBroker):
+    """The local Mosquitto, but saving its state only once a minute."""
+
+    def _write_mosquitto_config(self):
+        path = super()._write_mosquitto_config()
+        text = path.read_text().replace("autosave_on_changes true", "autosave_on_changes false")
+        path.write_text(text.replace(f"autosave_interval {AUTOSAVE_CHANGES}", "autosave_interval 60"))
+        return path
+
+
+@pytest.fixture(params=["saves-on-changes", "saves-every-minute"])
+def broker(request, tmp_path):
+    if mosquitto_binary() is None:
+        pytest.skip("needs mosquitto: the embedded amqtt broker neither persists its state nor queues QoS 1 "
+                    "messages for an offline session, so a broker crash cannot be tested with it")
+    kind = MqttBroker if request.param == "saves-on-changes" else MinutelyMosquitto
+    broker = kind(tmp_path / "broker", kind="mosquitto").start()
+    yield broker
+    broker.kill()
+
+
+class Threaded:
+    """Runs an object's `run(stop)` on a thread, as its command would."""
+
+    def __init__(self, target, **kwargs):
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=target, args=(self.stop,), kwargs=kwargs, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(30)
+        assert not self.thread.is_alive()
+
+
+@pytest.fixture
+def running():
+    started = []
+    yield started
+    for item in reversed(started):
+        item.close()
+
+
+def start_agent(running, tmp_path, broker):
+    config = build_config({"broker": broker.address, "device_id": DEVICE, "data_dir": str(tmp_path / "agent"),
+                           "telemetry_interval": 3600.0, "reconnect_min": 0.1, "reconnect_max": 0.5,
+                           # A broker that lost the collector's session drops what arrives before
+                           # the collector subscribes again: sent again once overdue.
+                           "confirm_timeout": 2.0})
+    agent = Agent(config, sensors=NoSensors())
+    running.append(Threaded(agent.run))
+    wait_until(lambda: agent.session.connected, "the agent to connect")
+    return agent
+
+
+def start_collector(running, url, broker):
+    collector = Collector(open_store(url), BrokerSettings(broker.host, broker.port), client_id=COLLECTOR_ID,
+                          backoff=Backoff(0.1, 0.5))
+    thread = Threaded(collector.run, progress_interval_s=0.05)
+    running.append(thread)
+    wait_until(lambda: collector.connected, "the collector to connect")
+    time.sleep(0.2)  # its SUBSCRIBE is on the wire right after CONNACK
+    return collector, thread
+
+
+def produce(agent, first, count, pause_s=0.002):
+    """Results queued exactly as the job worker queues them."""
+    for n in range(first, first + count):
+        body = protocol.result_body(f"job-{n}", protocol.BENCHMARK_JOB, uuid.uuid4().hex,
+                                    result={"ok": True, "latency_ms": {"p50": 1.0 + n}})
+        agent.outbox.add(protocol.RESULTS, protocol.RESULT_TYPE, body)
+        time.sleep(pause_s)
+
+
+def stored_results(path):
+    with sqlite3.connect(str(path)) as db:
+        return db.execute("SELECT job_id, seq FROM results WHERE device_id = ?", (DEVICE,)).fetchall()
+
+
+def assert_each_stored_once(path, count):
+    rows = stored_results(path)
+    assert len(rows) == count
+    assert sorted(job for job, _ in rows) == sorted(f"job-{n}" for n in range(count))
+    assert sorted(seq for _, seq in rows) == list(range(1, count + 1))
+    with sqlite3.connect(str(path)) as db:
+        assert db.execute("SELECT COUNT(*) FROM gaps WHERE filled_at IS NULL").fetchone() == (0,)
+
+
+def test_broker_killed_mid_burst_loses_no_result(broker, tmp_path, running):
+    db_path = tmp_path / "fleet.db"
+    collector, _ = start_collector(running, f"sqlite:///{db_path}", broker)
+    agent = start_agent(running, tmp_path, broker)
+    burst = threading.Thread(target=produce, args=(agent, 0, 1000))
+    burst.start()
+    wait_until(lambda: len(stored_results(db_path)) >= 300, "the first results to be stored")
+    broker.kill()
+    killed_at = len(stored_results(db_path))
+    time.sleep(0.3)
+    broker.start()  # same port, same persistence dir
+    burst.join(WAIT_S)
+    wait_until(lambda: len(stored_results(db_path)) >= 1000 and len(agent.outbox) == 0,
+               "every result to be stored and confirmed")
+    assert 300 <= killed_at < 1000, killed_at  # the kill came mid-burst
+    assert_each_stored_once(db_path, 1000)
+    assert collector.counters.rejected == 0
+
+
+def test_collector_away_then_broker_killed_loses_no_result(broker, tmp_path, running):
+    db_path = tmp_path / "fleet.db"
+    url = f"sqlite:///{db_path}"
+    collector, first = start_collector(running, url, broker)
+    agent = start_agent(running, tmp_path, broker)
+    produce(agent, 0, 200)
+    wait_until(lambda: len(stored_results(db_path)) == 200 and len(agent.outbox) == 0, "200 stored and confirmed")
+
+    first.close()  # the collector goes away; the broker queues for its persistent session
+    running.remove(first)
+    produce(agent, 200, 800)
+    wait_until(lambda: agent.sender.unconfirmed == 800, "the broker to acknowledge all 800")
+    assert len(agent.outbox) == 800  # acknowledged by the broker, not confirmed: kept
+    broker.kill()
+    broker.start()
+    wait_until(lambda: agent.session.connected, "the agent to reconnect")
+
+    collector, _ = start_collector(running, url, broker)
+    wait_until(lambda: len(stored_results(db_path)) >= 1000 and len(agent.outbox) == 0,
+               "every result to be stored and confirmed")
+    assert_each_stored_once(db_path, 1000)
+    if isinstance(broker, MinutelyMosquitto):
+        assert agent.sender.resent >= 800  # the broker lost all 800 (and the collector's session): sent again
+    assert collector.counters.rejected == 0
