@@ -307,7 +307,7 @@ def olive(case: Case, fp32: Path, work: Path, mode: str) -> Path:
         "data_configs": [{"name": "calibration", "user_script": str(script),
                           "load_dataset_config": {"type": f"edgeopt_calibration_{case.name}_{mode}"}}],
         "passes": passes, "host": "local", "target": "local", "output_dir": str(out_dir),
-        "log_severity_level": 3, "evaluate_input_model": False,
+        "log_severity_level": 3, "evaluate_input_model": False, "cache_dir": str(work / "olive-cache"),
     }
     run(config)
     found = sorted(out_dir.rglob("*.onnx"))

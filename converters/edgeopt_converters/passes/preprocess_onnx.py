@@ -7,6 +7,8 @@ dictionary, class names) is carried over: package decoders read it.
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,9 +147,24 @@ def _fuse_transformer(model: Path, output: Path) -> str:
     return ", ".join(f"{v} {k}" for k, v in sorted(fused.items()))
 
 
+@contextlib.contextmanager
+def _private_cwd():
+    """onnxruntime's pre-processing leaves sym_shape_infer_temp.onnx and <uuid>.data files in the current
+    folder: let it write them into a temporary one."""
+    previous = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="edgeopt-ort-cwd-") as scratch:
+        os.chdir(scratch)
+        try:
+            yield
+        finally:
+            os.chdir(previous)
+
+
 def _quant_pre_process(model: Path, output: Path, optimize: bool) -> List[str]:
     """onnxruntime's pre-processing; symbolic shape inference first, plain ONNX inference if it gives up."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    model, output = Path(model).resolve(), Path(output).resolve()
 
     notes: List[str] = []
     attempts = [dict(skip_symbolic_shape=False), dict(skip_symbolic_shape=True)]
@@ -158,7 +175,7 @@ def _quant_pre_process(model: Path, output: Path, optimize: bool) -> List[str]:
     errors = []
     for kwargs in attempts:
         try:
-            with captured_output("quant_pre_process"):
+            with captured_output("quant_pre_process"), _private_cwd():
                 quant_pre_process(str(model), str(output), **kwargs)
         except Exception as exc:
             errors.append(first_line(exc) or type(exc).__name__)
