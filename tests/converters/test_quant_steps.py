@@ -81,10 +81,14 @@ def _ctx(shape, n=8, name="x"):
     return StepContext(None, [InputSpec(name, tuple(shape), "float32")], data, shape[0])
 
 
-def test_preprocessing_folds_constant_weights_upgrades_the_opset_and_keeps_metadata(tmp_path):
+def test_preprocessing_folds_constant_weights_upgrades_the_opset_and_keeps_metadata(tmp_path, monkeypatch):
     model = constant_weight_cnn(tmp_path / "cw.onnx")
     ctx = _ctx((1, 3, 16, 16))
-    result = PreprocessOnnx().run(ctx, model, tmp_path / "pre.onnx")
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    result = PreprocessOnnx().run(ctx, model, Path("..") / "pre.onnx")
+    assert not list((tmp_path / "cwd").iterdir()), "onnxruntime's temporary files leaked into the working folder"
+    assert result.path.resolve() == (tmp_path / "pre.onnx").resolve()
     pre = onnx.load(str(result.path))
     assert not [n for n in pre.graph.node if n.op_type == "Constant"]
     assert {i.name for i in pre.graph.initializer} >= {"w1", "w2"}
@@ -250,3 +254,30 @@ def test_a_failed_fp16_names_the_ops_that_lose_precision(tmp_path):
     blamed = fp16["fp16_sensitive_nodes"]
     assert blamed and blamed[0]["node"] == "cancel" and blamed[0]["sqnr_drop_db"] > 20
     assert any("onnx-fp16 failed; the ops losing most precision in FP16: cancel (Sub" in w for w in manifest["warnings"])
+
+
+def test_a_recurrent_model_gets_a_dynamic_int8_artifact(tmp_path):
+    rng = np.random.default_rng(0)
+    hidden = 16
+    inits = [nh.from_array(rng.standard_normal((1, 4 * hidden, 8)).astype(np.float32) * 0.3, "W"),
+             nh.from_array(rng.standard_normal((1, 4 * hidden, hidden)).astype(np.float32) * 0.3, "R"),
+             nh.from_array(rng.standard_normal((hidden, 1)).astype(np.float32) * 0.3, "head")]
+    nodes = [h.make_node("Transpose", ["x"], ["steps"], perm=[1, 0, 2], name="time_major"),
+             h.make_node("LSTM", ["steps", "W", "R"], ["", "h"], hidden_size=hidden, name="lstm"),
+             h.make_node("Reshape", ["h", "shape"], ["flat"], name="flatten"),
+             h.make_node("MatMul", ["flat", "head"], ["y"], name="head")]
+    inits.append(nh.from_array(np.array([1, hidden], np.int64), "shape"))
+    graph = h.make_graph(nodes, "lstm", [h.make_tensor_value_info("x", T.FLOAT, [1, 4, 8])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [1, 1])], inits)
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "lstm.onnx"))
+    assert classify(tmp_path / "lstm.onnx").kind == "recurrent"
+    np.savez(tmp_path / "data.npz", x=rng.standard_normal((24, 4, 8)).astype(np.float32))
+    manifest = edgeopt.convert(str(tmp_path / "lstm.onnx"), device="x86-64", output_dir=tmp_path / "out",
+                               formats=["onnx"], input_shape="1,4,8", calibration=tmp_path / "data.npz",
+                               output_kinds={"y": "regression"}, time_on_host=False)
+    dynamic = {a["key"]: a for a in manifest["artifacts"]}["onnx-int8-dynamic"]
+    assert "LSTM" in dynamic["scheme"] and dynamic["accuracy"]["verdict"] != "failed"
+    graph = onnx.load(str(tmp_path / "out" / dynamic["path"])).graph
+    assert any(n.op_type == "DynamicQuantizeLSTM" for n in graph.node)
