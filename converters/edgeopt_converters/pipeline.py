@@ -417,9 +417,11 @@ def _check_int8(ctx: _Context, record: ArtifactRecord, built: Dict[str, Path], v
             advance()
     weights = check_weights(built["onnx-fp32"], ctx.work / record.path)
     record.info["weights"] = weights.to_dict()
-    if not weights.quantized and not record.info.get("float_nodes"):
+    if not weights.quantized:
         record.not_quantized = True
-        ctx.warnings.append(f"{record.planned.key} is not really quantized: {weights.describe()}")
+        kept = len(record.info.get("float_nodes") or [])
+        ctx.warnings.append(f"{record.planned.key} is not really quantized: {weights.describe()}"
+                            + (f" ({kept} nodes kept in float)" if kept else ""))
     record.info.pop("inputs_of", None)
     return record
 

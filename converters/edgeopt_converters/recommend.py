@@ -17,6 +17,7 @@ from .accuracy import OK, UNRESOLVED
 
 RUNTIME_FORMAT = {"tflite": "tflite", "onnxruntime": "onnx", "tensorrt": "onnx"}
 MIN_SPEEDUP = 1.05  # a lower precision must be shown at least this much faster than FP32 to be chosen
+NOTHING_QUANTIZED = 0.9  # an "INT8" artifact whose weights take this share of FP32's is not offered at all
 TIE = 1.05  # artifacts within this factor of the fastest are ties, settled by the profile's preferences
 _PRECISION_ORDER = ("int8", "fp16", "fp32")
 
@@ -35,8 +36,9 @@ def _accuracy_split(records) -> Tuple[list, List[str]]:
     usable, excluded = [], []
     for r in records:
         a = r.accuracy
-        if getattr(r, "not_quantized", False):
-            excluded.append(f"{r.planned.key} is not really quantized (its weights are not ~4x smaller than FP32's)")
+        weights = (getattr(r, "info", None) or {}).get("weights") or {}
+        if getattr(r, "not_quantized", False) and weights.get("ratio", 0) >= NOTHING_QUANTIZED:
+            excluded.append(f"{r.planned.key} is not really quantized (its weights take {weights['ratio']:.2f}x FP32's)")
         elif a.verdict == OK or (a.verdict == UNRESOLVED and a.excellent):
             usable.append(r)
         else:
