@@ -64,3 +64,49 @@ def save_dynamic_batch_tflite(path):
     edge = litert_torch.convert(module, (torch.rand(2, 3, 8, 8),), dynamic_shapes=({0: batch},))
     edge.export(str(path))
     return path
+
+
+NETS = __import__("pathlib").Path(__file__).resolve().parent / "converters" / "nets.py"
+
+
+def _nets():
+    pytest.importorskip("torch", reason="building the model needs torch")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_test_nets", NETS)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def save_stateful_vad_onnx(path):
+    """Shaped like silero VAD's ONNX: `input` [batch, samples], `state` [2, batch, 8] (axis 0 is
+    not the batch), `sr` a scalar int64; outputs `output` [batch, 1] and `stateN`."""
+    import torch
+
+    nets = _nets()
+    torch.manual_seed(0)
+    module = nets.StatefulVadTensorRate().eval()
+    torch.onnx.export(module, (torch.randn(1, 64), torch.zeros(2, 1, 8), torch.tensor(16000)), str(path),
+                      dynamo=False, input_names=["input", "state", "sr"], output_names=["output", "stateN"],
+                      dynamic_axes={"input": {0: "batch", 1: "samples"}, "state": {1: "batch"}})
+    return path
+
+
+def save_stateful_vad_torchscript(path):
+    """The same model as TorchScript, whose forward takes the sample rate as an `int`."""
+    import torch
+
+    torch.jit.script(_nets().stateful_vad()).save(str(path))
+    return path
+
+
+def save_token_encoder_onnx(path):
+    """Shaped like a sentence transformer: `input_ids`, `attention_mask` int64 [batch, seq], seq dynamic."""
+    import torch
+
+    ids = torch.zeros(1, 12, dtype=torch.int64)
+    torch.onnx.export(_nets().token_encoder().eval(), (ids, torch.ones_like(ids)), str(path), dynamo=False,
+                      input_names=["input_ids", "attention_mask"], output_names=["embedding"],
+                      dynamic_axes={"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}})
+    return path

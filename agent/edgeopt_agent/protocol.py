@@ -372,7 +372,55 @@ BENCH_OPTIONS: Dict[str, Tuple[str, bool]] = {
     "runtime": ("name", True),
     "precision": ("name", True),  # the precision a TensorRT engine is built at on the board
     "idle_s": ("number", False),
+    "inputs": ("inputs", True),  # how to feed each input: see check_input_description
 }
+
+INPUT_DESCRIPTION_KEYS = ("name", "shape", "dtype", "value", "alias")
+MAX_DESCRIBED_INPUTS = 256
+MAX_INPUT_RANK = 16
+MAX_INPUT_ELEMENTS = 2**28  # per input: a job cannot ask the board to fill more than this
+
+
+def check_input_description(value: Any) -> Tuple[Dict[str, Any], ...]:
+    """The `inputs` bench option: one object per model input, saying how the board feeds it.
+
+    {"name": the artifact's input name, "shape": [concrete dims] (fills the dims the artifact
+    leaves dynamic), "dtype": optional, "value": optional constant every feed holds (a sample
+    rate), "alias": optional name the model used for it (an input file may use either)}.
+    Raises UserError with the first problem.
+    """
+    if not isinstance(value, (list, tuple)) or len(value) > MAX_DESCRIBED_INPUTS:
+        raise UserError(f"'inputs' must be a list of at most {MAX_DESCRIBED_INPUTS} input descriptions, got {value!r}")
+    result = []
+    for number, item in enumerate(value, start=1):
+        if not isinstance(item, dict):
+            raise UserError(f"'inputs' #{number} must be an object, got {item!r}")
+        unknown = sorted(set(item) - set(INPUT_DESCRIPTION_KEYS))
+        if unknown:
+            raise UserError(f"'inputs' #{number} has unknown key(s) {', '.join(unknown)}; "
+                            f"known: {', '.join(INPUT_DESCRIPTION_KEYS)}")
+        for key in ("name", "dtype", "alias"):
+            if key in item and (not isinstance(item[key], str) or not 1 <= len(item[key]) <= 256):
+                raise UserError(f"'inputs' #{number} '{key}' must be a string of 1-256 characters, got {item.get(key)!r}")
+        if "name" not in item:
+            raise UserError(f"'inputs' #{number} needs a 'name'")
+        shape = item.get("shape")
+        if not isinstance(shape, (list, tuple)) or len(shape) > MAX_INPUT_RANK or \
+                not all(_is_int(d) and 0 <= d <= 2**31 for d in shape):
+            raise UserError(f"'inputs' '{item['name']}' needs a 'shape': a list of at most {MAX_INPUT_RANK} "
+                            f"non-negative integers, got {shape!r}")
+        elements = 1
+        for dim in shape:
+            elements *= dim
+        if elements > MAX_INPUT_ELEMENTS:
+            raise UserError(f"'inputs' '{item['name']}' shape {list(shape)} holds more than {MAX_INPUT_ELEMENTS} elements")
+        if "value" in item and not (isinstance(item["value"], bool) or _is_number(item["value"])):
+            raise UserError(f"'inputs' '{item['name']}' 'value' must be a number or a boolean, got {item['value']!r}")
+        result.append({**item, "shape": [int(d) for d in shape]})
+    names = [i["name"] for i in result]
+    if len(set(names)) != len(names):
+        raise UserError(f"'inputs' names an input twice: {names}")
+    return tuple(result)
 
 
 @dataclass(frozen=True)
@@ -916,6 +964,11 @@ def _check_option(name: str, kind: str, value: Any) -> Any:
         if not isinstance(value, list) or not value or not all(_is_int(v) and v >= 1 for v in value):
             raise ProtocolError(f"bench option '{name}' must be a non-empty list of positive integers, got {value!r}")
         return tuple(value)
+    elif kind == "inputs":
+        try:
+            return [dict(item) for item in check_input_description(value)]
+        except UserError as exc:
+            raise ProtocolError(f"bench option {exc}") from None
     elif kind in ("path", "name"):
         if not isinstance(value, str) or not value:
             raise ProtocolError(f"bench option '{name}' must be a non-empty string, got {value!r}")

@@ -15,6 +15,8 @@ from .accuracy import Accuracy
 from .hashing import sha256_file
 from .host_timing import HostTiming
 from .recipe import PlannedArtifact
+from .runtime import match_inputs
+from .tensors import feed_batch
 
 MANIFEST_SCHEMA = "edgeopt.manifest/1"
 _TOOLS = ("edgeopt", "torch", "onnx", "onnxruntime", "onnxscript", "litert-torch", "ai-edge-litert", "numpy")
@@ -46,7 +48,43 @@ def tool_versions() -> Dict[str, Optional[str]]:
     return versions
 
 
-def _artifact_entry(record: ArtifactRecord, work: Path, fp32_p50: Dict[str, float], recommended: Optional[str]) -> Dict[str, Any]:
+def described_inputs(io_inputs: List[dict], specs, shapes: Dict[str, tuple]) -> List[dict]:
+    """The artifact's inputs with what feeding them takes: the model's name for each
+    (`model_input`), the shape validated (`example_shape`) and a constant's `value`."""
+    by_name = {s.name: s for s in specs}
+    mapping = match_inputs([i["name"] for i in io_inputs], [s.name for s in specs])
+    described = []
+    for item in io_inputs:
+        entry = dict(item)
+        spec = by_name.get(mapping.get(item["name"], ""))
+        if spec is not None:
+            entry["model_input"] = spec.name
+            entry["example_shape"] = list(shapes.get(spec.name, spec.shape))
+            if spec.is_constant:
+                entry["value"] = spec.value
+        described.append(entry)
+    return described
+
+
+def bench_inputs(entry: Dict[str, Any]) -> Optional[List[dict]]:
+    """The `inputs` benchmark option for a manifest's artifact entry: every input's concrete
+    shape, its constant value, and the model's name for it; None for an entry without them."""
+    inputs = entry.get("inputs")
+    if not isinstance(inputs, list) or not all(isinstance(i, dict) and "example_shape" in i for i in inputs):
+        return None
+    result = []
+    for item in inputs:
+        description = {"name": item["name"], "shape": list(item["example_shape"]), "dtype": item.get("dtype")}
+        if item.get("model_input") and item["model_input"] != item["name"]:
+            description["alias"] = item["model_input"]
+        if "value" in item:
+            description["value"] = item["value"]
+        result.append({k: v for k, v in description.items() if v is not None})
+    return result
+
+
+def _artifact_entry(record: ArtifactRecord, work: Path, fp32_p50: Dict[str, float], recommended: Optional[str],
+                    specs=(), shapes: Optional[Dict[str, tuple]] = None) -> Dict[str, Any]:
     path = work / record.path
     item = record.planned
     entry: Dict[str, Any] = {
@@ -66,7 +104,7 @@ def _artifact_entry(record: ArtifactRecord, work: Path, fp32_p50: Dict[str, floa
         "not_quantized": record.not_quantized,
         "sha256": sha256_file(path),
         "size_bytes": path.stat().st_size,
-        "inputs": record.io["inputs"],
+        "inputs": described_inputs(record.io["inputs"], specs, shapes or {}),
         "outputs": record.io["outputs"],
         "dynamic_batch": record.dynamic_batch,
         "accuracy": record.accuracy.to_dict(),
@@ -84,10 +122,23 @@ def _artifact_entry(record: ArtifactRecord, work: Path, fp32_p50: Dict[str, floa
     return entry
 
 
+def _model_inputs(ctx) -> List[dict]:
+    """Every input of the model as used, with the shape the model itself declares (-1: dynamic)."""
+    declared = {s.name: s.shape for s in ctx.source.input_specs}
+    inputs = []
+    for spec in ctx.model_specs or ctx.specs:
+        entry = spec.to_dict()
+        if declared.get(spec.name) is not None:
+            entry["declared_shape"] = list(declared[spec.name])
+        inputs.append(entry)
+    return inputs
+
+
 def build_manifest(ctx, records: List[ArtifactRecord], recommendation, opts) -> Dict[str, Any]:
     fp32_p50 = {r.planned.format: r.host_timing.p50_ms for r in records
                 if r.planned.precision == "fp32" and r.host_timing is not None}
     profile = ctx.profile
+    validated = ctx.evaluation.feed_shapes(feed_batch(ctx.specs))
     return {
         "schema": MANIFEST_SCHEMA,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -95,7 +146,12 @@ def build_manifest(ctx, records: List[ArtifactRecord], recommendation, opts) -> 
             "source": ctx.source.description,
             "kind": ctx.source.kind,
             "sha256": ctx.source.sha256,
-            "inputs": [{"name": s.name, "shape": list(s.shape), "dtype": s.dtype} for s in ctx.specs],
+            "inputs": _model_inputs(ctx),
+        },
+        "input_shapes": {  # the shapes each input was fed with, per data file of other shapes
+            "calibration": [{k: list(v) for k, v in shapes.items()}
+                            for shapes in ctx.calibration.shapes(feed_batch(ctx.specs))],
+            "evaluation": [{k: list(v) for k, v in validated.items()}],
         },
         "device": profile.name,
         "profile": {
@@ -134,7 +190,8 @@ def build_manifest(ctx, records: List[ArtifactRecord], recommendation, opts) -> 
         "recommendation": recommendation.to_dict(),
         "notes": list(ctx.notes),
         "warnings": list(ctx.warnings),
-        "artifacts": [_artifact_entry(r, ctx.work, fp32_p50, recommendation.key) for r in records],
+        "artifacts": [_artifact_entry(r, ctx.work, fp32_p50, recommendation.key, ctx.specs, validated)
+                      for r in records],
     }
 
 

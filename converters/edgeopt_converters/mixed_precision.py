@@ -18,6 +18,7 @@ from .accuracy.judges import SEVERITY
 from .passes.errors import StepFailed
 from .recipe import with_exclusions
 from .sensitivity import node_sensitivity, quantized_nodes
+from .tensors import feed_batch
 
 MAX_TRIES = 8
 STALE_TRIES = 3
@@ -38,7 +39,7 @@ def _summary(a, floats: int) -> Dict[str, Any]:
 def search_mixed_precision(ctx, record, prepared: Path, validate):
     item = record.planned
     target = ctx.work / item.filename
-    feeds = [feed for feed, _ in ctx.calibration.batches(ctx.specs[0].shape[0])][:SENSITIVITY_SAMPLES]
+    feeds = [feed for feed, _ in ctx.calibration.batches(feed_batch(ctx.specs))][:SENSITIVITY_SAMPLES]
     candidates = quantized_nodes(target)
     ranked = node_sensitivity(prepared, target, feeds, ctx.threads, candidates)
     tries: List[Dict[str, Any]] = [_summary(record.accuracy, 0)]
@@ -93,7 +94,7 @@ def _quantize(ctx, attempt, prepared: Path, trial: Path, whole_graph: Path) -> D
     from .passes.quantize_onnx import QuantizeOnnxStatic, calibration_cache
 
     step = QuantizeOnnxStatic(attempt.int8)
-    step_ctx = StepContext(ctx.source, ctx.specs, ctx.calibration, ctx.specs[0].shape[0])
+    step_ctx = StepContext(ctx.source, ctx.specs, ctx.calibration, feed_batch(ctx.specs))
     cache = calibration_cache(whole_graph)
     calibration = load_calibration(cache) if cache.is_file() else step.calibrate(step_ctx, prepared, cache)
     return step.run(step_ctx, prepared, trial, calibration).info

@@ -9,8 +9,9 @@ only when the caller says it trusts where the file came from.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -96,7 +97,55 @@ def _load_factory(path: Path, factory: str, weights: Optional[Path]) -> SourceMo
         digest.update(Path(weights).read_bytes())
     else:
         update_with_weights(digest, model)
-    return SourceModel("module", f"{path}:{factory}", digest.hexdigest(), module=model.eval())
+    return module_source(model, f"{path}:{factory}", digest.hexdigest())
+
+
+def module_source(model, description: str, sha256: str) -> SourceModel:
+    return SourceModel("module", description, sha256, module=model.eval(), input_specs=forward_specs(model))
+
+
+_PYTHON_TYPES = {int: "int", float: "float", bool: "bool", "int": "int", "float": "float", "bool": "bool"}
+
+
+def forward_specs(module) -> List[InputSpec]:
+    """forward()'s required parameters, by name: shapes unknown; int/float/bool annotations are
+    Python arguments (they take --input-value). Parameters with defaults are left to them."""
+    try:
+        params = inspect.signature(module.forward).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    specs = []
+    for p in params:
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) or p.default is not p.empty:
+            continue
+        python_type = _PYTHON_TYPES.get(p.annotation)
+        specs.append(InputSpec(p.name, () if python_type else None, python_type or "float32", tensor=python_type is None))
+    return specs
+
+
+_SCHEMA_TYPES = {"IntType": "int", "FloatType": "float", "BoolType": "bool"}
+
+
+def schema_specs(module) -> List[InputSpec]:
+    """A TorchScript module's forward() arguments from its schema: tensors, and int/float/bool
+    arguments that take --input-value."""
+    try:
+        arguments = module.forward.schema.arguments[1:]  # [0] is self
+    except (AttributeError, RuntimeError):
+        return []
+    specs = []
+    for arg in arguments:
+        if arg.has_default_value():
+            continue
+        kind = arg.type.kind()
+        if kind in _SCHEMA_TYPES:
+            specs.append(InputSpec(arg.name, (), _SCHEMA_TYPES[kind], tensor=False))
+        elif kind == "TensorType":
+            specs.append(InputSpec(arg.name, None, "float32"))
+        else:
+            raise UserError(f"TorchScript forward() argument '{arg.name}' is a {arg.type}; edgeopt feeds tensors "
+                            f"and int/float/bool values only")
+    return specs
 
 
 def _load_weights(model, weights: Path) -> None:
@@ -124,7 +173,8 @@ def _load_torchscript(path: Path) -> SourceModel:
         if zipfile.is_zipfile(path):
             hint = " (a pickled nn.Module or state_dict is not loaded for safety: give file.py:factory with --weights)"
         raise UserError(f"{path} is not a loadable TorchScript file{hint}: {str(exc).splitlines()[0]}") from exc
-    return SourceModel("torchscript", str(path), sha256_file(path), module=module.eval())
+    return SourceModel("torchscript", str(path), sha256_file(path), module=module.eval(),
+                       input_specs=schema_specs(module))
 
 
 def _load_exported(path: Path) -> SourceModel:
@@ -162,5 +212,29 @@ def _load_onnx(path: Path) -> SourceModel:
             continue
         tensor = value.type.tensor_type
         dims = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else -1 for d in tensor.shape.dim)
-        specs.append(InputSpec(value.name, dims, _ONNX_DTYPES.get(tensor.elem_type, "float32")))
+        dim_names = tuple(d.dim_param or None for d in tensor.shape.dim)
+        specs.append(InputSpec(value.name, dims, _ONNX_DTYPES.get(tensor.elem_type, "float32"), dim_names=dim_names))
     return SourceModel("onnx", str(path), sha256_file(path), onnx_path=path, input_specs=specs)
+
+
+def bind_constants(source: SourceModel, specs: List[InputSpec]) -> SourceModel:
+    """The source with its constant arguments baked in: a module taking only the tensor inputs.
+
+    ONNX sources keep their inputs (a constant there is fed, not baked)."""
+    constants = [s for s in specs if s.is_constant]
+    if source.kind == "onnx" or not constants:
+        return source
+    torch = _torch()
+    order = [(s.name, s.value if s.is_constant else None, s.is_constant) for s in specs]
+
+    class WithConstants(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *tensors):
+            given = iter(tensors)
+            return self.inner(*[value if constant else next(given) for _, value, constant in order])
+
+    kind = "module" if source.kind == "exported" else source.kind
+    return replace(source, kind=kind, module=WithConstants(source.module).eval())

@@ -8,14 +8,13 @@ manifest and no half-written artifact behind.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import logging
 import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -29,11 +28,12 @@ from .accuracy.user_metric import UserMetric, load_metric
 from .hashing import update_with_weights
 from .host_timing import time_interleaved
 from .manifest import ArtifactRecord, build_manifest, publish
-from .model_source import SourceModel, load_source
 from .architecture import classify
+from .input_specs import concrete_specs, resolve_specs, tensor_inputs
 from .mixed_precision import search_mixed_precision
+from .model_source import SourceModel, bind_constants, load_source, module_source
 from .passes._quiet import captured_output
-from .passes.base import StepContext
+from .passes.base import StepCall, StepContext
 from .passes.errors import StepFailed
 from .progress import Progress
 from .quant_check import check_weights
@@ -41,7 +41,7 @@ from .sensitivity import node_sensitivity
 from .recipe import PlannedArtifact, architecture_variants, make_plan, tflite_dynamic_variant
 from .recommend import recommend
 from .runtime import open_predictor, reference_predictor
-from .tensors import Dataset, InputSpec, load_dataset, make_specs, random_dataset
+from .tensors import Dataset, DatasetParts, InputSpec, feed_batch, load_datasets, random_dataset
 
 log = logging.getLogger("edgeopt.convert")
 DEFAULT_MAX_CALIBRATION = 256
@@ -55,8 +55,9 @@ class ConvertOptions:
     output_dir: Path
     input_shapes: Sequence[str] = ()
     input_dtypes: Sequence[str] = ()
-    calibration: Optional[Path] = None
-    eval_data: Optional[Path] = None
+    input_values: Sequence[str] = ()  # NAME=NUMBER: constant arguments
+    calibration: Union[Path, Sequence[Path], None] = None  # several files: several shapes per input
+    eval_data: Union[Path, Sequence[Path], None] = None
     formats: Sequence[str] = ()
     precisions: Sequence[str] = ()
     max_accuracy_drop: Optional[float] = None
@@ -92,6 +93,7 @@ class _Context:
     tolerances: acc.Tolerances = field(default_factory=acc.Tolerances)
     metric: Optional[UserMetric] = None
     judging: Optional["_Judging"] = None  # decided from the reference and the first artifact's names
+    model_specs: List[InputSpec] = field(default_factory=list)  # every input, constants and dynamic dims included
 
 
 @dataclass(frozen=True)
@@ -104,47 +106,9 @@ class _Judging:
     stream_steps: int
 
 
-def _forward_names(source: SourceModel) -> List[str]:
-    """Input names for a PyTorch model: its forward() parameter names."""
-    if source.module is None or source.kind == "torchscript":
-        return []
-    try:
-        params = inspect.signature(source.module.forward).parameters.values()
-    except (TypeError, ValueError):
-        return []
-    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-
-
-def resolve_specs(source: SourceModel, shapes: Sequence[str], dtypes: Sequence[str]) -> List[InputSpec]:
-    if shapes:
-        known_names = [s.name for s in source.input_specs]
-        if known_names and len(shapes) != len(known_names):
-            raise UserError(f"the model has {len(known_names)} inputs ({', '.join(known_names)}), "
-                            f"got {len(shapes)} --input-shape values")
-        names = known_names or _forward_names(source)
-        if not dtypes and source.input_specs:
-            dtypes = [s.dtype for s in source.input_specs]  # an ONNX model knows its input types
-        specs = make_specs(shapes, dtypes, names if len(names) == len(shapes) else [])
-        for given, known in zip(specs, source.input_specs):
-            fixed = [(i, d) for i, d in enumerate(known.shape) if d > 0]
-            if len(known.shape) != len(given.shape) or any(given.shape[i] != d for i, d in fixed):
-                raise UserError(f"--input-shape {list(given.shape)} does not fit input '{known.name}' "
-                                f"of shape {['?' if d < 0 else d for d in known.shape]}")
-        return specs
-    if not source.input_specs:
-        raise UserError(f"give the input shape of {source.description}, e.g. --input-shape 1,3,224,224 "
-                        f"(repeat the option for each input)")
-    specs = []
-    for spec in source.input_specs:
-        if any(d < 0 for d in spec.shape[1:]):
-            raise UserError(f"input '{spec.name}' has unknown dimensions {list(spec.shape)}; give --input-shape")
-        specs.append(replace(spec, shape=(1,) + tuple(spec.shape[1:]) if spec.shape[0] < 0 else spec.shape))
-    return specs
-
-
 def _datasets(source: SourceModel, specs: List[InputSpec], opts: ConvertOptions, notes: List[str], warnings: List[str]):
-    calibration = load_dataset(opts.calibration, specs, "calibration", allow_labels=False) if opts.calibration else None
-    evaluation = load_dataset(opts.eval_data, specs, "eval-data", allow_labels=True) if opts.eval_data else None
+    calibration = load_datasets(_paths(opts.calibration), specs, "calibration", False) if opts.calibration else None
+    evaluation = load_datasets(_paths(opts.eval_data), specs, "eval-data", True) if opts.eval_data else None
     if calibration is None and evaluation is None and source.calibration is not None:
         calibration, evaluation = source.calibration, source.eval_data
         notes.append(f"calibration and evaluation use the data bundled with {source.description}")
@@ -158,18 +122,43 @@ def _datasets(source: SourceModel, specs: List[InputSpec], opts: ConvertOptions,
         calibration = evaluation
         warnings.append("no --calibration given: calibrating on the --eval-data samples, so the accuracy figures are optimistic")
     elif evaluation is None:
-        evaluation = calibration
-        warnings.append("no --eval-data given: validating on the calibration samples, so the accuracy figures are optimistic")
+        evaluation = calibration.parts[0] if isinstance(calibration, DatasetParts) else calibration
+        which = f"the samples of {evaluation.source}" if evaluation is not calibration else "the calibration samples"
+        warnings.append(f"no --eval-data given: validating on {which}, so the accuracy figures are optimistic")
     calibration = _head(calibration, opts.max_calibration_samples)
     evaluation = _head(evaluation, opts.max_eval_samples)
     return calibration, evaluation
 
 
+def _paths(value) -> List[Path]:
+    return [Path(value)] if isinstance(value, (str, os.PathLike)) else [Path(v) for v in value]
+
+
+def _shape_sets(calibration, evaluation, batch: int) -> List[Dict[str, Tuple[int, ...]]]:
+    return calibration.shapes(batch) + evaluation.shapes(batch)
+
+
+def _one_shape_for_tflite(plan, calibration: Dataset, evaluation: Dataset, specs: List[InputSpec],
+                          asked: bool, notes: List[str]) -> None:
+    """TFLite artifacts (litert-torch) take one shape per input: data of several shapes leaves
+    them out (or, when asked for by --format tflite, is an error)."""
+    sets = _shape_sets(calibration, evaluation, feed_batch(specs))
+    differ = [n for n in sets[0] if len({tuple(s.get(n, ())) for s in sets}) > 1]
+    if not differ or not any(a.format == "tflite" for a in plan.artifacts):
+        return
+    name = differ[0]
+    seen = " and ".join(str(list(shape)) for shape in dict.fromkeys(tuple(s[name]) for s in sets if name in s))
+    why = f"input '{name}' is {seen} in the data, and TFLite artifacts take one shape per input"
+    if asked:
+        raise UserError(f"{why}; give data of one shape, or --format onnx (which keeps the dim dynamic)")
+    plan.artifacts[:] = [a for a in plan.artifacts if a.format != "tflite"]
+    notes.append(f"TFLite artifacts skipped: {why}")
+
+
 def _head(data: Dataset, limit: int) -> Dataset:
     if limit <= 0 or data.size <= limit:
         return data
-    return Dataset({k: v[:limit] for k, v in data.arrays.items()},
-                   None if data.labels is None else data.labels[:limit], data.source)
+    return data.subset(slice(None, limit))
 
 
 def _check_options(opts: ConvertOptions) -> None:
@@ -217,12 +206,16 @@ def convert(model: Any, opts: ConvertOptions, progress: Progress = Progress()) -
     profile = load_profile(opts.device)
     metric = load_metric(opts.metric, opts.max_metric_drop) if opts.metric else None
     source = _source(model, opts)
-    specs = resolve_specs(source, opts.input_shapes, opts.input_dtypes)
+    model_specs = resolve_specs(source, opts.input_shapes, opts.input_dtypes, opts.input_values)
+    source = bind_constants(source, model_specs)
+    fed = tensor_inputs(model_specs, baked=source.kind != "onnx")
     notes: List[str] = []
     warnings: List[str] = []
-    calibration, evaluation = _datasets(source, specs, opts, notes, warnings)
+    calibration, evaluation = _datasets(source, fed, opts, notes, warnings)
+    specs = concrete_specs(fed, calibration.feed_shapes(feed_batch(fed)))
     plan = make_plan(profile, opts.formats, opts.precisions, source.kind, opts.calibrate_method, opts.opset)
     notes.extend(plan.notes)
+    _one_shape_for_tflite(plan, calibration, evaluation, fed, "tflite" in opts.formats, notes)
     threads = max(1, min(opts.threads or profile.default_threads, os.cpu_count() or 1))
     if (opts.threads or profile.default_threads) > threads:
         notes.append(f"host timing uses {threads} threads (this machine's cores), the profile asks for {profile.default_threads}")
@@ -236,7 +229,7 @@ def convert(model: Any, opts: ConvertOptions, progress: Progress = Progress()) -
     try:
         budget = opts.max_accuracy_drop if opts.max_accuracy_drop is not None else opts.recommend_budget
         ctx = _Context(profile, source, specs, calibration, evaluation, threads, work, notes, warnings,
-                       tolerances=acc.Tolerances(budget_points=budget), metric=metric)
+                       tolerances=acc.Tolerances(budget_points=budget), metric=metric, model_specs=model_specs)
         records = _build_all(ctx, plan, opts, progress)
         _check_budget(records, opts)
         _note_unresolved(ctx, records)
@@ -259,7 +252,7 @@ def _source(model: Any, opts: ConvertOptions) -> SourceModel:
     if isinstance(model, torch.nn.Module):
         digest = hashlib.sha256()
         update_with_weights(digest, model)
-        return SourceModel("module", type(model).__name__, digest.hexdigest(), module=model.eval())
+        return module_source(model, type(model).__name__, digest.hexdigest())
     raise UserError(f"model must be a path/spec string or a torch.nn.Module, got {type(model).__name__}")
 
 
@@ -289,7 +282,9 @@ def _step_label(item: PlannedArtifact) -> str:
 def build_artifact(ctx: _Context, item: PlannedArtifact, built: Dict[str, Path], target: Path,
                    advance=None) -> Dict[str, Any]:
     """Run the artifact's steps in order; intermediate files stay in the work folder. Returns their facts."""
-    step_ctx = StepContext(ctx.source, ctx.specs, ctx.calibration, ctx.specs[0].shape[0], advance)
+    batch = feed_batch(ctx.specs)
+    step_ctx = StepContext(ctx.source, ctx.specs, ctx.calibration, batch, advance,
+                           example=ctx.calibration.first_feed(batch), fix_dims=not _data_axes(ctx))
     current = built.get(item.base) if item.base else None
     if item.base and current is None:
         raise StepFailed(f"needs {item.base}, which was not built")
@@ -310,6 +305,12 @@ def build_artifact(ctx: _Context, item: PlannedArtifact, built: Dict[str, Path],
     return info
 
 
+def _with_dynamic_axes(item: PlannedArtifact, axes) -> PlannedArtifact:
+    steps = tuple(StepCall(c.name, replace(c.options, dynamic_axes=axes)) if c.name == "export-onnx" else c
+                  for c in item.steps)
+    return replace(item, steps=steps)
+
+
 def _carry_metadata(source: Path, target: Path) -> None:
     onnx = require("onnx", "convert")
     from .passes.preprocess_onnx import copy_metadata
@@ -325,7 +326,7 @@ def _carry_metadata(source: Path, target: Path) -> None:
 
 
 def _build_all(ctx: _Context, plan, opts: ConvertOptions, progress: Progress) -> List[ArtifactRecord]:
-    eval_batch = ctx.specs[0].shape[0]
+    eval_batch = feed_batch(ctx.specs)
     reference_predict = reference_predictor(ctx.source, ctx.specs)
     _fit_outputs_in_memory(ctx, reference_predict, eval_batch)
     with progress.step("FP32 reference", ctx.evaluation.size) as advance:
@@ -334,6 +335,9 @@ def _build_all(ctx: _Context, plan, opts: ConvertOptions, progress: Progress) ->
     records: List[ArtifactRecord] = []
     built: Dict[str, Path] = {}
     dynamic_batch = False
+    axes = _data_axes(ctx)
+    if axes:  # sizes that differ across the data files stay dynamic in the export
+        plan.artifacts[:] = [_with_dynamic_axes(a, axes) for a in plan.artifacts]
     queue = list(plan.artifacts)
 
     def validate(item: PlannedArtifact, target: Path, advance=None):
@@ -393,7 +397,7 @@ def _build_all(ctx: _Context, plan, opts: ConvertOptions, progress: Progress) ->
 
 def _blame_fp16(ctx: _Context, record: ArtifactRecord, built: Dict[str, Path]) -> None:
     """A failed FP16 names the nodes whose outputs lose the most against FP32."""
-    feeds = [feed for feed, _ in ctx.evaluation.batches(ctx.specs[0].shape[0])][:4]
+    feeds = [feed for feed, _ in ctx.evaluation.batches(feed_batch(ctx.specs))][:4]
     try:
         ranked = [s for s in node_sensitivity(built["onnx-fp32"], ctx.work / record.path, feeds, ctx.threads)
                   if s.drop_db > 1.0][:5]
@@ -424,18 +428,31 @@ def _check_int8(ctx: _Context, record: ArtifactRecord, built: Dict[str, Path], v
                             + (f" ({kept} nodes kept in float)" if kept else ""))
     record.info.pop("inputs_of", None)
     return record
+def _data_axes(ctx: _Context) -> Tuple[Tuple[str, int, str], ...]:
+    """Axes (besides the batch) whose size differs across the data files (calibration parts and
+    evaluation): they stay dynamic in the export. Axes that vary alike across inputs share one size."""
+    sets = _shape_sets(ctx.calibration, ctx.evaluation, feed_batch(ctx.specs))
+    groups: Dict[Tuple[int, Tuple[int, ...]], str] = {}
+    axes = []
+    for name, shape in sets[0].items():
+        for axis in range(len(shape)):
+            sizes = tuple(s[name][axis] for s in sets if name in s)
+            if len(set(sizes)) > 1 and not (axis == 0 and not ctx.calibration.whole):
+                group = groups.setdefault((axis, sizes), f"dim{len(groups)}")
+                axes.append((name, axis, group))
+    return tuple(axes)
 
 
 def _time_all(ctx: _Context, records: List[ArtifactRecord], progress: Progress, max_rounds: int = 40) -> None:
     """Interleaved rounds until every speed-up over FP32 of its format is known within 5 % (or a minute)."""
-    feed = {k: v[: ctx.specs[0].shape[0]] for k, v in ctx.evaluation.arrays.items()}
+    feed = ctx.evaluation.first_feed(feed_batch(ctx.specs))
     fp32 = {r.planned.format: r.planned.key for r in records if r.planned.precision == "fp32"}
     baselines = {r.planned.key: fp32[r.planned.format] for r in records if r.planned.format in fp32}
     with captured_output("load artifacts for timing"):
         predictors = {r.planned.key: open_predictor(ctx.work / r.path, ctx.threads) for r in records}
     try:
         runs = {key: p.bound_call(feed) for key, p in predictors.items()}
-        with progress.step(f"time on host (batch {ctx.specs[0].shape[0]}, {ctx.threads} threads)", max_rounds) as advance:
+        with progress.step(f"time on host (batch {feed_batch(ctx.specs)}, {ctx.threads} threads)", max_rounds) as advance:
             timings = time_interleaved(runs, baselines, max_rounds=max_rounds, on_round=advance)
     finally:
         for p in predictors.values():

@@ -27,10 +27,8 @@ class Predictor:
         matched by name where they agree and by position otherwise.
         """
         names = [info.name for info in self.runner.inputs()]
-        if set(feeds) == set(names):
-            return dict(feeds)
-        by_position = _positional_order(names)
-        return {name: value for name, value in zip(by_position, feeds.values())}
+        mapping = match_inputs(names, list(feeds))
+        return {name: feeds[mapping[name]] for name in names if name in mapping}
 
     def predict(self, feeds: Mapping[str, np.ndarray]) -> List[np.ndarray]:
         outputs = self.runner.infer(self._rename(feeds))
@@ -48,6 +46,14 @@ class Predictor:
 
     def close(self) -> None:
         self.runner.close()
+
+
+def match_inputs(artifact_names: Sequence[str], model_names: Sequence[str]) -> Dict[str, str]:
+    """{artifact input name: the model's input name}: by name where the names agree, else by
+    argument position (TFLite names inputs after its signature: `serving_default_args_0`)."""
+    if set(artifact_names) == set(model_names):
+        return {name: name for name in artifact_names}
+    return dict(zip(_positional_order(list(artifact_names)), model_names))
 
 
 def _positional_order(names: List[str]) -> List[str]:
@@ -70,10 +76,30 @@ def _flatten(value) -> List[np.ndarray]:
     return [value.detach().cpu().numpy()]
 
 
+def _cause(exc: BaseException) -> str:
+    """One line for an exception; for TorchScript, the exception the scripted code raised
+    (the interpreter's first line only says that something failed)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    raised = [line for line in lines if re.match(r"^builtins\.\w+: ", line)]
+    if raised:
+        return raised[-1][len("builtins."):]
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
 def reference_predictor(source: SourceModel, specs: Sequence[InputSpec]):
     """FP32 outputs of the source model itself: PyTorch eager, or ONNX Runtime for an ONNX source."""
     if source.kind == "onnx":
-        return Predictor(source.onnx_path, threads=None).predict
+        run = Predictor(source.onnx_path, threads=None).predict
+
+        def predict_onnx(feeds: Mapping[str, np.ndarray]) -> List[np.ndarray]:
+            try:
+                return run(feeds)
+            except Exception as exc:
+                shapes = ", ".join(f"{k}{list(np.shape(v))}" for k, v in feeds.items())
+                raise UserError(f"{source.description} fails on inputs {shapes}: {_cause(exc)}; check --input-shape / "
+                                f"--input-dtype / --input-value, or give real data with --calibration") from exc
+
+        return predict_onnx
     torch = require("torch", "convert")
 
     def predict(feeds: Mapping[str, np.ndarray]) -> List[np.ndarray]:
@@ -83,8 +109,7 @@ def reference_predictor(source: SourceModel, specs: Sequence[InputSpec]):
                 return _flatten(source.module(*args))
         except Exception as exc:
             shapes = ", ".join(f"{s.name}{list(a.shape)}" for s, a in zip(specs, args))
-            first = (str(exc).strip().splitlines() or [""])[0]
-            raise UserError(f"{source.description} fails on inputs {shapes}: {type(exc).__name__}: {first}; "
+            raise UserError(f"{source.description} fails on inputs {shapes}: {_cause(exc)}; "
                             f"check --input-shape / --input-dtype") from exc
 
     return predict

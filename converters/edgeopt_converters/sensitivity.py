@@ -14,6 +14,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set
 import numpy as np
 
 from edgeopt_agent.errors import require
+from edgeopt_agent.runners.onnxruntime_import import import_onnxruntime
 
 CAP_DB = 60.0  # SQNR past this is as good as exact: keeps drops finite and ignores harmless rounding
 _QDQ = ("QuantizeLinear", "DequantizeLinear")
@@ -59,7 +60,7 @@ def _expose(model, names: Iterable[str], elem_types: Mapping[str, int]):
 
 
 def _run_all(model, names: Sequence[str], feeds: Sequence[Mapping[str, np.ndarray]], threads: int) -> Iterable[Dict[str, np.ndarray]]:
-    ort = require("onnxruntime", "convert")
+    ort = import_onnxruntime("convert", "sensitivity analysis")
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # keep every tensor

@@ -15,14 +15,30 @@ def _is_shape(value) -> bool:
 
 
 def _as_list(value) -> Tuple[str, ...]:
-    """Shapes or dtypes as the CLI strings: one shape (1, 3, 224, 224), "1,3,224,224", or a list of either."""
+    """Shapes, dtypes or values as the CLI strings: one shape (1, 3, 224, 224), "1,3,224,224", a list
+    of either, or a dict by input name ({"input": (1, 512), "sr": ()})."""
     if value is None:
         return ()
+    if isinstance(value, dict):
+        return tuple(f"{name}={_one(item)}" for name, item in value.items())
     if isinstance(value, (str, Path)):
         return (str(value),)
     if _is_shape(value):
         return (",".join(str(int(v)) for v in value),)
     return tuple(",".join(str(int(d)) for d in v) if _is_shape(v) else str(v) for v in value)
+
+
+def _one(item) -> str:
+    if isinstance(item, (tuple, list)):
+        return ",".join(str(int(d)) for d in item)  # () -> "": a scalar
+    return str(item)
+
+
+def _paths(value) -> Optional[Tuple[Path, ...]]:
+    """One data file, or several (of different shapes)."""
+    if not value:
+        return None
+    return (Path(value),) if isinstance(value, (str, Path)) else tuple(Path(v) for v in value)
 
 
 def _names(value) -> Tuple[str, ...]:
@@ -46,7 +62,8 @@ def convert(
     *,
     input_shape=None,
     input_dtype=None,
-    calibration: Optional[PathLike] = None,
+    input_value=None,
+    calibration: Union[PathLike, Sequence[PathLike], None] = None,
     eval_data: Optional[PathLike] = None,
     formats: Sequence[str] = (),
     precisions: Sequence[str] = (),
@@ -69,7 +86,10 @@ def convert(
 
     `model` is an nn.Module, or the same spec the CLI takes: "file.py:factory", a TorchScript
     file, a .pt2 ExportedProgram, an .onnx file or "example:digits-cnn". `input_shape` is a tuple
-    like (1, 3, 224, 224), a string "1,3,224,224", or a list of those for several inputs.
+    like (1, 3, 224, 224), a string "1,3,224,224", a list of those for several inputs, or a dict by
+    input name ({"input": (1, 512), "sr": ()}; () is a scalar); give only what the model does not
+    declare. `input_dtype` likewise; `input_value` ({"sr": 16000}) gives constant arguments.
+    `calibration` is a data file, or a list of files of different shapes (sequence lengths).
     `trust_model_code=True` is needed for a TorchScript file, which runs code when loaded.
     `mixed_precision=False` keeps a failed INT8 whole-graph instead of searching nodes to keep in float.
     `output_kinds` ({name: kind} or ["name=kind"]) says how outputs are judged; `state`
@@ -85,7 +105,8 @@ def convert(
         output_dir=Path(output_dir),
         input_shapes=_as_list(input_shape),
         input_dtypes=_as_list(input_dtype),
-        calibration=Path(calibration) if calibration else None,
+        input_values=_as_list(input_value),
+        calibration=_paths(calibration),
         eval_data=Path(eval_data) if eval_data else None,
         formats=_names(formats),
         precisions=_names(precisions),

@@ -96,6 +96,89 @@ def regressor():
     return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3), nn.Unflatten(1, (1, 3)))
 
 
+class StatefulVad(nn.Module):
+    """Like a voice-activity model: audio [B, L] (L a multiple of 16), a state [2, B, 8] whose
+    axis 0 is not the batch, and the sample rate as a Python int."""
+
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.Linear(16 + 8, 8)
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, x, state, sr: int):
+        frames = x.reshape(x.shape[0], -1, 16).mean(dim=1)
+        h = torch.tanh(self.cell(torch.cat([frames, state[0]], dim=1)))
+        new_state = torch.stack([h, state[1] * 0.5 + h * 0.5])
+        scale = 1.0 if sr == 16000 else 0.5
+        return torch.sigmoid(self.head(h)) * scale, new_state
+
+
+class StatefulVadTensorRate(StatefulVad):
+    """The same with the sample rate as a scalar int64 tensor, as ONNX exports carry it."""
+
+    def forward(self, x, state, sr):
+        frames = x.reshape(x.shape[0], -1, 16).mean(dim=1)
+        h = torch.tanh(self.cell(torch.cat([frames, state[0]], dim=1)))
+        new_state = torch.stack([h, state[1] * 0.5 + h * 0.5])
+        scale = torch.where(sr == 16000, 1.0, 0.5)
+        return torch.sigmoid(self.head(h)) * scale, new_state
+
+
+def stateful_vad():
+    torch.manual_seed(0)
+    return StatefulVad()
+
+
+class MixedInputs(nn.Module):
+    """Three inputs of three dtypes: token ids (int64), a mask (int32), features (float32)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(32, 8)
+        self.proj = nn.Linear(4, 8)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, ids, mask, features):
+        tokens = self.embed(ids) * mask.unsqueeze(-1).to(torch.float32)
+        pooled = tokens.sum(dim=1) / mask.sum(dim=1, keepdim=True).clamp(min=1).to(torch.float32)
+        return self.head(torch.relu(pooled + self.proj(features)))
+
+
+def mixed_inputs():
+    torch.manual_seed(0)
+    return MixedInputs()
+
+
+class TokenEncoder(nn.Module):
+    """A sentence-embedding shape: ids and mask [B, seq] with seq dynamic, mean-pooled."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 16)
+        self.proj = nn.Linear(16, 16)
+
+    def forward(self, input_ids, attention_mask):
+        mask = attention_mask.unsqueeze(-1).to(torch.float32)
+        hidden = torch.relu(self.proj(self.embed(input_ids))) * mask
+        return hidden.sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+
+
+def token_encoder():
+    torch.manual_seed(0)
+    return TokenEncoder()
+
+
+class DataDependentBranch(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:
+            return x * 2
+        return x - 1
+
+
+def data_dependent_branch():
+    return DataDependentBranch()
+
+
 class TinyDetector(nn.Module):
     """A YOLOv8-style head: [N, 4 + C, anchors], pixel boxes and sigmoid class scores concatenated."""
 

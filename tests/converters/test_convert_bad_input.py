@@ -104,7 +104,8 @@ def test_missing_input_shape(run, nets_path):
 def test_calibration_of_the_wrong_shape(run, nets_path, tmp_path):
     np.save(tmp_path / "calib.npy", np.zeros((4, 3, 8, 8), np.float32))
     assert_user_error(*run(f"{nets_path}:small_cnn", "--device", "x86-64", "--input-shape", "1,3,16,16",
-                           "--calibration", tmp_path / "calib.npy"), "shape [4, 3, 8, 8]", "expected [N, 3, 16, 16]")
+                           "--calibration", tmp_path / "calib.npy"), "shape [4, 3, 8, 8]", "as N samples it would be [N, 1, 3, 16, 16]",
+                      "as batch-first rows [N, 3, 16, 16]")
 
 
 def test_calibration_of_the_wrong_dtype(run, nets_path, tmp_path):
@@ -237,3 +238,37 @@ def test_onnx_external_data_cannot_read_files_outside_the_model_folder(run, tmp_
     code, err, out = run(model, "--device", "x86-64")
     assert_user_error(code, err, out, "not a valid ONNX model")
     assert "SECRET" not in err
+
+
+def _vad(tmp_path):
+    pytest.importorskip("torch", reason="building the model needs torch")
+    import model_files
+
+    return model_files.save_stateful_vad_onnx(tmp_path / "vad.onnx")
+
+
+def test_an_input_shape_that_contradicts_the_model(run, tmp_path):
+    assert_user_error(*run(_vad(tmp_path), "--device", "x86-64", "--input-shape", "input=1,64",
+                           "--input-shape", "state=3,1,8", "--input-value", "sr=16000"),
+                      "--input-shape state=3,1,8 does not fit input 'state' of shape [2, ?, 8]")
+
+
+def test_an_unknown_input_name(run, tmp_path):
+    assert_user_error(*run(_vad(tmp_path), "--device", "x86-64", "--input-shape", "audio=1,64"),
+                      "the model has no input 'audio'; its inputs: input, state, sr")
+
+
+def test_a_data_file_whose_arrays_do_not_fit(run, tmp_path):
+    np.savez(tmp_path / "calib.npz", input=np.zeros((4, 1, 64), np.float32), state=np.zeros((4, 1, 8), np.float32))
+    assert_user_error(*run(_vad(tmp_path), "--device", "x86-64", "--input-value", "sr=16000",
+                           "--calibration", tmp_path / "calib.npz"),
+                      "input 'state' [2, 1, 8] has an array of shape [4, 1, 8]",
+                      "as N samples it would be [N, 2, 1, 8], as batch-first rows [N, 1, 8]",
+                      "the model's inputs share no batch axis")
+
+
+def test_an_export_failure_names_its_cause_and_source_line(run, nets_path):
+    code, err, out = run(f"{nets_path}:data_dependent_branch", "--device", "x86-64", "--input-shape", "1,8",
+                         "--format", "onnx")
+    assert_user_error(code, err, out, "nets.py:", "`if x.sum() > 0:`", "torch.where")
+    assert "Next steps" not in err

@@ -73,7 +73,7 @@ def test_typed_onnx_inputs_keep_their_dtype_with_an_input_shape(tmp_path):
     onnx.save(model, str(tmp_path / "embed.onnx"))
     manifest = edgeopt.convert(str(tmp_path / "embed.onnx"), device="x86-64", output_dir=tmp_path / "out",
                                input_shape="1,6", precisions=["fp32"], time_on_host=False)
-    assert manifest["model"]["inputs"] == [{"name": "ids", "shape": [1, 6], "dtype": "int64"}]
+    assert manifest["model"]["inputs"] == [{"name": "ids", "shape": [1, 6], "dtype": "int64", "declared_shape": [-1, -1]}]
 
 
 def test_a_rerun_replaces_the_manifest_and_removes_what_only_the_old_one_listed(tmp_path, nets_path, image_data):

@@ -122,13 +122,20 @@ def test_user_metric_gates_the_conversion(tmp_path, nets_path, detector_data):
 
 @pytest.mark.slow
 def test_the_same_command_recommends_the_same_artifact_three_times(tmp_path, nets_path):
+    """Seven noisy rounds once recommended int8, fp32, int8 for one command. Paired rounds until each
+    speed-up is known within 5 % give one answer, on a model whose candidates differ clearly
+    (here TFLite INT8 about 1.3x its FP32; ONNX INT8 slower than its FP32 on this tiny net)."""
     rng = np.random.default_rng(3)
-    np.savez(tmp_path / "calib.npz", x=rng.standard_normal((64, 3, 32, 32)).astype(np.float32))
-    runs = [edgeopt.convert(f"{nets_path}:residual_net", device="x86-64", output_dir=tmp_path / f"run{i}",
-                            input_shape="1,3,32,32", calibration=tmp_path / "calib.npz", formats=["onnx"])
+    np.savez(tmp_path / "calib.npz", x=rng.standard_normal((64, 3, 16, 16)).astype(np.float32))
+    runs = [edgeopt.convert(f"{nets_path}:small_cnn", device="x86-64", output_dir=tmp_path / f"run{i}",
+                            input_shape="1,3,16,16", calibration=tmp_path / "calib.npz")
             for i in range(3)]
     assert len({m["recommended"] for m in runs}) == 1, [m["recommendation"] for m in runs]
     for manifest in runs:
-        int8 = by_key(manifest)["onnx-int8"]["host_timing"]
-        low, high = int8["speedup"]["interval"]
-        assert low <= int8["speedup"]["estimate"] <= high
+        for artifact in manifest["artifacts"]:
+            speedup = artifact["host_timing"]["speedup"]
+            if speedup:
+                low, high = speedup["interval"]
+                assert low <= speedup["estimate"] <= high
+            if artifact["recommended"] and speedup:
+                assert low >= 1.05, "a lower precision is recommended only when shown faster"

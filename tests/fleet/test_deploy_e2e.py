@@ -195,7 +195,9 @@ def test_a_deployed_job_is_signed_whole_and_a_copy_of_it_is_refused_as_a_replay(
         created = datetime.datetime.fromisoformat(manifest["created"]).timestamp()
         assert body["release"] == {"model": manifest["model"]["source"], "version": created}
         assert body["signature"]["key_id"] == SigningKey.load(keys[0].private_key).key_id
-        assert body["bench"] == {"runs": 5, "duration_s": 0.0, "idle_s": 0.0}
+        # the options given, and how to feed the artifact's input (from the manifest): both signed
+        assert body["bench"] == {"runs": 5, "duration_s": 0.0, "idle_s": 0.0,
+                                 "inputs": [{"name": "x", "shape": [1, 3, 16, 16], "dtype": "float32"}]}
 
         copy = protocol.Envelope("lab-x86", 1, protocol.BENCHMARK_JOB, body)  # the same signed job, a new message
         spy.publish(protocol.jobs_topic("lab-x86"), copy)

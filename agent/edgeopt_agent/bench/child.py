@@ -1,4 +1,7 @@
-"""The benchmark process: `python -m edgeopt_agent.bench.child RESULT_FD`, spec as JSON on stdin.
+"""The benchmark process: `python -m edgeopt_agent.bench.child RESULT_FD [WATCH_FD PARENT_PID]`.
+
+The spec comes as JSON on stdin. With WATCH_FD and PARENT_PID it dies with its parent
+(parent_watch.py): WATCH_FD is a pipe whose write end only the parent holds.
 
 It reports on the file descriptor RESULT_FD, one JSON object per line:
     {"type": "phase", "text": ..., "batch": ...}   what it is doing now (for progress and for
@@ -24,6 +27,7 @@ from ..runners.formats import GPU_RUNTIMES
 from .failures import classify
 from .inputs import file_feeds, random_feeds
 from .memory import current_rss_mb, limit_address_space, peak_rss_mb
+from .parent_watch import die_with_parent
 from .spec import BenchmarkSpec
 from .stats import device_timing_fields, summarize_ms
 from .timing import output_digest, time_calls
@@ -64,9 +68,9 @@ def benchmark(spec: BenchmarkSpec, send: Send) -> None:
         send("phase", text=what, batch=batch)
         try:
             if spec.input_file:
-                feeds = file_feeds(spec.input_file, runner.inputs(), batch)
+                feeds = file_feeds(spec.input_file, runner.inputs(), batch, spec.inputs)
             else:
-                feeds = random_feeds(runner.inputs(), batch, spec.seed)
+                feeds = random_feeds(runner.inputs(), batch, spec.seed, spec.inputs)
             entry = measure_batch(runner, spec, batch, feeds)
         except Exception as exc:  # this batch failed; the next size may still run
             entry = {"batch": batch, "ok": False, "error": classify(exc)}
@@ -139,9 +143,12 @@ def _mb(value: Optional[float]) -> Optional[float]:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1 or not argv[0].isdigit():
-        sys.stderr.write("usage: python -m edgeopt_agent.bench.child RESULT_FD  (spec JSON on stdin)\n")
+    if len(argv) not in (1, 3) or not all(arg.isdigit() for arg in argv):
+        sys.stderr.write("usage: python -m edgeopt_agent.bench.child RESULT_FD [WATCH_FD PARENT_PID]  "
+                         "(spec JSON on stdin)\n")
         return 2
+    if len(argv) == 3:
+        die_with_parent(parent_pid=int(argv[2]), watch_fd=int(argv[1]))
     faulthandler.enable()  # a native crash leaves its Python stack in the log the parent reads
     with os.fdopen(int(argv[0]), "w", encoding="utf-8") as channel:
 

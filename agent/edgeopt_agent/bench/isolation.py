@@ -3,24 +3,33 @@
 The child is a fresh interpreter (`python -m edgeopt_agent.bench.child`), so a segfault, a hang
 or an out-of-memory in a runtime takes down only the child; the caller's threads (MQTT in the
 daemon) are never forked. POSIX only: the child reports on an inherited pipe.
+
+The child leads its own process group, so ending it ends whatever it started, and it dies with
+this process (parent_watch.py). A ChildRecord set for the calling thread (`recording_children`)
+notes the running child on disk so that an agent started after a crash can end a survivor.
 """
 from __future__ import annotations
 
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
+from .leftovers import ChildRecord
 from .spec import BenchmarkSpec
 
 Progress = Callable[[str], None]
 _LOG_TAIL_BYTES = 16384
 _LOG_TAIL_LINES = 6
+_thread_state = threading.local()
 
 
 @dataclass
@@ -40,24 +49,41 @@ class ChildOutcome:
         return [m for m in self.messages if m.get("type") == kind]
 
 
+@contextmanager
+def recording_children(record: Optional[ChildRecord]) -> Iterator[None]:
+    """Within this block, children started by `run_child` on this thread are noted in `record`."""
+    previous = getattr(_thread_state, "record", None)
+    _thread_state.record = record
+    try:
+        yield
+    finally:
+        _thread_state.record = previous
+
+
 def run_child(spec: BenchmarkSpec, progress: Optional[Progress] = None) -> ChildOutcome:
     """Run `spec` in a child process, within `spec.timeout_s` from start to exit."""
     outcome = ChildOutcome()
     deadline = time.monotonic() + spec.timeout_s
+    record: Optional[ChildRecord] = getattr(_thread_state, "record", None)
     read_fd, write_fd = os.pipe()
+    watch_read, watch_write = os.pipe()  # never written: it closes when this process ends
     try:
         with tempfile.TemporaryFile() as log:
             try:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "edgeopt_agent.bench.child", str(write_fd)],
+                    [sys.executable, "-m", "edgeopt_agent.bench.child", str(write_fd), str(watch_read), str(os.getpid())],
                     stdin=subprocess.PIPE,
                     stdout=log,
                     stderr=log,
-                    pass_fds=(write_fd,),
+                    pass_fds=(write_fd, watch_read),
+                    start_new_session=True,
                 )
             finally:
                 os.close(write_fd)
+                os.close(watch_read)
             try:
+                if record is not None:
+                    record.started(proc.pid)
                 _send_spec(proc, spec)
                 _collect(read_fd, deadline, outcome, progress)
                 if not outcome.timed_out:
@@ -67,12 +93,25 @@ def run_child(spec: BenchmarkSpec, progress: Optional[Progress] = None) -> Child
                         outcome.timed_out = True
             finally:  # also on KeyboardInterrupt: never leave a child behind
                 if proc.poll() is None:
-                    proc.kill()
+                    _kill_group(proc)
                 outcome.returncode = proc.wait()
+                if record is not None:
+                    record.ended()
             outcome.log_tail = _tail(log)
     finally:
         os.close(read_fd)
+        os.close(watch_write)
     return outcome
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Kill the child and every process in its group (it leads one; it is not reaped yet)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    except PermissionError:  # not our group after all (cannot happen while unreaped): the child only
+        proc.kill()
 
 
 def _send_spec(proc: subprocess.Popen, spec: BenchmarkSpec) -> None:

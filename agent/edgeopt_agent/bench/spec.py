@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ..errors import UserError
+from ..protocol import check_input_description
 from ..runners.formats import ENGINE_RUNTIMES, PRECISIONS, RUNTIMES
 
 
@@ -48,8 +49,11 @@ class BenchmarkSpec:
     idle_s: float = 1.0
     precision: Optional[str] = None
     engine_cache_dir: Optional[str] = None
+    inputs: Optional[Tuple[Dict[str, Any], ...]] = None
 
     def __post_init__(self) -> None:
+        if self.inputs is not None:
+            object.__setattr__(self, "inputs", check_input_description(self.inputs))
         object.__setattr__(self, "artifact", str(self.artifact))
         if self.input_file is not None:
             object.__setattr__(self, "input_file", str(self.input_file))
@@ -105,6 +109,8 @@ class BenchmarkSpec:
         data = asdict(self)
         if self.batch_sizes is not None:
             data["batch_sizes"] = list(self.batch_sizes)
+        if self.inputs is not None:
+            data["inputs"] = [dict(item) for item in self.inputs]
         return data
 
     def resolved_threads(self) -> int:
@@ -117,6 +123,7 @@ class BenchmarkSpec:
                 "precision": self.precision,
                 "cache_dir": self.engine_cache_dir,
                 "max_batch": max(self.batch_sizes or (1,)),
+                "input_shapes": {d["name"]: list(d["shape"]) for d in self.inputs or ()} or None,
             }
         if self.runtime == "onnxruntime-tensorrt":
             return {"precision": self.precision, "cache_dir": self.engine_cache_dir}

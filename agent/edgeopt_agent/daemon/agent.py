@@ -11,6 +11,7 @@ import time
 from typing import Any, Dict, Optional
 
 from .. import protocol, signing
+from ..bench.leftovers import RECORD_FILE, ChildRecord
 from ..profiles import load_profile
 from .admission import Admission, JobLedger
 from .backoff import Backoff
@@ -44,6 +45,10 @@ class Agent:
 
             sensors = discover(sysfs_root="/", profile=profile)
         self._lock = lock_data_dir(config.data_dir)
+        child_record = ChildRecord(config.data_dir / RECORD_FILE)
+        self.reaped_child = child_record.reap()  # only now: the lock says no other agent uses it
+        if self.reaped_child:
+            log.warning("%s", self.reaped_child)
         self.store = Store(config.data_dir / STATE_FILE)
         self.outbox = Outbox(self.store, self.device_id, max_bytes=config.outbox_max_bytes)
         self.inbox = Inbox(self.store, max_bytes=config.inbox_max_bytes)
@@ -61,7 +66,7 @@ class Agent:
         )
         self.jobs = JobHandler(self.device_id, config.data_dir, sensors, self.trusted_key, self.transfers,
                                config.bench_limits, self.admission)
-        self.worker = JobWorker(self.store, self.inbox, self.outbox, self.jobs)
+        self.worker = JobWorker(self.store, self.inbox, self.outbox, self.jobs, child_record=child_record)
         self.session = MqttSession(
             config.broker,
             config.client_id,

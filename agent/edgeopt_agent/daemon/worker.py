@@ -9,6 +9,8 @@ import threading
 from typing import Any, Dict, Optional
 
 from .. import protocol
+from ..bench.isolation import recording_children
+from ..bench.leftovers import ChildRecord
 from .backoff import Backoff
 from .inbox import Inbox
 from .jobs import JobHandler
@@ -22,8 +24,9 @@ RETRY_MAX_S = 60.0
 
 class JobWorker:
     def __init__(self, store: Store, inbox: Inbox, outbox: Outbox, handler: JobHandler,
-                 backoff: Optional[Backoff] = None):
+                 backoff: Optional[Backoff] = None, child_record: Optional[ChildRecord] = None):
         self._store = store
+        self._child_record = child_record  # notes the benchmark child while one runs
         self._inbox = inbox
         self._outbox = outbox
         self._handler = handler
@@ -36,7 +39,7 @@ class JobWorker:
         self.busy = False
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="edgeopt-jobs", daemon=True)
+        self._thread = threading.Thread(target=self._serve, name="edgeopt-jobs", daemon=True)
         self._thread.start()
 
     def notify(self) -> None:
@@ -53,6 +56,10 @@ class JobWorker:
 
     def is_alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    def _serve(self) -> None:
+        with recording_children(self._child_record):
+            self._run()
 
     def _run(self) -> None:
         while not self._stopping:

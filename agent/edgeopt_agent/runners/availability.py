@@ -30,9 +30,9 @@ def unavailable_reason(runtime: str) -> Optional[str]:
 
             find_interpreter()
         else:
-            from ..errors import require
+            from .onnxruntime_import import import_onnxruntime
 
-            ort = require("onnxruntime", "agent", "ONNX models")
+            ort = import_onnxruntime("agent", "ONNX models")
             provider = ORT_PROVIDERS.get(runtime)
             available = list(ort.get_available_providers())
             if provider is not None and provider not in available:

@@ -7,9 +7,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..errors import require
 from .base import Runner, TensorInfo
 from .errors import ArtifactError, UnsupportedModelError, looks_like_out_of_memory
+from .onnxruntime_import import import_onnxruntime
 
 # Preference order when the build offers them; anything else (e.g. Azure) is never picked.
 PROVIDER_PREFERENCE = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
@@ -52,7 +52,7 @@ class OnnxRuntimeRunner(Runner):
         required_provider: Optional[str] = None,
     ):
         super().__init__(path, threads)
-        self._ort = require("onnxruntime", "agent", "ONNX models")
+        self._ort = import_onnxruntime("agent", "ONNX models")
         self.providers = choose_providers(self._ort.get_available_providers(), required_provider)
         self._session = None
         self._inputs: Tuple[TensorInfo, ...] = ()
@@ -69,10 +69,14 @@ class OnnxRuntimeRunner(Runner):
             session = ort.InferenceSession(str(self.path), sess_options=options, providers=self.providers)
         except Exception as exc:
             raise _load_error(self.path, exc) from exc
+        try:
+            inputs = tuple(_tensor_info(i) for i in session.get_inputs())
+            outputs = tuple(_tensor_info(o) for o in session.get_outputs())
+        except UnicodeDecodeError as exc:  # protobuf does not check proto2 strings; Python must
+            raise _load_error(self.path, exc) from exc
         self._session = session
         self.providers = list(session.get_providers())
-        self._inputs = tuple(_tensor_info(i) for i in session.get_inputs())
-        self._outputs = tuple(_tensor_info(o) for o in session.get_outputs())
+        self._inputs, self._outputs = inputs, outputs
 
     def _close(self) -> None:
         self._session = None
@@ -103,6 +107,8 @@ def _load_error(path: Path, exc: Exception) -> Exception:
     message = str(exc).strip().splitlines()[0] if str(exc).strip() else kind
     if looks_like_out_of_memory(str(exc)):
         return exc  # the engine reports it as out_of_memory
+    if isinstance(exc, UnicodeDecodeError):  # a name, or the runtime's message quoting one
+        return ArtifactError(f"{path.name} is not a valid ONNX model: it holds a name that is not UTF-8 text ({exc.reason})")
     if kind == "NoSuchFile":
         return ArtifactError(f"artifact not found: {path}")
     if kind == "NotImplemented" or "No Op registered" in message or "Could not find an implementation" in message:

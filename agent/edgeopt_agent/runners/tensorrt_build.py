@@ -15,7 +15,7 @@ import importlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from .errors import ArtifactError, UnsupportedModelError, looks_like_out_of_memory
 from .formats import PRECISIONS
@@ -219,20 +219,42 @@ def model_precision(trt: Any, network: Any) -> str:
     return "fp16" if has_half else "fp32"
 
 
-def profile_shapes(inputs: Sequence[Tuple[str, Tuple[int, ...]]], max_batch: int) -> List[Tuple[str, Tuple[int, ...], Tuple[int, ...], Tuple[int, ...]]]:
-    """(name, min, opt, max) for each input with a dynamic axis; only the batch axis (0) may be dynamic."""
+def profile_shapes(
+    inputs: Sequence[Tuple[str, Tuple[int, ...]]],
+    max_batch: int,
+    known: Optional[Mapping[str, Sequence[int]]] = None,
+) -> List[Tuple[str, Tuple[int, ...], Tuple[int, ...], Tuple[int, ...]]]:
+    """(name, min, opt, max) for each input with a dynamic axis.
+
+    A dynamic batch axis (0) spans 1..max_batch. Other dynamic axes take the size the input
+    description gives (`known`: the shapes the manifest recorded as validated); without one they
+    cannot be built.
+    """
     shapes = []
     for name, shape in inputs:
         if all(d >= 0 for d in shape):
             continue
-        dynamic = [axis for axis, d in enumerate(shape) if d < 0]
-        if dynamic != [0]:
-            raise UnsupportedModelError(
-                f"input '{name}' has dynamic sizes on axes {dynamic} ({list(shape)}); TensorRT engines here take a "
-                "dynamic batch axis only: export the model with fixed sizes on the other axes"
-            )
-        rest = tuple(shape[1:])
-        shapes.append((name, (1,) + rest, (max_batch,) + rest, (max_batch,) + rest))
+        given = list(known[name]) if known and name in known else None
+        if given is not None and len(given) != len(shape):
+            raise UnsupportedModelError(f"input '{name}' has shape {list(shape)}, but its description says {given}")
+        smallest, largest = [], []
+        for axis, d in enumerate(shape):
+            if d >= 0:
+                smallest.append(d)
+                largest.append(d)
+            elif axis == 0:
+                smallest.append(1)
+                largest.append(max_batch)
+            elif given is not None:
+                smallest.append(given[axis])
+                largest.append(given[axis])
+            else:
+                dynamic = [a for a, x in enumerate(shape) if x < 0 and a != 0]
+                raise UnsupportedModelError(
+                    f"input '{name}' has dynamic sizes on axes {dynamic} ({list(shape)}); TensorRT needs their sizes: "
+                    f"give the input's shape (edgeopt bench --input-shape {name}=...; a deploy sends the manifest's)"
+                )
+        shapes.append((name, tuple(smallest), tuple(largest), tuple(largest)))
     return shapes
 
 
@@ -264,6 +286,7 @@ def build_engine(
     workspace_mb: int,
     timing_cache: bytes,
     model_name: str,
+    known_shapes: Optional[Mapping[str, Sequence[int]]] = None,
 ) -> BuiltEngine:
     """Build `parsed` into a serialized engine; timing_cache is the serialized cache to start from (b"": none)."""
     builder = parsed.builder
@@ -279,7 +302,7 @@ def build_engine(
     set_workspace(trt, config, workspace_mb << 20)
     for flag in plan.flags:
         config.set_flag(getattr(trt.BuilderFlag, flag))
-    shapes = profile_shapes(parsed.inputs, max_batch)
+    shapes = profile_shapes(parsed.inputs, max_batch, known_shapes)
     if shapes:
         profile = builder.create_optimization_profile()
         for name, smallest, optimal, largest in shapes:

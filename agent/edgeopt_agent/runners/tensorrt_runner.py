@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -65,6 +65,7 @@ class TensorRTRunner(Runner):
         cache_dir: Union[str, Path, None] = None,
         max_batch: int = 1,
         workspace_mb: int = DEFAULT_WORKSPACE_MB,
+        input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
     ):
         super().__init__(path, threads)
         check_precision(self.runtime, precision)
@@ -73,6 +74,8 @@ class TensorRTRunner(Runner):
         self.requested_precision = precision
         self.max_batch = max_batch
         self.workspace_mb = workspace_mb
+        # the sizes of dynamic non-batch axes the optimization profile is built for
+        self.input_shapes = {k: [int(d) for d in v] for k, v in (input_shapes or {}).items()}
         self.cache = EngineCache(cache_dir)
         self._trt = import_tensorrt()
         self._cuda = CudaRuntime.load()
@@ -108,7 +111,8 @@ class TensorRTRunner(Runner):
             gpu_name=self._gpu.name,
             compute_capability=self._gpu.compute_capability,
             precision=precision,
-            options={"max_batch": self.max_batch, "workspace_mb": self.workspace_mb},
+            options=dict({"max_batch": self.max_batch, "workspace_mb": self.workspace_mb},
+                         **({"input_shapes": self.input_shapes} if self.input_shapes else {})),
         )
         self._runtime = runtime = create(trt.Runtime, logger, "runtime")
         engine, record = self._cached_engine(runtime, logger, key)
@@ -172,6 +176,7 @@ class TensorRTRunner(Runner):
             self.workspace_mb,
             self.cache.load_timing_cache(key),
             self.path.name,
+            self.input_shapes,
         )
         self.notes.extend(built.notes)
         stored = self.cache.store(key, built.plan, built.build_s)

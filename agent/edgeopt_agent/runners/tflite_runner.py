@@ -71,9 +71,16 @@ class TFLiteRunner(Runner):
         except RuntimeError as exc:
             if looks_like_out_of_memory(str(exc)):
                 raise
+            if "Invalid tensor index" in str(exc):  # a node names a tensor the file does not have
+                raise ArtifactError(f"{self.path.name} is not a valid TFLite model: {_first_line(exc)}") from exc
             raise UnsupportedModelError(f"{self._source.package} cannot run {self.path.name}: {_first_line(exc)}") from exc
         self._interpreter = interpreter
-        self._refresh_details()
+        try:
+            self._refresh_details()
+        except UnicodeDecodeError as exc:  # flatbuffers do not check that strings are UTF-8
+            self._interpreter = None
+            raise ArtifactError(f"{self.path.name} is not a valid TFLite model: "
+                                f"it holds a tensor name that is not UTF-8 text ({exc.reason})") from exc
 
     def _refresh_details(self) -> None:
         inputs = self._interpreter.get_input_details()

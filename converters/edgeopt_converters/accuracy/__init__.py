@@ -130,12 +130,21 @@ class Accuracy:
         }
 
 
+def _samples(output: np.ndarray, real: int, whole: bool) -> np.ndarray:
+    """One feed's output as rows to concatenate over samples: the real rows of a batch; for a
+    whole-sample feed, the output itself where its axis 0 is a batch of 1, else one new row
+    (a scalar, or a state [2, 1, H] whose axis 0 is not the batch)."""
+    if not whole:
+        return output[:real]
+    return output if output.ndim and output.shape[0] == 1 else output[None]
+
+
 def collect_outputs(predict: Predict, data: Dataset, batch: int,
                     on_batch: Optional[Callable[[int], None]] = None) -> List[np.ndarray]:
     """Run `predict` over the dataset in batches and concatenate each output over samples (float32)."""
     chunks: List[List[np.ndarray]] = []
     for feed, real in data.batches(batch):
-        outputs = [np.asarray(o, dtype=np.float32)[:real] for o in predict(feed)]
+        outputs = [_samples(np.asarray(o, dtype=np.float32), real, data.whole) for o in predict(feed)]
         if not chunks:
             chunks = [[] for _ in outputs]
         for store, out in zip(chunks, outputs):

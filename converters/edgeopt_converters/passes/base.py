@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Type
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Type
 
 from edgeopt_agent.errors import UserError
 
@@ -41,6 +41,8 @@ class StepContext:
     on_batch: Optional[Callable[[int], None]] = None
     notes: List[str] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)
+    example: Optional[Mapping[str, Any]] = None  # one real feed to trace an export with
+    fix_dims: bool = True  # the data has one shape per input, so dynamic non-batch dims may be fixed
 
     def advance(self, count: int) -> None:
         if self.on_batch:

@@ -13,7 +13,7 @@ from typing import Callable, Optional, Sequence
 from edgeopt_agent.errors import UserError, require
 
 from ..model_source import SourceModel
-from ..tensors import Dataset, InputSpec
+from ..tensors import Dataset, InputSpec, feed_batch
 from ._quiet import captured_output
 from .base import Step, StepContext, StepResult, option
 from .export_onnx import _first_line, example_args
@@ -88,7 +88,7 @@ class ExportTflite(Step):
         graph = torch.export.export(module, args).module()
         prepared = prepare_pt2e(graph, quantizer)
         # The graph is traced at the model's batch size, so calibration runs at that size.
-        for feed, real in calibration.batches(specs[0].shape[0]):
+        for feed, real in calibration.batches(feed_batch(specs)):
             prepared(*(torch.from_numpy(feed[s.name]) for s in specs))
             if on_batch:
                 on_batch(real)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Optional, Tuple
 
 from edgeopt_agent.errors import require
+from edgeopt_agent.runners.onnxruntime_import import import_onnxruntime
 
 from ._quiet import captured_output
 from .base import Step, StepContext, StepResult, option
@@ -30,7 +31,7 @@ class ConvertOnnxFp16(Step):
 
     def run(self, ctx: StepContext, model: Optional[Path], output: Path) -> StepResult:
         onnx = require("onnx", "convert", "ONNX FP16 conversion")
-        require("onnxruntime", "convert", "ONNX FP16 conversion")
+        import_onnxruntime("convert", "ONNX FP16 conversion")
         from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
 
         o = self.options

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from edgeopt_agent.errors import require
+from edgeopt_agent.runners.onnxruntime_import import import_onnxruntime
 
 from ._quiet import captured_output
 from .base import Step, StepContext, StepResult, option
@@ -70,7 +71,7 @@ class PreprocessOnnx(Step):
 
     def run(self, ctx: StepContext, model: Optional[Path], output: Path) -> StepResult:
         onnx = require("onnx", "convert", "ONNX pre-processing")
-        require("onnxruntime", "convert", "ONNX pre-processing")
+        import_onnxruntime("convert", "ONNX pre-processing")
         o = self.options
         original = onnx.load(str(model))
         graph = onnx.ModelProto()
@@ -88,7 +89,7 @@ class PreprocessOnnx(Step):
                 raise StepFailed(f"upgrading opset {opset} to {o.min_opset} (needed for per-channel INT8) failed: "
                                  f"{first_line(exc)}") from exc
             done.append(f"opset {opset} -> {o.min_opset}")
-        if o.fix_dims:
+        if o.fix_dims and ctx.fix_dims:
             fixed = _fix_dims(graph, ctx)
             if fixed:
                 done.append("fixed " + ", ".join(fixed))

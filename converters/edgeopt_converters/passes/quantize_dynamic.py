@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Tuple
 
-from edgeopt_agent.errors import require
+from edgeopt_agent.runners.onnxruntime_import import import_onnxruntime
 
 from ._quiet import captured_output
 from .base import Step, StepContext, StepResult, option
@@ -44,7 +44,7 @@ class QuantizeOnnxDynamic(Step):
     Options = OnnxDynamicOptions
 
     def run(self, ctx: StepContext, model: Optional[Path], output: Path) -> StepResult:
-        require("onnxruntime", "convert", "ONNX INT8 quantization")
+        import_onnxruntime("convert", "ONNX INT8 quantization")
         from onnxruntime import quantization as q
 
         o = self.options

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Dict, Optional, Tuple
 
 from edgeopt_agent.errors import UserError, require
+from edgeopt_agent.runners.onnxruntime_import import import_onnxruntime
 
 from ._quiet import captured_output
 from .base import Step, StepContext, StepResult, option
@@ -93,7 +94,7 @@ class QuantizeOnnxStatic(Step):
 
     def run(self, ctx: StepContext, model: Optional[Path], output: Path,
             calibration: Optional[Calibration] = None) -> StepResult:
-        require("onnxruntime", "convert", "ONNX INT8 quantization")
+        import_onnxruntime("convert", "ONNX INT8 quantization")
         from onnxruntime import quantization as q
 
         o = self.options

@@ -27,6 +27,11 @@ MANIFEST = "manifest.json"
 @click.option("--batch", "batch", metavar="N[,N...]", help="Batch sizes to sweep, e.g. 1,2,4,8.")
 @click.option("--latency-budget-ms", type=float, help="Report the largest batch whose p90 fits this budget.")
 @click.option("--input", "input_file", type=click.Path(path_type=Path), help="Input data: .npy (one input) or .npz keyed by input name.")
+@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=1,512",
+              help="Shape of an input with dynamic dims (NAME= for a scalar); repeat per input. "
+                   "Artifacts of an `edgeopt convert` folder take the shapes its manifest recorded.")
+@click.option("--input-value", "input_values", multiple=True, metavar="NAME=16000",
+              help="A constant every feed of input NAME holds (a sample rate); repeat per input.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random input.")
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Kill a benchmark after this many seconds.")
 @click.option("--memory-limit-mb", type=int, help="Address-space limit of the benchmark process (RLIMIT_AS).")
@@ -36,7 +41,8 @@ MANIFEST = "manifest.json"
 @click.option("--idle", "idle_s", type=float, default=1.0, show_default=True, help="Idle power baseline before each run, seconds (with a power sensor).")
 @click.option("--no-sensors", is_flag=True, help="Do not read this machine's power and thermal sensors.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
-def bench(artifact: Path, batch: Optional[str], no_sensors: bool, as_json: bool, **options: Any) -> None:
+def bench(artifact: Path, batch: Optional[str], no_sensors: bool, as_json: bool,
+          input_shapes: Sequence[str], input_values: Sequence[str], **options: Any) -> None:
     """Benchmark ARTIFACT (.onnx/.tflite, or a folder with manifest.json) on this machine.
 
     Each benchmark runs in a child process: load time and the first inference are reported
@@ -45,7 +51,8 @@ def bench(artifact: Path, batch: Optional[str], no_sensors: bool, as_json: bool,
     """
     options["batch_sizes"] = parse_batches(batch)
     targets = collect_targets(artifact)
-    specs = [_spec(path, options) for path, _ in targets]
+    given = given_inputs(input_shapes, input_values)
+    specs = [_spec(path, options, merge_inputs(entry, given)) for path, entry in targets]
     for spec in specs:  # a missing or unrecognised file stops everything before anything runs
         resolve_runtime(spec.artifact, spec.runtime)
     sensors = None if no_sensors else local_sensors()
@@ -118,8 +125,46 @@ def local_sensors():
     return discover()
 
 
-def _spec(path: Path, options: Dict[str, Any]) -> BenchmarkSpec:
+def given_inputs(shapes: Sequence[str], values: Sequence[str]) -> Dict[str, Dict[str, Any]]:
+    """--input-shape NAME=SHAPE / --input-value NAME=NUMBER as partial input descriptions by name."""
+    from edgeopt_converters.tensors import parse_shape, parse_value, split_named
+
+    result: Dict[str, Dict[str, Any]] = {}
+    for option, items in (("--input-shape", shapes), ("--input-value", values)):
+        positional, named = split_named(items, option)
+        if positional:
+            raise UserError(f"{option} '{positional[0]}' needs the input's name: write NAME=..., like "
+                            f"{option} input_ids=1,128")
+        for name, text in named.items():
+            entry = result.setdefault(name, {"name": name})
+            if option == "--input-shape":
+                entry["shape"] = list(parse_shape(text, f"--input-shape {name}="))
+            else:
+                entry["value"] = parse_value(text, name)
+    return result
+
+
+def merge_inputs(entry: Optional[Dict[str, Any]], given: Dict[str, Dict[str, Any]]) -> Optional[List[Dict[str, Any]]]:
+    """The input descriptions of one artifact: what its manifest entry recorded, overridden by
+    what the command line gives (matched by the artifact's input name or the model's)."""
+    from edgeopt_converters.manifest import bench_inputs
+
+    recorded = bench_inputs(entry) if entry is not None else None
+    if not given:
+        return recorded
+    merged = {d["name"]: dict(d) for d in recorded or ()}
+    aliases = {d.get("alias"): d["name"] for d in recorded or () if d.get("alias")}
+    for name, override in given.items():
+        target = aliases.get(name, name)
+        item = merged.setdefault(target, {"name": target})
+        item.update({k: v for k, v in override.items() if k != "name"})
+        item.setdefault("shape", [])  # a value alone is a scalar
+    return list(merged.values())
+
+
+def _spec(path: Path, options: Dict[str, Any], inputs: Optional[List[Dict[str, Any]]] = None) -> BenchmarkSpec:
     values = dict(options)
+    values["inputs"] = inputs
     values["timeout_s"] = values.pop("timeout")
     values["duration_s"] = values.pop("duration")
     values["max_duration_s"] = values.pop("max_duration")

@@ -16,12 +16,18 @@ file, an ExportedProgram .pt2, an .onnx file, or example:digits-cnn (bundled).""
 @click.option("-d", "--device", required=True, help="Target board profile (see `edgeopt devices`).")
 @click.option("-o", "--output", "output_dir", default="edgeopt-out", show_default=True,
               type=click.Path(file_okay=False), help="Folder for the artifacts and manifest.json.")
-@click.option("--input-shape", "input_shapes", multiple=True, metavar="1,3,224,224",
-              help="Input shape; repeat for several inputs (batch first).")
-@click.option("--input-dtype", "input_dtypes", multiple=True, metavar="float32",
-              help="Input dtype (one for all inputs, or one per --input-shape).")
-@click.option("--calibration", type=click.Path(dir_okay=False),
-              help=".npy, or .npz keyed by input name, with representative inputs for INT8 calibration.")
+@click.option("--input-shape", "input_shapes", multiple=True, metavar="[NAME=]1,3,224,224",
+              help="Input shape, NAME=SHAPE for a named input (NAME= or NAME=scalar: a scalar); repeat per "
+                   "input. Dims the model declares are read from it: give only the dynamic ones' inputs.")
+@click.option("--input-dtype", "input_dtypes", multiple=True, metavar="[NAME=]float32",
+              help="Input dtype: one for all inputs, one per input in order, or NAME=DTYPE.")
+@click.option("--input-value", "input_values", multiple=True, metavar="NAME=16000",
+              help="A constant argument (a TorchScript int, a Python float), baked into the export; "
+                   "for an ONNX input, the value it is always fed.")
+@click.option("--calibration", type=click.Path(dir_okay=False), multiple=True,
+              help=".npy, or .npz keyed by input name, with representative inputs for INT8 calibration: "
+                   "an array [N, *input_shape] holds N samples (batch-first [N, *input_shape[1:]] also works); repeat "
+                   "for files of other shapes (sequence lengths) to calibrate over each.")
 @click.option("--eval-data", type=click.Path(dir_okay=False),
               help="Like --calibration, plus optional integer `labels`, for the accuracy check.")
 @click.option("--format", "formats", multiple=True, type=click.Choice(["onnx", "tflite"]),
@@ -54,7 +60,7 @@ file, an ExportedProgram .pt2, an .onnx file, or example:digits-cnn (bundled).""
               help="Keep a failed INT8 as it is instead of keeping its most sensitive nodes in float until it passes.")
 @click.option("--no-timing", is_flag=True, help="Skip the host timing (the recommendation then falls back to the profile's prediction).")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON instead of the summary table.")
-def convert(model, device, output_dir, input_shapes, input_dtypes, calibration, eval_data, formats, precisions,
+def convert(model, device, output_dir, input_shapes, input_dtypes, input_values, calibration, eval_data, formats, precisions,
             max_accuracy_drop, min_cosine, output_kinds, state_pairs, stream_steps, metric, max_metric_drop, threads,
             calibrate_method, weights, trust_model_code, no_mixed_precision, no_timing, as_json):
     from edgeopt.api import convert as run
@@ -63,7 +69,8 @@ def convert(model, device, output_dir, input_shapes, input_dtypes, calibration, 
     reporter = Progress() if as_json else RichProgress()
     kwargs = dict(
         input_shape=list(input_shapes) or None, input_dtype=list(input_dtypes) or None,
-        calibration=calibration, eval_data=eval_data, formats=formats, precisions=precisions,
+        input_value=list(input_values) or None,
+        calibration=list(calibration) or None, eval_data=eval_data, formats=formats, precisions=precisions,
         max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine, output_kinds=list(output_kinds),
         state=list(state_pairs), stream_steps=stream_steps, metric=metric, max_metric_drop=max_metric_drop,
         threads=threads, calibrate_method=calibrate_method,

@@ -81,12 +81,21 @@ def deploy(
             job_id, chosen.sha256, chosen.format, meta=chosen.meta, chunks=None if url else chosen.chunks, url=url,
             size=chosen.size, target=protocol.JobTarget(tuple(t.device_id for t in targets), profile),
             lifetime_s=expires_s, release=chosen.release, allow_downgrade=allow_downgrade,
-            signer=key.sign_job if key else None, **dict(bench or {}),
+            signer=key.sign_job if key else None, **_with_inputs(bench, chosen.inputs),
         )
         jobs = {target.device_id: protocol.job_message(target.device_id, 1, body) for target in targets}
         return Rollout(client, chosen, jobs, progress).run(wait, timeout_s)
     finally:
         client.close()
+
+
+def _with_inputs(bench: Optional[Mapping[str, Any]], inputs: Optional[List[Dict[str, Any]]]) -> Dict[str, Any]:
+    """The benchmark options, with how to feed the artifact's inputs (from its manifest entry)
+    unless the caller says otherwise."""
+    options = dict(bench or {})
+    if inputs is not None and options.get("inputs") is None:
+        options["inputs"] = inputs
+    return options
 
 
 def signing_key(private_key: Union[PathLike, SigningKey, None], unsigned: bool = False) -> Optional[SigningKey]:

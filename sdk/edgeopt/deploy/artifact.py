@@ -13,7 +13,7 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from edgeopt_agent import protocol
 from edgeopt_agent.transfer import plan_chunks
@@ -36,6 +36,7 @@ class DeployArtifact:
     chunks: protocol.ChunkPlan
     meta: Dict[str, Any]
     release: Optional[protocol.Release] = None
+    inputs: Optional[List[Dict[str, Any]]] = None  # how the board feeds each input (the `inputs` bench option)
 
 
 def choose_artifact(outdir: Path, key: Optional[str] = None,
@@ -90,7 +91,8 @@ def choose_artifact(outdir: Path, key: Optional[str] = None,
         "manifest_sha256": hashlib.sha256(raw).hexdigest(),
     }
     return DeployArtifact(key=wanted, path=path, format=fmt, precision=entry.get("precision"), sha256=sha256,
-                          size=size, chunks=chunks, meta=meta, release=release_of(manifest, manifest_path))
+                          size=size, chunks=chunks, meta=meta, release=release_of(manifest, manifest_path),
+                          inputs=_inputs(entry))
 
 
 def release_of(manifest: Dict[str, Any], where: Path) -> Optional[protocol.Release]:
@@ -106,6 +108,18 @@ def release_of(manifest: Dict[str, Any], where: Path) -> Optional[protocol.Relea
                     where)
         return None
     return protocol.Release(model=source[:1024], version=when.timestamp())
+
+
+def _inputs(entry: Dict[str, Any]) -> Optional[List[Dict[str, Any]]]:
+    from edgeopt_converters.manifest import bench_inputs
+
+    inputs = bench_inputs(entry)
+    if inputs is not None:
+        try:
+            protocol.check_input_description(inputs)
+        except UserError as exc:
+            raise UserError(f"the manifest's inputs of artifact '{entry.get('key')}' are not usable: {exc}") from None
+    return inputs
 
 
 def _is_finite_number(value: Any) -> bool:

@@ -19,7 +19,7 @@ def test_batch_axis_rules():
     assert batch_shape(FIXED, 1) == (1, 16)
     with pytest.raises(UnsupportedModelError, match="fixed batch size of 1, so batch 8 cannot run"):
         batch_shape(FIXED, 8)
-    with pytest.raises(InputError, match="dynamic size 'seq' on axis 1; give an input file"):
+    with pytest.raises(InputError, match=r"dynamic size .seq. on axis 1; give its shape \(edgeopt bench --input-shape ids=...\) or an input file"):
         batch_shape(TensorInfo("ids", ("N", "seq"), "int64"), 1)
     assert batch_shape(TensorInfo("s", (), "float32"), None) == ()
     with pytest.raises(UnsupportedModelError, match="scalar"):
@@ -40,7 +40,7 @@ def test_random_feeds_are_seeded_and_typed():
     assert a["x"].shape == (2, 16) and a["x"].dtype == np.float32 and 0 <= a["x"].min() and a["x"].max() < 1
     assert a["q"].shape == (2, 4) and a["ids"].shape == (2, 5) and a["mask"].shape == (2, 5)
     assert a["q"].dtype == np.int8 and a["ids"].dtype == np.int64 and a["mask"].dtype == np.bool_
-    assert 0 <= a["ids"].min() and a["ids"].max() < 10
+    assert 0 <= a["ids"].min() and a["ids"].max() <= 1
 
 
 def test_npy_for_a_single_input_model(tmp_path):
@@ -72,3 +72,30 @@ def test_unreadable_file_and_fixed_batch(tmp_path):
     np.save(tmp_path / "x.npy", np.ones((1, 16), np.float32))
     with pytest.raises(UnsupportedModelError, match="fixed batch size of 1"):
         file_feeds(str(tmp_path / "x.npy"), [FIXED], 4)
+
+
+STATEFUL = [TensorInfo("serving_default_args_0", ("batch", "samples"), "float32"),
+            TensorInfo("state", (2, "batch", 8), "float32"),
+            TensorInfo("sr", (), "int64")]
+DESCRIBED = [{"name": "serving_default_args_0", "alias": "input", "shape": [1, 64]},
+             {"name": "state", "shape": [2, 1, 8]},
+             {"name": "sr", "shape": [], "value": 16000}]
+
+
+def test_a_description_fills_dynamic_dims_and_constants():
+    feeds = random_feeds(STATEFUL, None, 0, DESCRIBED)
+    assert {k: v.shape for k, v in feeds.items()} == {"serving_default_args_0": (1, 64), "state": (2, 1, 8), "sr": ()}
+    assert feeds["sr"].dtype == np.int64 and int(feeds["sr"]) == 16000
+    assert batch_shape(STATEFUL[0], 4, DESCRIBED[0]) == (4, 64)  # a requested batch still sets a dynamic axis 0
+    with pytest.raises(InputError, match="the artifact has no input 'audio'; its inputs: serving_default_args_0"):
+        random_feeds(STATEFUL, None, 0, DESCRIBED + [{"name": "audio", "shape": [1]}])
+    with pytest.raises(InputError, match="has shape .*, but its description says"):
+        random_feeds(STATEFUL, None, 0, [{"name": "serving_default_args_0", "shape": [1, 8, 2]}, DESCRIBED[1]])
+
+
+def test_an_input_file_may_use_the_models_own_names(tmp_path):
+    path = tmp_path / "in.npz"
+    np.savez(path, input=np.ones((1, 64), np.float32), state=np.zeros((2, 1, 8), np.float32))
+    feeds = file_feeds(str(path), STATEFUL, None, DESCRIBED)
+    assert feeds["serving_default_args_0"].shape == (1, 64) and float(feeds["serving_default_args_0"][0, 0]) == 1.0
+    assert int(feeds["sr"]) == 16000  # a constant needs no array

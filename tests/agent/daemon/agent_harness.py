@@ -65,7 +65,7 @@ class Listener:
         try:
             record["kind"] = protocol.parse_topic(message.topic)[1]
             record["envelope"] = json.loads(message.payload)
-        except ValueError:
+        except (ValueError, RecursionError):  # a hostile payload on a topic it listens to
             record["kind"] = None
         with self._cond:
             self.messages.append(record)

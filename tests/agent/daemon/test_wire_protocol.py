@@ -119,6 +119,13 @@ def job_envelope(body, job_type="benchmark"):
 GOOD_ARTIFACT = {"sha256": SHA, "format": "onnx", "path": "m.onnx"}
 
 
+def test_a_job_describes_how_to_feed_its_inputs():
+    inputs = [{"name": "serving_default_args_0", "alias": "input", "shape": [1, 512], "dtype": "float32"},
+              {"name": "sr", "shape": [], "dtype": "int64", "value": 16000}]
+    job = protocol.parse_job(protocol.benchmark_job("rpi-01", 1, "job-1", SHA, "onnx", path="m.onnx", inputs=inputs))
+    assert job.bench["inputs"] == inputs
+
+
 @pytest.mark.parametrize(
     "body, kind, fragment",
     [
@@ -155,6 +162,16 @@ GOOD_ARTIFACT = {"sha256": SHA, "format": "onnx", "path": "m.onnx"}
         ({"job_id": "j", "artifact": GOOD_ARTIFACT, "bench": {"batch_sizes": [0]}}, "invalid_job", "batch_sizes"),
         ({"job_id": "j", "artifact": GOOD_ARTIFACT, "bench": {"duration_s": float("inf")}}, "invalid_job", "duration_s"),
         ({"job_id": "j", "artifact": GOOD_ARTIFACT, "bench": []}, "invalid_job", "'bench' must be an object"),
+        ({"job_id": "j", "artifact": GOOD_ARTIFACT, "bench": {"inputs": {"x": [1]}}}, "invalid_job", "'inputs' must be a list"),
+        ({"job_id": "j", "artifact": GOOD_ARTIFACT, "bench": {"inputs": [{"name": "x", "shape": [-1]}]}}, "invalid_job",
+         "'inputs' 'x' needs a 'shape'"),
+        ({"job_id": "j", "artifact": GOOD_ARTIFACT, "bench": {"inputs": [{"name": "x", "shape": [2**20, 2**20]}]}},
+         "invalid_job", "more than"),
+        ({"job_id": "j", "artifact": GOOD_ARTIFACT, "bench": {"inputs": [{"name": "x", "shape": [], "value": "16k"}]}},
+         "invalid_job", "'value' must be a number"),
+        ({"job_id": "j", "artifact": GOOD_ARTIFACT, "bench": {"inputs": [{"name": "x", "shape": [], "code": 1}]}},
+         "invalid_job", "unknown key"),
+        ({"job_id": "j", "artifact": GOOD_ARTIFACT, "bench": {"inputs": [{"shape": [1]}]}}, "invalid_job", "needs a 'name'"),
         ({"job_id": "j", "artifact": GOOD_ARTIFACT, "bench": {"timeout_s": 10 ** 400}}, "invalid_job", "timeout_s"),
         ({"job_id": "j", "artifact": GOOD_ARTIFACT, "meta": "resnet"}, "invalid_job", "'meta' must be an object"),
         ({"job_id": "j", "artifact": GOOD_ARTIFACT, "meta": {"notes": "x" * 20000}}, "invalid_job", "16384-byte limit"),

@@ -156,9 +156,14 @@ def test_a_dynamic_batch_axis_gets_a_profile_up_to_the_largest_batch():
     assert profile_shapes([("image", (1, 3, 224, 224))], max_batch=8) == []
 
 
-def test_other_dynamic_axes_are_refused_with_what_to_do():
-    with pytest.raises(UnsupportedModelError, match=r"input 'tokens' has dynamic sizes on axes \[0, 1\] .* fixed sizes"):
+def test_other_dynamic_axes_take_the_described_shape_or_are_refused_with_what_to_do():
+    with pytest.raises(UnsupportedModelError, match=r"input 'tokens' has dynamic sizes on axes \[1\] .* "
+                                                    r"\(edgeopt bench --input-shape tokens=\.\.\."):
         profile_shapes([("tokens", (-1, -1))], max_batch=1)
+    shapes = profile_shapes([("tokens", (-1, -1)), ("state", (2, -1, 8))], max_batch=4,
+                            known={"tokens": [1, 128], "state": [2, 1, 8]})
+    # batch 1..4; the sequence at the length validated; a state's dynamic axis 1 is not a batch axis
+    assert shapes == [("tokens", (1, 128), (4, 128), (4, 128)), ("state", (2, 1, 8), (2, 1, 8), (2, 1, 8))]
 
 
 # -- ONNX Runtime's TensorRT provider ----------------------------------------------------------------------
@@ -188,7 +193,8 @@ def test_spec_carries_precision_and_engine_folder_to_the_runner(tmp_path):
     spec = BenchmarkSpec(artifact="m.onnx", runtime="tensorrt", precision="int8", engine_cache_dir=tmp_path,
                          batch_sizes=[1, 4, 2])
     assert BenchmarkSpec.from_dict(spec.to_dict()) == spec
-    assert spec.runner_options() == {"precision": "int8", "cache_dir": str(tmp_path), "max_batch": 4}
+    assert spec.runner_options() == {"precision": "int8", "cache_dir": str(tmp_path), "max_batch": 4,
+                                     "input_shapes": None}
     ort_trt = BenchmarkSpec(artifact="m.onnx", runtime="onnxruntime-tensorrt", precision="fp16")
     assert ort_trt.runner_options() == {"precision": "fp16", "cache_dir": None}
     assert BenchmarkSpec(artifact="m.onnx", runtime="tensorrt").runner_options()["max_batch"] == 1
