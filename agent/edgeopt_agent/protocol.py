@@ -375,7 +375,7 @@ BENCH_OPTIONS: Dict[str, Tuple[str, bool]] = {
     "inputs": ("inputs", True),  # how to feed each input: see check_input_description
 }
 
-INPUT_DESCRIPTION_KEYS = ("name", "shape", "dtype", "value", "alias")
+INPUT_DESCRIPTION_KEYS = ("name", "shape", "dtype", "value", "alias", "min_shape", "max_shape")
 MAX_DESCRIBED_INPUTS = 256
 MAX_INPUT_RANK = 16
 MAX_INPUT_ELEMENTS = 2**28  # per input: a job cannot ask the board to fill more than this
@@ -386,7 +386,9 @@ def check_input_description(value: Any) -> Tuple[Dict[str, Any], ...]:
 
     {"name": the artifact's input name, "shape": [concrete dims] (fills the dims the artifact
     leaves dynamic), "dtype": optional, "value": optional constant every feed holds (a sample
-    rate), "alias": optional name the model used for it (an input file may use either)}.
+    rate), "alias": optional name the model used for it (an input file may use either),
+    "min_shape"/"max_shape": optional, the smallest and largest sizes the conversion fed (a
+    TensorRT optimization profile spans them, `shape` being its optimum)}.
     Raises UserError with the first problem.
     """
     if not isinstance(value, (list, tuple)) or len(value) > MAX_DESCRIBED_INPUTS:
@@ -416,7 +418,17 @@ def check_input_description(value: Any) -> Tuple[Dict[str, Any], ...]:
             raise UserError(f"'inputs' '{item['name']}' shape {list(shape)} holds more than {MAX_INPUT_ELEMENTS} elements")
         if "value" in item and not (isinstance(item["value"], bool) or _is_number(item["value"])):
             raise UserError(f"'inputs' '{item['name']}' 'value' must be a number or a boolean, got {item['value']!r}")
-        result.append({**item, "shape": [int(d) for d in shape]})
+        checked = {**item, "shape": [int(d) for d in shape]}
+        for key, fits in (("min_shape", lambda bound, d: bound <= d), ("max_shape", lambda bound, d: bound >= d)):
+            if key not in item:
+                continue
+            bound = item[key]
+            if not isinstance(bound, (list, tuple)) or len(bound) != len(shape) or \
+                    not all(_is_int(b) and 0 <= b <= 2**31 and fits(b, d) for b, d in zip(bound, shape)):
+                raise UserError(f"'inputs' '{item['name']}' '{key}' must list {len(shape)} integers bounding its "
+                                f"shape {list(shape)}, got {bound!r}")
+            checked[key] = [int(b) for b in bound]
+        result.append(checked)
     names = [i["name"] for i in result]
     if len(set(names)) != len(names):
         raise UserError(f"'inputs' names an input twice: {names}")

@@ -9,7 +9,7 @@ import tempfile
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from .accuracy import Accuracy
 from .hashing import sha256_file
@@ -48,9 +48,11 @@ def tool_versions() -> Dict[str, Optional[str]]:
     return versions
 
 
-def described_inputs(io_inputs: List[dict], specs, shapes: Dict[str, tuple]) -> List[dict]:
+def described_inputs(io_inputs: List[dict], specs, shapes: Dict[str, tuple],
+                     ranges: Optional[Dict[str, Tuple[tuple, tuple]]] = None) -> List[dict]:
     """The artifact's inputs with what feeding them takes: the model's name for each
-    (`model_input`), the shape validated (`example_shape`) and a constant's `value`."""
+    (`model_input`), the shape validated (`example_shape`), the smallest and largest shapes the
+    data held where they differ from it (`min_shape`, `max_shape`) and a constant's `value`."""
     by_name = {s.name: s for s in specs}
     mapping = match_inputs([i["name"] for i in io_inputs], [s.name for s in specs])
     described = []
@@ -60,6 +62,9 @@ def described_inputs(io_inputs: List[dict], specs, shapes: Dict[str, tuple]) -> 
         if spec is not None:
             entry["model_input"] = spec.name
             entry["example_shape"] = list(shapes.get(spec.name, spec.shape))
+            low, high = (ranges or {}).get(spec.name, (None, None))
+            if low is not None and (list(low) != entry["example_shape"] or list(high) != entry["example_shape"]):
+                entry["min_shape"], entry["max_shape"] = list(low), list(high)
             if spec.is_constant:
                 entry["value"] = spec.value
         described.append(entry)
@@ -79,12 +84,16 @@ def bench_inputs(entry: Dict[str, Any]) -> Optional[List[dict]]:
             description["alias"] = item["model_input"]
         if "value" in item:
             description["value"] = item["value"]
+        for key in ("min_shape", "max_shape"):
+            if key in item:
+                description[key] = list(item[key])
         result.append({k: v for k, v in description.items() if v is not None})
     return result
 
 
 def _artifact_entry(record: ArtifactRecord, work: Path, fp32_p50: Dict[str, float], recommended: Optional[str],
-                    specs=(), shapes: Optional[Dict[str, tuple]] = None) -> Dict[str, Any]:
+                    specs=(), shapes: Optional[Dict[str, tuple]] = None,
+                    ranges: Optional[Dict[str, Tuple[tuple, tuple]]] = None) -> Dict[str, Any]:
     path = work / record.path
     item = record.planned
     entry: Dict[str, Any] = {
@@ -104,7 +113,7 @@ def _artifact_entry(record: ArtifactRecord, work: Path, fp32_p50: Dict[str, floa
         "not_quantized": record.not_quantized,
         "sha256": sha256_file(path),
         "size_bytes": path.stat().st_size,
-        "inputs": described_inputs(record.io["inputs"], specs, shapes or {}),
+        "inputs": described_inputs(record.io["inputs"], specs, shapes or {}, ranges),
         "outputs": record.io["outputs"],
         "dynamic_batch": record.dynamic_batch,
         "accuracy": record.accuracy.to_dict(),
@@ -132,6 +141,18 @@ def _model_inputs(ctx) -> List[dict]:
             entry["declared_shape"] = list(declared[spec.name])
         inputs.append(entry)
     return inputs
+
+
+def shape_ranges(shape_sets: List[Dict[str, tuple]]) -> Dict[str, Tuple[tuple, tuple]]:
+    """Per input, the smallest and largest size of each axis over the shape sets the data held."""
+    ranges: Dict[str, Tuple[tuple, tuple]] = {}
+    for shapes in shape_sets:
+        for name, shape in shapes.items():
+            low, high = ranges.get(name, (tuple(shape), tuple(shape)))
+            if len(low) != len(shape):
+                continue
+            ranges[name] = (tuple(map(min, low, shape)), tuple(map(max, high, shape)))
+    return ranges
 
 
 def build_manifest(ctx, records: List[ArtifactRecord], recommendation, opts) -> Dict[str, Any]:
@@ -190,7 +211,8 @@ def build_manifest(ctx, records: List[ArtifactRecord], recommendation, opts) -> 
         "recommendation": recommendation.to_dict(),
         "notes": list(ctx.notes),
         "warnings": list(ctx.warnings),
-        "artifacts": [_artifact_entry(r, ctx.work, fp32_p50, recommendation.key, ctx.specs, validated)
+        "artifacts": [_artifact_entry(r, ctx.work, fp32_p50, recommendation.key, ctx.specs, validated,
+                                      shape_ranges(ctx.calibration.shapes(feed_batch(ctx.specs)) + [validated]))
                       for r in records],
     }
 

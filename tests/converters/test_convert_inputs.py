@@ -275,3 +275,36 @@ def test_calibration_files_of_several_shapes_are_fed_each_at_its_own(tmp_path):
     assert parts.subset(slice(None, 4)).size == 4
     with pytest.raises(UserError, match="give evaluation data of one shape per input"):
         load_datasets(files, tokens, "eval-data", True)
+
+
+def test_tensorrt_profiles_span_the_shapes_the_data_held(tmp_path, nets_path):
+    """min/opt/max of a dynamic axis: the smallest calibration length, the validated one, the largest."""
+    import edgeopt
+    from edgeopt_agent.bench.spec import BenchmarkSpec
+    from edgeopt_agent.protocol import check_input_description
+    from edgeopt_agent.runners.tensorrt_build import profile_shapes
+    from edgeopt_converters.manifest import bench_inputs
+
+    options = _tokens(tmp_path, nets_path)
+    manifest = edgeopt.convert(options.pop("model"), device="x86-64", output_dir=tmp_path / "out", precisions=["fp32"],
+                               time_on_host=False, **options)
+    (artifact,) = manifest["artifacts"]
+    described = check_input_description(bench_inputs(artifact))
+    ids = next(d for d in described if d["name"] == "input_ids")
+    assert (ids["min_shape"], ids["shape"], ids["max_shape"]) == ([1, 6], [1, 20], [1, 20])
+    spec = BenchmarkSpec(artifact=tmp_path / "out" / artifact["path"], runtime="tensorrt", inputs=described)
+    runner = spec.runner_options()
+    shapes = profile_shapes([("input_ids", (-1, -1))], max_batch=1, known=runner["input_shapes"],
+                            ranges=runner["input_ranges"])
+    assert shapes == [("input_ids", (1, 6), (1, 20), (1, 20))]
+
+
+def test_a_shape_range_must_bound_its_shape():
+    from edgeopt_agent.errors import UserError
+    from edgeopt_agent.protocol import check_input_description
+
+    ok = check_input_description([{"name": "x", "shape": [1, 8], "min_shape": [1, 4], "max_shape": [1, 16]}])
+    assert ok[0]["min_shape"] == [1, 4]
+    for bad in ({"min_shape": [1, 9]}, {"max_shape": [1, 7]}, {"min_shape": [4]}, {"max_shape": "1,16"}):
+        with pytest.raises(UserError, match="must list 2 integers bounding its shape"):
+            check_input_description([{"name": "x", "shape": [1, 8], **bad}])

@@ -46,3 +46,47 @@ def test_yolo_detector_int8_is_judged_by_the_detections_it_still_finds(tmp_path)
     assert int8["verdict"] == "failed"
     assert manifest["recommended"] == "onnx-fp32"
     assert any("mixed precision found no passing split" in w for w in manifest["warnings"])
+
+
+def speech_frames(paths, silence_s: float = 0.5, frame: int = 512, context: int = 64) -> np.ndarray:
+    """Silero's frames: 512 samples at 16 kHz after the previous frame's last 64, clips padded with silence."""
+    from scipy.io import wavfile
+
+    pieces = []
+    for path in paths:
+        rate, audio = wavfile.read(path)
+        assert rate == 16000
+        pad = np.zeros(int(silence_s * rate), np.float32)
+        pieces += [pad, audio.astype(np.float32), pad]
+    signal = np.concatenate(pieces)
+    starts = range(context, len(signal) - frame, frame)
+    return np.stack([signal[s - context:s + frame] for s in starts])[:, None, :]
+
+
+@pytest.mark.slow
+def test_voice_activity_model_is_judged_by_streaming_its_state(tmp_path):
+    """silero-vad: one 32 ms frame from a zero state says little; its state carries the clip."""
+    model = corpus("silero-vad", "vad")
+    frames = speech_frames([corpus("audioeval", "counting"), corpus("audioeval", "fox")])
+    states = np.zeros((len(frames), 2, 1, 128), np.float32)
+    np.savez(tmp_path / "eval.npz", input=frames, state=states)
+    calib = speech_frames([corpus("audioeval", "jishu")])
+    np.savez(tmp_path / "calib.npz", input=calib, state=np.zeros((len(calib), 2, 1, 128), np.float32))
+    manifest = edgeopt.convert(str(model), device="x86-64", output_dir=tmp_path / "out", formats=["onnx"],
+                               calibration=tmp_path / "calib.npz", eval_data=tmp_path / "eval.npz",
+                               time_on_host=False, stream_steps=len(frames))
+    assert manifest["options"]["state_pairs"] == {"state": "stateN"}
+    artifacts = {a["key"]: a["accuracy"] for a in manifest["artifacts"]}
+    for accuracy in artifacts.values():
+        streamed = {o["name"]: o for o in accuracy["streamed"]["outputs"]}
+        assert streamed["output@stream"]["kind"] == "probability"
+        assert streamed["stateN@stream"]["kind"] == "state"
+    assert artifacts["onnx-fp32"]["verdict"] == "ok"
+    int8 = artifacts["onnx-int8"]
+    one_step = {o["name"]: o for o in int8["outputs"]}
+    streamed = {o["name"]: o for o in int8["streamed"]["outputs"]}
+    # Fed its own state, the INT8 model's state drifts further from FP32's than one step shows ...
+    assert streamed["stateN@stream"]["cosine_similarity"] < one_step["stateN"]["cosine_similarity"] < 0.99
+    # ... and its speech decisions, judged frame by frame as the model runs, move beyond the budget.
+    assert streamed["output@stream"]["verdict"] == "failed" and streamed["output@stream"]["flipped_pct"] > 1
+    assert int8["verdict"] == "failed"

@@ -119,11 +119,14 @@ class BenchmarkSpec:
     def runner_options(self) -> Dict[str, Any]:
         """What open_runner takes beyond the path, threads and runtime, for this spec's runtime."""
         if self.runtime == "tensorrt":
+            ranges = {d["name"]: [list(d.get("min_shape", d["shape"])), list(d.get("max_shape", d["shape"]))]
+                      for d in self.inputs or () if "min_shape" in d or "max_shape" in d}
             return {
                 "precision": self.precision,
                 "cache_dir": self.engine_cache_dir,
                 "max_batch": max(self.batch_sizes or (1,)),
                 "input_shapes": {d["name"]: list(d["shape"]) for d in self.inputs or ()} or None,
+                **({"input_ranges": ranges} if ranges else {}),
             }
         if self.runtime == "onnxruntime-tensorrt":
             return {"precision": self.precision, "cache_dir": self.engine_cache_dir}

@@ -223,11 +223,13 @@ def profile_shapes(
     inputs: Sequence[Tuple[str, Tuple[int, ...]]],
     max_batch: int,
     known: Optional[Mapping[str, Sequence[int]]] = None,
+    ranges: Optional[Mapping[str, Sequence[Sequence[int]]]] = None,
 ) -> List[Tuple[str, Tuple[int, ...], Tuple[int, ...], Tuple[int, ...]]]:
     """(name, min, opt, max) for each input with a dynamic axis.
 
-    A dynamic batch axis (0) spans 1..max_batch. Other dynamic axes take the size the input
-    description gives (`known`: the shapes the manifest recorded as validated); without one they
+    A dynamic batch axis (0) spans 1..max_batch. Other dynamic axes are built for the size the
+    input description gives (`known`: the shapes the manifest recorded as validated) and span
+    the sizes the conversion's data held (`ranges`: [min shape, max shape]); without a size they
     cannot be built.
     """
     shapes = []
@@ -237,24 +239,28 @@ def profile_shapes(
         given = list(known[name]) if known and name in known else None
         if given is not None and len(given) != len(shape):
             raise UnsupportedModelError(f"input '{name}' has shape {list(shape)}, but its description says {given}")
-        smallest, largest = [], []
+        low, high = (list(b) for b in ranges[name]) if ranges and name in ranges else (given, given)
+        smallest, optimal, largest = [], [], []
         for axis, d in enumerate(shape):
             if d >= 0:
                 smallest.append(d)
+                optimal.append(d)
                 largest.append(d)
             elif axis == 0:
                 smallest.append(1)
+                optimal.append(max_batch)
                 largest.append(max_batch)
             elif given is not None:
-                smallest.append(given[axis])
-                largest.append(given[axis])
+                smallest.append(min(low[axis], given[axis]))
+                optimal.append(given[axis])
+                largest.append(max(high[axis], given[axis]))
             else:
                 dynamic = [a for a, x in enumerate(shape) if x < 0 and a != 0]
                 raise UnsupportedModelError(
                     f"input '{name}' has dynamic sizes on axes {dynamic} ({list(shape)}); TensorRT needs their sizes: "
                     f"give the input's shape (edgeopt bench --input-shape {name}=...; a deploy sends the manifest's)"
                 )
-        shapes.append((name, tuple(smallest), tuple(largest), tuple(largest)))
+        shapes.append((name, tuple(smallest), tuple(optimal), tuple(largest)))
     return shapes
 
 
@@ -287,6 +293,7 @@ def build_engine(
     timing_cache: bytes,
     model_name: str,
     known_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+    known_ranges: Optional[Mapping[str, Sequence[Sequence[int]]]] = None,
 ) -> BuiltEngine:
     """Build `parsed` into a serialized engine; timing_cache is the serialized cache to start from (b"": none)."""
     builder = parsed.builder
@@ -302,7 +309,7 @@ def build_engine(
     set_workspace(trt, config, workspace_mb << 20)
     for flag in plan.flags:
         config.set_flag(getattr(trt.BuilderFlag, flag))
-    shapes = profile_shapes(parsed.inputs, max_batch, known_shapes)
+    shapes = profile_shapes(parsed.inputs, max_batch, known_shapes, known_ranges)
     if shapes:
         profile = builder.create_optimization_profile()
         for name, smallest, optimal, largest in shapes:

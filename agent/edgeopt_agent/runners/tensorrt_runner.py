@@ -66,6 +66,7 @@ class TensorRTRunner(Runner):
         max_batch: int = 1,
         workspace_mb: int = DEFAULT_WORKSPACE_MB,
         input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+        input_ranges: Optional[Mapping[str, Sequence[Sequence[int]]]] = None,
     ):
         super().__init__(path, threads)
         check_precision(self.runtime, precision)
@@ -76,6 +77,8 @@ class TensorRTRunner(Runner):
         self.workspace_mb = workspace_mb
         # the sizes of dynamic non-batch axes the optimization profile is built for
         self.input_shapes = {k: [int(d) for d in v] for k, v in (input_shapes or {}).items()}
+        # the smallest and largest sizes of those axes the data held ([min shape, max shape])
+        self.input_ranges = {k: [[int(d) for d in bound] for bound in v] for k, v in (input_ranges or {}).items()}
         self.cache = EngineCache(cache_dir)
         self._trt = import_tensorrt()
         self._cuda = CudaRuntime.load()
@@ -112,7 +115,8 @@ class TensorRTRunner(Runner):
             compute_capability=self._gpu.compute_capability,
             precision=precision,
             options=dict({"max_batch": self.max_batch, "workspace_mb": self.workspace_mb},
-                         **({"input_shapes": self.input_shapes} if self.input_shapes else {})),
+                         **({"input_shapes": self.input_shapes} if self.input_shapes else {}),
+                         **({"input_ranges": self.input_ranges} if self.input_ranges else {})),
         )
         self._runtime = runtime = create(trt.Runtime, logger, "runtime")
         engine, record = self._cached_engine(runtime, logger, key)
@@ -177,6 +181,7 @@ class TensorRTRunner(Runner):
             self.cache.load_timing_cache(key),
             self.path.name,
             self.input_shapes,
+            self.input_ranges,
         )
         self.notes.extend(built.notes)
         stored = self.cache.store(key, built.plan, built.build_s)
