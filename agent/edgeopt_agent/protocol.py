@@ -372,6 +372,7 @@ BENCH_OPTIONS: Dict[str, Tuple[str, bool]] = {
     "runtime": ("name", True),
     "precision": ("name", True),  # the precision a TensorRT engine is built at on the board
     "idle_s": ("number", False),
+    "profile": ("flag", False),  # per-op profile from the runtime's own profiler, published with the result
     "inputs": ("inputs", True),  # how to feed each input: see check_input_description
 }
 
@@ -976,6 +977,9 @@ def _check_option(name: str, kind: str, value: Any) -> Any:
         if not isinstance(value, list) or not value or not all(_is_int(v) and v >= 1 for v in value):
             raise ProtocolError(f"bench option '{name}' must be a non-empty list of positive integers, got {value!r}")
         return tuple(value)
+    elif kind == "flag":
+        if not isinstance(value, bool):
+            raise ProtocolError(f"bench option '{name}' must be true or false, got {value!r}")
     elif kind == "inputs":
         try:
             return [dict(item) for item in check_input_description(value)]

@@ -40,6 +40,7 @@ from .quant_check import check_weights
 from .sensitivity import node_sensitivity
 from .recipe import PlannedArtifact, architecture_variants, make_plan, tflite_dynamic_variant
 from .recommend import recommend
+from .roofline import predict_artifacts
 from .runtime import open_predictor, reference_predictor
 from .tensors import Dataset, DatasetParts, InputSpec, feed_batch, load_datasets, random_dataset
 
@@ -234,7 +235,8 @@ def convert(model: Any, opts: ConvertOptions, progress: Progress = Progress()) -
         _check_budget(records, opts)
         _note_unresolved(ctx, records)
         measured, why_not = _measured_on_host(profile, opts.time_on_host)
-        rec = recommend(records, profile, measured=measured, why_predicted=why_not)
+        predicted = {} if measured else predict_artifacts(profile, {r.planned.key: work / r.path for r in records})
+        rec = recommend(records, profile, measured=measured, why_predicted=why_not, predicted_ms=predicted)
         manifest = build_manifest(ctx, records, rec, opts)
         publish(out, work, [r.path for r in records], manifest)
         done = True

@@ -4,12 +4,14 @@ Only an artifact judged ok is recommended, or one judged unresolved (the evaluat
 decide) whose every continuous figure is excellent, and the reason says so. On the host's own
 architecture the choice rests on measured speed-ups with their intervals: a lower precision must be
 shown faster than FP32 of its format (the whole interval at or above MIN_SPEEDUP). For other
-boards nothing here can be measured: the choice is a prediction from the profile, and says so.
+boards nothing here can be measured: the choice is a prediction, and says so: the roofline
+latency of each artifact's graph on the board (`roofline.predict_artifacts`) where the profile
+states peak figures and bandwidth, else the profile's peak throughput per precision.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import List, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from edgeopt_agent.profiles import DeviceProfile
 
@@ -55,7 +57,9 @@ def _accuracy_note(record) -> str:
     return ""
 
 
-def recommend(records: List, profile: DeviceProfile, measured: bool, why_predicted: str = "") -> Recommendation:
+def recommend(records: List, profile: DeviceProfile, measured: bool, why_predicted: str = "",
+              predicted_ms: Optional[Mapping[str, float]] = None) -> Recommendation:
+    """`predicted_ms`: roofline latency on the board by artifact key, used when nothing was measured."""
     formats = {RUNTIME_FORMAT[rt] for rt in profile.runtimes}
     usable, excluded = _accuracy_split([r for r in records if r.planned.format in formats])
     dropped = f"; not recommended for accuracy: {'; '.join(excluded)}" if excluded else ""
@@ -65,7 +69,9 @@ def recommend(records: List, profile: DeviceProfile, measured: bool, why_predict
         key, reason = _by_measurement(usable, profile)
         basis = "measured"
     else:
-        key, reason = _by_prediction(usable, profile, why_predicted or "nothing was timed on the target")
+        why = why_predicted or "nothing was timed on the target"
+        by_roofline = _by_roofline(usable, profile, why, predicted_ms or {})
+        key, reason = by_roofline or _by_prediction(usable, profile, why)
         basis = "predicted"
     chosen = next(r for r in usable if r.planned.key == key)
     return Recommendation(key, basis, reason + _accuracy_note(chosen) + dropped)
@@ -100,6 +106,36 @@ def _by_measurement(usable, profile: DeviceProfile) -> Tuple[str, str]:
     if slow:
         reason += f"; not shown at least {MIN_SPEEDUP:g}x faster than FP32: " + ", ".join(slow)
     return best.planned.key, reason
+
+
+def _roofline_estimates(usable, predicted_ms: Mapping[str, float]) -> Dict[str, Tuple[float, str]]:
+    """Predicted ms per usable artifact; a TFLite artifact takes its precision's ONNX graph's (same arithmetic)."""
+    by_precision = {r.planned.precision: predicted_ms[r.planned.key] for r in usable
+                    if r.planned.format == "onnx" and r.planned.key in predicted_ms}
+    estimates = {}
+    for r in usable:
+        if r.planned.key in predicted_ms:
+            estimates[r.planned.key] = (predicted_ms[r.planned.key], "")
+        elif r.planned.precision in by_precision:
+            estimates[r.planned.key] = (by_precision[r.planned.precision], f" (the onnx-{r.planned.precision} graph's)")
+    return estimates
+
+
+def _by_roofline(usable, profile: DeviceProfile, why: str, predicted_ms: Mapping[str, float]) -> Optional[Tuple[str, str]]:
+    estimates = _roofline_estimates(usable, predicted_ms)
+    candidates = [r for r in usable if r.planned.key in estimates]
+    if not candidates:
+        return None
+    fastest = min(estimates[r.planned.key][0] for r in candidates)
+    best = min((r for r in candidates if estimates[r.planned.key][0] <= fastest * TIE),
+               key=lambda r: _preference(profile, r))
+    shown = ", ".join(f"{r.planned.key} {estimates[r.planned.key][0]:.3f} ms{estimates[r.planned.key][1]}"
+                      for r in sorted(candidates, key=lambda r: estimates[r.planned.key][0]))
+    return best.planned.key, (
+        f"predicted, not measured: {why}; fastest by the roofline of each graph on {profile.name} (its profile's "
+        f"peak throughput per precision and memory bandwidth, uncalibrated; `edgeopt analyze` shows it per "
+        f"node) among artifacts that pass their accuracy verdict: {shown}. Confirm on the board with `edgeopt bench`."
+    )
 
 
 def _precision_rank(profile: DeviceProfile) -> List[str]:

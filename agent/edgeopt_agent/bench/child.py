@@ -8,6 +8,7 @@ It reports on the file descriptor RESULT_FD, one JSON object per line:
                                                     naming the batch a crash happened in)
     {"type": "loaded", ...}                         load time, memory, runtime, model inputs/outputs
     {"type": "batch", "entry": {...}}               one measured batch size, or its error
+    {"type": "op_profile", "profile": {...}}        the per-op profile (spec.profile), after every batch
     {"type": "done", "peak_rss_mb": ...}            finished
     {"type": "error", "error": {"kind", "message"}} stopped before any batch could run
 A process that ends without "done" or "error" has crashed; the parent names the cause.
@@ -22,6 +23,7 @@ import sys
 import time
 from typing import Any, Callable, Dict, Optional
 
+from .. import op_profile
 from ..runners import open_runner
 from ..runners.formats import GPU_RUNTIMES
 from .failures import classify
@@ -61,6 +63,7 @@ def benchmark(spec: BenchmarkSpec, send: Send) -> None:
         notes=notes,
     )
     sizes = spec.batch_sizes or (None,)
+    profile_feeds = None
     for number, batch in enumerate(sizes, start=1):
         what = "measuring" if batch is None else f"measuring batch {batch}"
         if len(sizes) > 1:
@@ -72,9 +75,14 @@ def benchmark(spec: BenchmarkSpec, send: Send) -> None:
             else:
                 feeds = random_feeds(runner.inputs(), batch, spec.seed, spec.inputs)
             entry = measure_batch(runner, spec, batch, feeds)
+            if profile_feeds is None:
+                profile_feeds = feeds
         except Exception as exc:  # this batch failed; the next size may still run
             entry = {"batch": batch, "ok": False, "error": classify(exc)}
         send("batch", entry=entry)
+    if spec.profile and profile_feeds is not None:  # last: a profiler may stay attached to the runner
+        send("phase", text="profiling per op")
+        send("op_profile", profile=profile_ops(runner, spec, profile_feeds))
     runner.close()
     send("done", peak_rss_mb=_mb(peak_rss_mb()))
 
@@ -135,6 +143,21 @@ def measure_batch(runner, spec: BenchmarkSpec, batch: Optional[int], feeds: Dict
     if device_stats is not None:
         entry.update(device_stats())
     return entry
+
+
+def profile_ops(runner, spec: BenchmarkSpec, feeds: Dict[str, Any], runs: int = 20) -> Dict[str, Any]:
+    """The runtime's own per-op profile of this model and input (first batch size), or why there is none."""
+    try:
+        if runner.runtime in ("onnxruntime", "onnxruntime-cuda"):
+            return op_profile.profile_onnx(spec.artifact, feeds, threads=spec.resolved_threads(), runs=runs,
+                                           providers=list(runner.providers), top=op_profile.TOP)
+        if hasattr(runner, "profile_layers"):
+            result = runner.profile_layers(runner.prepare(feeds), runs)
+            result["nodes"] = result["nodes"][:op_profile.TOP]
+            return result
+    except Exception as exc:  # the measurement stands; the profile reports its own failure
+        return {"profiler": runner.runtime, "error": classify(exc)}
+    return op_profile.unsupported(runner.runtime)
 
 
 def _mb(value: Optional[float]) -> Optional[float]:

@@ -199,6 +199,9 @@ def _result(
     result.update({k: loaded.get(k) for k in _LOADED_KEYS})
     result.update({k: good[0].get(k) for k in _BATCH_KEYS})
     result.update({k: good[0][k] for k in _DEVICE_KEYS if k in good[0]})
+    profiled = outcome.first("op_profile")
+    if profiled is not None:
+        result["op_profile"] = profiled.get("profile")
     result["peak_rss_mb"] = done.get("peak_rss_mb") or max(e.get("peak_rss_mb") or 0 for e in good) or None
     result["batches"] = entries
     if spec.latency_budget_ms is not None:

@@ -28,6 +28,9 @@ class BenchmarkSpec:
     precision: what runtimes that build an engine on the board ("tensorrt",
     "onnxruntime-tensorrt") build at. None: "tensorrt" builds at the model's own precision
     (INT8 for a QDQ model); "onnxruntime-tensorrt" enables neither FP16 nor INT8.
+    profile: after every batch size is measured, run the first one again under the runtime's
+    own per-op profiler (onnxruntime's; TensorRT's IProfiler; other runtimes say why they
+    cannot) and report it as "op_profile" (edgeopt_agent.op_profile).
     engine_cache_dir: where built engines are kept (the agent passes one under its data dir;
     None: edgeopt_agent.runners.engine_cache.default_cache_dir()).
     """
@@ -49,6 +52,7 @@ class BenchmarkSpec:
     idle_s: float = 1.0
     precision: Optional[str] = None
     engine_cache_dir: Optional[str] = None
+    profile: bool = False
     inputs: Optional[Tuple[Dict[str, Any], ...]] = None
 
     def __post_init__(self) -> None:
@@ -79,6 +83,8 @@ class BenchmarkSpec:
             _at_least(self, "memory_limit_mb", 1, whole=True)
         if self.latency_budget_ms is not None:
             _positive(self, "latency_budget_ms")
+        if not isinstance(self.profile, bool):
+            raise UserError(f"profile must be true or false, got {self.profile!r}")
         if not _is_int(self.seed):
             raise UserError(f"seed must be a whole number, got {self.seed!r}")
         if self.runtime is not None and self.runtime not in RUNTIMES:

@@ -35,6 +35,7 @@ from .tensorrt_build import (
     parse_onnx,
 )
 from .tensorrt_io import tensor_io
+from .tensorrt_layers import layer_profile
 
 # The per-call timings, in milliseconds: the CUDA events', and the host's time to enqueue the engine
 # (the GPU waits for that after the input copy, so on a small net it can show in gpu_compute).
@@ -298,6 +299,15 @@ class TensorRTRunner(Runner):
             return [view.copy() for _, _, view in fetches]
 
         return call
+
+    def profile_layers(self, prepared: Mapping[str, np.ndarray], runs: int) -> Dict[str, Any]:
+        """Per-layer GPU time from TensorRT's IProfiler (edgeopt_agent.runners.tensorrt_layers).
+
+        The profiler stays attached: call this last, after every measurement of this runner.
+        """
+        self._require_loaded()
+        call = self.bind(prepared)
+        return layer_profile(self._trt, self._context, call, runs, lambda: self.take_device_timings()["gpu_compute"])
 
     def _buffers_for(self, name: str, nbytes: int) -> _Buffers:
         current = self._buffers.get(name)

@@ -15,6 +15,8 @@ COMMANDS = {
     "convert": ("convert", "convert"),
     "devices": ("devices", "devices"),
     "bench": ("bench", "bench"),
+    "profile": ("profile", "profile"),
+    "analyze": ("analyze", "analyze"),
     "fleet": ("fleet", "fleet"),
     "report": ("report", "report"),
     "deploy": ("deploy", "deploy"),

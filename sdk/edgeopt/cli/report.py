@@ -22,7 +22,12 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
               show_default=True, help="The HTML file to write.")
 @click.option("--since", metavar="AGE", help="Only telemetry of the last AGE, e.g. 30m, 6h, 2d (default: all).")
 @click.option("--title", default="edgeopt report", show_default=True, help="Page title.")
-def report(outdir: Optional[Path], db: Optional[str], output: Path, since: Optional[str], title: str) -> None:
+@click.option("--profile", "with_profile", is_flag=True,
+              help="Profile OUTDIR's artifacts on this host per op (as `edgeopt profile`) and add the section.")
+@click.option("--roofline", "roofline_device", metavar="NAME",
+              help="Add OUTDIR's roofline on this board (as `edgeopt analyze --device NAME`, with --db when given).")
+def report(outdir: Optional[Path], db: Optional[str], output: Path, since: Optional[str], title: str,
+           with_profile: bool, roofline_device: Optional[str]) -> None:
     """Write one self-contained HTML report (opens offline, no scripts).
 
     Give the fleet store (--db URL) and/or OUTDIR, the output folder of `edgeopt convert`: results
@@ -33,6 +38,16 @@ def report(outdir: Optional[Path], db: Optional[str], output: Path, since: Optio
 
     telemetry_since = time.time() - parse_age(since) if since else None
     data = load_report_data(db=db, outdir=outdir, telemetry_since=telemetry_since)
+    if (with_profile or roofline_device) and outdir is None:
+        raise UserError("--profile and --roofline need OUTDIR, the output folder of `edgeopt convert`")
+    if with_profile:
+        from edgeopt.profiling import profile
+
+        data.profile = profile(outdir)
+    if roofline_device:
+        from edgeopt.analysis import analyze
+
+        data.analysis = analyze(outdir, roofline_device, db=db)
     path = write_report(data, output, title=title)
     click.echo(f"report: {path} ({summary(data)})")
 

@@ -159,6 +159,20 @@ MIGRATIONS: Tuple[Migration, ...] = (
         # not that many lost messages: it is kept with suspect = 1 and counted apart.
         "ALTER TABLE gaps ADD COLUMN suspect INTEGER NOT NULL DEFAULT 0",
     )),
+    Migration(3, "roofline_fits: measured against roofline-predicted latency per board profile and artifact", (
+        # Written by `edgeopt analyze` where the fleet measured an artifact; a board's efficiency
+        # factor at a precision is the geometric mean of measured / predicted over its rows.
+        """CREATE TABLE roofline_fits (
+            profile TEXT NOT NULL,
+            precision TEXT NOT NULL,
+            model_sha256 TEXT NOT NULL,
+            artifact_key TEXT NOT NULL,
+            predicted_ms {float} NOT NULL,
+            measured_ms {float} NOT NULL,
+            fitted_at {float} NOT NULL,
+            PRIMARY KEY (profile, model_sha256, artifact_key)
+        )""",
+    )),
 )
 
 

@@ -430,6 +430,26 @@ class FleetStore:
 
         return self.db.run(work)
 
+    def roofline_fits(self, profile: Optional[str] = None) -> List[Dict[str, Any]]:
+        """Measured against roofline-predicted latency, one row per board profile and artifact."""
+        sql = "SELECT profile, precision, model_sha256, artifact_key, predicted_ms, measured_ms, fitted_at FROM roofline_fits"
+        with self.db.transaction(write=False) as tx:
+            if profile is None:
+                return tx.rows(sql)
+            return tx.rows(sql + " WHERE profile = ?", (profile,))
+
+    def save_roofline_fit(self, profile: str, precision: str, model_sha256: str, artifact_key: str,
+                          predicted_ms: float, measured_ms: float) -> None:
+        """Store (or replace) one artifact's measured and predicted latency on a board profile."""
+        def work(tx: Transaction) -> None:
+            key = (profile, model_sha256, artifact_key)
+            tx.execute("DELETE FROM roofline_fits WHERE profile = ? AND model_sha256 = ? AND artifact_key = ?", key)
+            tx.execute("INSERT INTO roofline_fits (profile, precision, model_sha256, artifact_key, predicted_ms, "
+                       "measured_ms, fitted_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                       (profile, precision, model_sha256, artifact_key, predicted_ms, measured_ms, time.time()))
+
+        self.db.run(work)
+
     def close(self) -> None:
         self.db.close()
 

@@ -273,3 +273,32 @@ def legend(items: Sequence[Tuple[str, str, str, bool]]) -> str:
                          viewBox="0 0 16 16", width=16, height=16, aria_hidden="true")
         entries.append(f'<span class="key">{swatch}{esc(name)}</span>')
     return f'<div class="legend">{"".join(entries)}</div>'
+
+
+# --- roofline ----------------------------------------------------------------------------------
+
+
+def roofline_chart(points: Sequence[Point], peaks: Sequence[Tuple[str, float]], bandwidth: float, title: str,
+                   height: int = 420) -> str:
+    """Attained throughput (GOP/s) against arithmetic intensity (ops/byte), both log scale, under
+    the board's roofs: bandwidth x intensity up to each precision's peak."""
+    left, right, top, bottom = 70, 24, 16, 48
+    ridges = [peak / bandwidth for _, peak in peaks]
+    xs = [p.x for p in points] + ridges
+    ys = [p.y for p in points] + [peak for _, peak in peaks]
+    x = Scale(*fit(xs, log=True, pad=0.08), left, WIDTH - right, log=True)
+    y = Scale(*fit([max(v, 1e-6) for v in ys], log=True, pad=0.08), height - bottom, top, log=True)
+    body = _x_axis(x, top, height - bottom, "arithmetic intensity (ops/byte) — log scale")
+    body += _y_axis(y, left, WIDTH - right, "GOP/s — log scale")
+    for name, peak in peaks:
+        ridge = peak / bandwidth
+        x0 = max(x.lo, y.lo / bandwidth)
+        roof = [(x0, bandwidth * x0), (ridge, peak), (x.hi, peak)]
+        path = " ".join(f"{x(a):.1f},{y(min(max(b, y.lo), y.hi)):.1f}" for a, b in roof)
+        body.append(element("polyline", tooltip(f"{name} roof: {peak:g} GOP/s, ridge at {ridge:.1f} ops/byte"),
+                            points=path, fill="none", stroke=INK, stroke_width=1.5))
+        body.append(element("text", esc(f"{name} {peak:g} GOP/s"), x=WIDTH - right - 4, y=y(peak) - 6,
+                            text_anchor="end", font_size=FONT - 1, fill=MUTED))
+    for p in points:
+        body.append(marker(p.shape, x(p.x), y(max(p.y, y.lo)), p.color, hollow=p.hollow, r=4, tip=p.tip or p.label))
+    return svg(WIDTH, height, body, title)

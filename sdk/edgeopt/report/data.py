@@ -23,13 +23,15 @@ class ReportData:
     gaps: List[Dict[str, Any]] = field(default_factory=list)
     stats: Dict[str, Any] = field(default_factory=dict)
     manifest: Optional[Dict[str, Any]] = None
+    profile: Optional[Dict[str, Any]] = None  # edgeopt.profiling.profile() of the conversion's artifacts
+    analysis: Optional[Dict[str, Any]] = None  # edgeopt.analysis.analyze() on one board
     sources: List[str] = field(default_factory=list)  # shown in the header, e.g. "fleet store sqlite:///…"
     generated_at: float = field(default_factory=time.time)
 
     @property
     def empty(self) -> bool:
         artifacts = self.manifest.get("artifacts") if self.manifest else None
-        return not (self.results or self.devices or self.telemetry or artifacts)
+        return not (self.results or self.devices or self.telemetry or artifacts or self.profile or self.analysis)
 
 
 def load_report_data(db: Optional[str] = None, outdir: Union[str, Path, None] = None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 from importlib import metadata, resources
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from .analysis_sections import profile_section, roofline_section
 from .charts import LatencyRow, Point, Series, latency_chart, legend, scatter_chart, time_chart
 from .compare import ArtifactView, ResultView, artifact_views, colors, format_marker, result_views
 from .data import ReportData
@@ -36,6 +37,10 @@ def render_report(data: ReportData, title: str = "edgeopt report") -> str:
             sections.append(("accuracy", "Accuracy drop vs speed-up", _accuracy_section(results, data.manifest, palette)))
         if data.manifest:
             sections.append(("conversion", "Conversion", _conversion_section(data.manifest)))
+        if data.profile:
+            sections.append(("profile", "Where the time goes (host profile)", profile_section(data.profile)))
+        if data.analysis:
+            sections.append(("roofline", f"Roofline on {data.analysis['device']}", roofline_section(data.analysis)))
         if data.telemetry:
             sections.append(("telemetry", "Telemetry over time", _telemetry_section(data.telemetry, palette)))
         if data.devices:

@@ -1,0 +1,324 @@
+"""Roofline prediction against measurement on this host: `edgeopt analyze`'s error, uncalibrated and calibrated.
+
+    .venv/bin/python scripts/bench_analyze.py [--threads 2] [--rounds 8] [--write-docs]
+
+Models: the real-model corpus (nudenet's YOLOv8n, PP-OCRv4 det and rec, silero VAD, all-MiniLM-L6-v2
+with its real weights) and the ResNet-18 / MobileNetV2 nets of scripts/bench_convert.py (untrained:
+latency does not depend on the weights), each at FP32 and at INT8 as `edgeopt.convert(..., device="x86-64")`
+builds it. This host's roofline (peak FP32 and INT8 throughput, DRAM and cache bandwidth, per-node
+overhead) is measured by the small onnxruntime kernels of edgeopt_converters.host_peaks, timed in
+the same interleaved rounds as each model's artifacts (host_timing.time_interleaved): on a shared
+host the load changes from minute to minute, and both sides of the comparison must see the same.
+
+Calibration: models are split in two halves (alternating by name); a per-precision efficiency
+factor (geometric mean of measured / predicted) is fitted on one half and tested on the other,
+then the halves swap, so every model gets an out-of-sample calibrated error.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import platform
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+OUT = ROOT / ".bench" / "analyze"
+DOC = ROOT / "docs" / "BENCHMARKS.md"
+SECTION = "## Roofline prediction against measurement (`edgeopt analyze`)"
+
+
+def cpu_flags() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown"
+    flags = set()
+    model = ""
+    for line in text.splitlines():
+        if line.startswith("flags") and not flags:
+            flags = set(line.split(":", 1)[1].split())
+        if line.startswith("model name") and not model:
+            model = line.split(":", 1)[1].strip()
+    wanted = ["avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8"]
+    return f"{model}; " + ", ".join(f"{f} {'yes' if f in flags else 'no'}" for f in wanted)
+
+
+def minilm_onnx(path: Path) -> Path:
+    """all-MiniLM-L6-v2 (BertModel, config.json) with its safetensors weights, exported at sequence 128."""
+    import json
+
+    import torch
+    from corpus import corpus_file
+    from safetensors.torch import load_file
+    from torch import nn
+
+    config = json.loads(corpus_file("minilm", "config").read_text())
+    hidden, heads = config["hidden_size"], config["num_attention_heads"]
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attention = nn.Module()
+            self.attention.self = nn.Module()
+            for name in ("query", "key", "value"):
+                setattr(self.attention.self, name, nn.Linear(hidden, hidden))
+            self.attention.output = nn.Module()
+            self.attention.output.dense = nn.Linear(hidden, hidden)
+            self.attention.output.LayerNorm = nn.LayerNorm(hidden, eps=config["layer_norm_eps"])
+            self.intermediate = nn.Module()
+            self.intermediate.dense = nn.Linear(hidden, config["intermediate_size"])
+            self.output = nn.Module()
+            self.output.dense = nn.Linear(config["intermediate_size"], hidden)
+            self.output.LayerNorm = nn.LayerNorm(hidden, eps=config["layer_norm_eps"])
+
+        def forward(self, x, bias):
+            b, s, _ = x.shape
+            a = self.attention.self
+
+            def split(t):
+                return t.view(b, s, heads, hidden // heads).transpose(1, 2)
+
+            q, k, v = split(a.query(x)), split(a.key(x)), split(a.value(x))
+            scores = q @ k.transpose(-1, -2) / math.sqrt(hidden // heads) + bias
+            ctx = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, hidden)
+            x = self.attention.output.LayerNorm(x + self.attention.output.dense(ctx))
+            h = nn.functional.gelu(self.intermediate.dense(x))
+            return self.output.LayerNorm(x + self.output.dense(h))
+
+    class MiniLM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embeddings = nn.Module()
+            self.embeddings.word_embeddings = nn.Embedding(config["vocab_size"], hidden)
+            self.embeddings.position_embeddings = nn.Embedding(config["max_position_embeddings"], hidden)
+            self.embeddings.token_type_embeddings = nn.Embedding(config["type_vocab_size"], hidden)
+            self.embeddings.LayerNorm = nn.LayerNorm(hidden, eps=config["layer_norm_eps"])
+            self.encoder = nn.Module()
+            self.encoder.layer = nn.ModuleList(Layer() for _ in range(config["num_hidden_layers"]))
+
+        def forward(self, input_ids, attention_mask):
+            e = self.embeddings
+            positions = torch.arange(input_ids.shape[1]).unsqueeze(0)
+            x = e.word_embeddings(input_ids) + e.position_embeddings(positions) + e.token_type_embeddings(
+                torch.zeros_like(input_ids))
+            x = e.LayerNorm(x)
+            bias = (1.0 - attention_mask[:, None, None, :].float()) * -10000.0
+            for layer in self.encoder.layer:
+                x = layer(x, bias)
+            mask = attention_mask.unsqueeze(-1).float()
+            pooled = (x * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            return nn.functional.normalize(pooled, dim=-1)
+
+    model = MiniLM().eval()
+    weights = {k: v for k, v in load_file(str(corpus_file("minilm", "weights"))).items() if k in model.state_dict()}
+    missing = set(model.state_dict()) - set(weights)
+    if missing:
+        raise RuntimeError(f"MiniLM weights missing: {sorted(missing)[:5]}")
+    model.load_state_dict(weights)
+    ids = torch.randint(1000, 2000, (1, 128))
+    mask = torch.ones(1, 128, dtype=torch.int64)
+    torch.onnx.export(model, (ids, mask), str(path), input_names=["input_ids", "attention_mask"],
+                      output_names=["embedding"], opset_version=17, dynamo=False)
+    return path
+
+
+def sources():
+    """(name, model source, input shape(s), extra convert options)."""
+    from bench_convert import MobileNetV2, ResNet18
+    from corpus import corpus_file
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    minilm = OUT / "minilm.onnx"
+    if not minilm.exists():
+        minilm_onnx(minilm)
+    return [
+        ("resnet18", ResNet18().eval(), [(1, 3, 224, 224)], {}),
+        ("mobilenetv2", MobileNetV2().eval(), [(1, 3, 224, 224)], {}),
+        ("nudenet-yolov8n", str(corpus_file("nudenet", "detector")), [(1, 3, 320, 320)], {}),
+        ("ppocr-det", str(corpus_file("rapidocr", "det")), [(1, 3, 320, 320)], {}),
+        ("ppocr-rec", str(corpus_file("rapidocr", "rec")), [(1, 3, 48, 320)], {}),
+        ("minilm", str(minilm), [(1, 128), (1, 128)], {"input_dtype": ["int64", "int64"]}),
+        ("silero-vad", str(corpus_file("silero-vad", "vad")), [(1, 576), (2, 1, 128)], {"state": {"state": "stateN"}}),
+    ]
+
+
+def convert_all(names=None):
+    import edgeopt
+
+    built = {}
+    for name, model, shapes, extra in sources():
+        if names and name not in names:
+            continue
+        out = OUT / name
+        if (out / "manifest.json").exists():
+            import json
+
+            built[name] = (out, json.loads((out / "manifest.json").read_text()), shapes)
+            continue
+        started = time.perf_counter()
+        try:
+            manifest = edgeopt.convert(model, device="x86-64", output_dir=out, formats=["onnx"],
+                                       input_shape=[",".join(map(str, s)) for s in shapes] if shapes else None,
+                                       time_on_host=False, **extra)
+        except Exception as exc:  # one model failing to convert must not hide the others' figures
+            print(f"{name}: conversion failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}", flush=True)
+            if isinstance(model, str) and model.endswith(".onnx"):  # its own FP32 graph is still measured
+                built[name] = (out, {"artifacts": [{"key": "onnx-fp32", "path": model, "format": "onnx",
+                                                    "precision": "fp32"}]}, shapes)
+            continue
+        print(f"{name}: converted in {time.perf_counter() - started:.0f} s", flush=True)
+        built[name] = (out, manifest, shapes)
+    return built
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--models", nargs="*")
+    parser.add_argument("--write-docs", action="store_true")
+    args = parser.parse_args(argv)
+
+    from edgeopt_agent.bench.inputs import random_feeds
+    from edgeopt_agent.runners import open_runner
+    from edgeopt_converters.graph_cost import analyze_onnx
+    from edgeopt_converters.host_peaks import kernels, machine_from
+    from edgeopt_converters.host_timing import time_interleaved
+    from edgeopt_converters.roofline import Machine, predict
+
+    built = convert_all(args.models)
+    machines = []
+    calibration = kernels(args.threads)
+    artifacts = []  # (model, key, precision, path, shapes)
+    for name, (out, manifest, shapes) in sorted(built.items()):
+        for a in manifest["artifacts"]:
+            if a["format"] == "onnx" and a["precision"] in ("fp32", "int8"):
+                artifacts.append((name, a["key"], a["precision"], out / a["path"], shapes))
+
+    measured, around = {}, {}
+    for name in sorted(built):
+        runners, calls = [], {}
+        for model, key, precision, path, shapes in artifacts:
+            if model != name:
+                continue
+            runner = open_runner(path, threads=args.threads, runtime="onnxruntime").load()
+            infos = list(runner.inputs())
+            if shapes:
+                infos = [replace(i, shape=tuple(s)) for i, s in zip(infos, shapes)]
+            feeds = random_feeds(infos, None, 0)
+            calls[key] = runner.bind(runner.prepare(feeds))
+            runners.append(runner)
+        models = set(calls)
+        calls.update({f"kernel:{k}": call for k, call in calibration.items()})
+        timings = time_interleaved(calls, {k: "onnx-fp32" for k in models}, min_rounds=args.rounds,
+                                   max_rounds=args.rounds, min_round_s=0.3, warmup=2)
+        for key in models:
+            measured[(name, key)] = timings[key].p50_ms
+        for r in runners:
+            r.close()
+        around[name] = machine_from({k[len("kernel:"):]: t.p50_ms / 1000.0 for k, t in timings.items()
+                                     if k.startswith("kernel:")}, args.threads)
+        machines.append(around[name])
+        print(f"{name}: " + ", ".join(f"{k} {timings[k].p50_ms:.2f} ms" for k in sorted(models)), flush=True)
+
+    host = Machine("host", {p: statistics.median(m.peak_gops[p] for m in machines) for p in ("fp32", "int8")},
+                   statistics.median(m.bandwidth_gbps for m in machines),
+                   statistics.median(m.overhead_us for m in machines), machines[0].source,
+                   cache_bytes=machines[0].cache_bytes,
+                   cache_bandwidth_gbps=statistics.median(m.cache_bandwidth_gbps for m in machines))
+    rows = []
+    for model, key, precision, path, shapes in artifacts:
+        cost = analyze_onnx(path, shapes or ())
+        # The roofline timed in the same rounds as this model.
+        prediction = predict(cost, around[model])
+        shares = prediction.bound_share()
+        rows.append({"model": model, "key": key, "precision": cost.precision, "gmacs": cost.macs / 1e9,
+                     "mb": cost.bytes / 1e6, "predicted": prediction.roofline_ms,
+                     "measured": measured[(model, key)], "memory_share": shares.get("memory", 0.0)})
+
+    names = sorted({r["model"] for r in rows})
+    halves = [set(names[0::2]), set(names[1::2])]
+    for r in rows:
+        fit_on = halves[1] if r["model"] in halves[0] else halves[0]
+        ratios = [x["measured"] / x["predicted"] for x in rows if x["model"] in fit_on and x["precision"] == r["precision"]]
+        factor = math.exp(statistics.fmean(math.log(x) for x in ratios)) if ratios else None
+        r["factor"] = factor
+        r["calibrated"] = r["predicted"] * factor if factor else None
+
+    text = render(rows, host, machines, args)
+    print(text)
+    if args.write_docs:
+        write_docs(text)
+    return 0
+
+
+def _err(predicted, measured):
+    return (predicted - measured) / measured * 100.0
+
+
+def render(rows, host, machines, args) -> str:
+    lines = [
+        SECTION, "",
+        f"`scripts/bench_analyze.py --threads {args.threads} --rounds {args.rounds}`, {time.strftime('%Y-%m-%d')}, "
+        f"onnxruntime CPU, {args.threads} threads. Host: {platform.machine()}, {cpu_flags()}.",
+        "",
+        f"This host's roofline, measured by the kernels of `edgeopt_converters.host_peaks` in the same interleaved "
+        f"rounds as each of the {len(machines)} models (median over models; range): FP32 {host.peak_gops['fp32']:.0f} GOP/s "
+        f"({min(m.peak_gops['fp32'] for m in machines):.0f}-{max(m.peak_gops['fp32'] for m in machines):.0f}), "
+        f"INT8 {host.peak_gops['int8']:.0f} GOP/s "
+        f"({min(m.peak_gops['int8'] for m in machines):.0f}-{max(m.peak_gops['int8'] for m in machines):.0f}), "
+        f"bandwidth {host.bandwidth_gbps:.1f} GB/s "
+        f"({min(m.bandwidth_gbps for m in machines):.1f}-{max(m.bandwidth_gbps for m in machines):.1f}), "
+        f"{host.overhead_us:.2f} us per node, last-level cache {host.cache_bytes / 2**20:.0f} MiB at "
+        f"{host.cache_bandwidth_gbps:.1f} GB/s "
+        f"({min(m.cache_bandwidth_gbps for m in machines):.1f}-{max(m.cache_bandwidth_gbps for m in machines):.1f}). "
+        "Each model is predicted with the roofline timed in its own rounds, "
+        "since the load of this shared 2-core host changes from minute to minute.",
+        "",
+        "Measured: p50 of interleaved rounds (every artifact of a model in turn). Predicted: the roofline sum "
+        "over nodes. Calibrated: the prediction times a per-precision efficiency factor (geometric mean of "
+        "measured / predicted) fitted on the *other* half of the models (halves alternate by name), so every "
+        "calibrated error is out of sample. Error = (predicted - measured) / measured.",
+        "",
+        "| model | artifact | GMAC | MB moved | memory-bound share | measured ms | predicted ms | error | "
+        "calibrated ms | calibrated error |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        calibrated = f"{r['calibrated']:.2f} | {_err(r['calibrated'], r['measured']):+.0f}%" if r["calibrated"] else "- | -"
+        lines.append(f"| {r['model']} | {r['key']} | {r['gmacs']:.2f} | {r['mb']:.1f} | {r['memory_share'] * 100:.0f}% | "
+                     f"{r['measured']:.2f} | {r['predicted']:.2f} | {_err(r['predicted'], r['measured']):+.0f}% | "
+                     f"{calibrated} |")
+    raw = [abs(_err(r["predicted"], r["measured"])) for r in rows]
+    cal = [abs(_err(r["calibrated"], r["measured"])) for r in rows if r["calibrated"]]
+    lines += ["", f"Median absolute error: uncalibrated {statistics.median(raw):.0f}% over {len(raw)} artifacts "
+                  f"(target <= 30%); calibrated out of sample {statistics.median(cal):.0f}% over {len(cal)} "
+                  f"(target <= 15%)."]
+    for precision in ("fp32", "int8"):
+        ratios = [r["measured"] / r["predicted"] for r in rows if r["precision"] == precision]
+        if ratios:
+            lines.append(f"- {precision}: measured / predicted ranges {min(ratios):.2f}-{max(ratios):.2f} "
+                         f"(geometric mean {math.exp(statistics.fmean(math.log(x) for x in ratios)):.2f}).")
+    return "\n".join(lines) + "\n"
+
+
+def write_docs(text: str) -> None:
+    current = DOC.read_text(encoding="utf-8")
+    if SECTION in current:
+        start = current.index(SECTION)
+        end = current.find("\n## ", start + len(SECTION))
+        current = current[:start] + text + (current[end + 1:] if end != -1 else "")
+    else:
+        current = current.rstrip() + "\n\n" + text
+    DOC.write_text(current, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

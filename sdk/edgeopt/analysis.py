@@ -1,0 +1,182 @@
+"""`edgeopt analyze`: per-node roofline of an artifact on a board, checked against what the fleet measured.
+
+    from edgeopt.analysis import analyze
+    report = analyze("out", device="rpi5", db="sqlite:///fleet.db")
+
+For each ONNX artifact (a file, or every ONNX artifact of a conversion's OUTDIR): per node its
+operations, bytes, arithmetic intensity and roofline verdict on the board, and the whole graph's
+predicted latency. Where the fleet has results of the same artifacts, each board's measured p50
+is set against its prediction, the pair is stored (`roofline_fits`), and the board's efficiency
+factor (geometric mean of measured / predicted) calibrates its later predictions.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from edgeopt_agent.profiles import load_profile
+from edgeopt_converters.graph_cost import GraphCost, analyze_onnx, by_op_type
+from edgeopt_converters.roofline import Machine, Prediction, machine_for, predict
+
+from .errors import UserError
+from .report.data import manifest_path, read_manifest
+
+HOST = "host"  # --device host: this machine, its peaks measured
+
+
+@dataclass(frozen=True)
+class Target:
+    key: str
+    path: Path
+    format: str
+
+
+def targets(path: Path) -> Tuple[Optional[Dict[str, Any]], List[Target], List[str]]:
+    """The artifacts to analyse: one ONNX file, or a conversion's ONNX artifacts (with its manifest)."""
+    path = Path(path)
+    if path.is_file() and path.suffix == ".onnx":
+        return None, [Target(path.stem, path, "onnx")], []
+    if path.is_file() and path.suffix != ".json":
+        raise UserError(f"{path.name}: analyze reads ONNX files or a conversion's output folder")
+    manifest = read_manifest(manifest_path(path))
+    folder = manifest_path(path).parent
+    found, notes = [], []
+    for a in manifest["artifacts"]:
+        if a.get("format") == "onnx":
+            found.append(Target(a["key"], folder / a["path"], "onnx"))
+        else:
+            notes.append(f"{a.get('key')}: only ONNX graphs are analysed; a {a.get('format')} artifact of the same "
+                         f"precision runs the same arithmetic")
+    if not found:
+        raise UserError(f"{path} has no ONNX artifact to analyse")
+    return manifest, found, notes
+
+
+def machine(device: str, threads: Optional[int] = None) -> Machine:
+    if device == HOST:
+        from edgeopt_converters.host_peaks import measure_host
+
+        return measure_host(threads)
+    return machine_for(load_profile(device))
+
+
+def efficiency(fits: Sequence[Dict[str, Any]], profile: str, precision: str,
+               leave_out: Optional[Tuple[str, str]] = None) -> Tuple[Optional[float], int, str]:
+    """Geometric mean of measured / predicted over a board's stored pairs: at this precision where
+    there are some, else at all precisions. Returns (factor or None, pairs used, which pairs)."""
+    mine = [f for f in fits if f["profile"] == profile and f["predicted_ms"] > 0
+            and (f["model_sha256"], f["artifact_key"]) != leave_out]
+    same = [f for f in mine if f["precision"] == precision]
+    chosen, scope = (same, precision) if same else (mine, "all precisions")
+    if not chosen:
+        return None, 0, ""
+    factor = math.exp(statistics.fmean(math.log(f["measured_ms"] / f["predicted_ms"]) for f in chosen))
+    return factor, len(chosen), scope
+
+
+def _fleet_results(store, manifest: Dict[str, Any]) -> Dict[Tuple[str, str], List[float]]:
+    """p50 latencies of this conversion's artifacts in the fleet, by (board profile, artifact key)."""
+    sha = (manifest.get("model") or {}).get("sha256")
+    measured: Dict[Tuple[str, str], List[float]] = {}
+    for r in store.results():
+        if r.get("model_sha256") != sha or not r.get("ok") or r.get("valid") is False or not r.get("p50_ms"):
+            continue
+        if r.get("profile") and r.get("artifact_key"):
+            measured.setdefault((r["profile"], r["artifact_key"]), []).append(float(r["p50_ms"]))
+    return measured
+
+
+def _error_pct(predicted: float, measured: float) -> float:
+    return round((predicted - measured) / measured * 100.0, 2)
+
+
+def compare_with_fleet(store, manifest: Dict[str, Any], costs: Dict[str, GraphCost]) -> Tuple[List[Dict[str, Any]], List[str]]:
+    """Predicted against measured for every board that ran these artifacts; stores each pair."""
+    sha = (manifest.get("model") or {}).get("sha256")
+    rows, notes = [], []
+    pairs = []
+    for (profile_name, key), latencies in sorted(_fleet_results(store, manifest).items()):
+        if key not in costs:
+            continue
+        try:
+            board = machine_for(load_profile(profile_name))
+        except UserError as exc:
+            notes.append(f"{profile_name}: no prediction ({exc})")
+            continue
+        cost = costs[key]
+        predicted = predict(cost, board).roofline_ms
+        measured = statistics.median(latencies)
+        store.save_roofline_fit(profile_name, cost.precision, sha, key, predicted, measured)
+        pairs.append((profile_name, key, cost.precision, predicted, measured, len(latencies)))
+    fits = store.roofline_fits()
+    for profile_name, key, precision, predicted, measured, count in pairs:
+        factor, samples, scope = efficiency(fits, profile_name, precision, leave_out=(sha, key))
+        rows.append({
+            "profile": profile_name, "artifact": key, "precision": precision, "measured_ms": round(measured, 6),
+            "results": count, "predicted_ms": round(predicted, 6), "error_pct": _error_pct(predicted, measured),
+            "calibrated_ms": round(predicted * factor, 6) if factor else None,
+            "calibrated_error_pct": _error_pct(predicted * factor, measured) if factor else None,
+            "efficiency": round(factor, 4) if factor else None, "efficiency_samples": samples,
+            "efficiency_from": scope or None,
+        })
+    if pairs:
+        notes.append("calibrated figures use each board's efficiency fitted from its other artifacts (this one "
+                     "left out), so the error shown is out of sample")
+    return rows, notes
+
+
+def analyze(path, device: str, input_shapes: Sequence[Sequence[int]] = (), db: Optional[str] = None,
+            threads: Optional[int] = None, top: Optional[int] = 15) -> Dict[str, Any]:
+    manifest, found, notes = targets(Path(path))
+    board = machine(device, threads)
+    costs = {t.key: analyze_onnx(t.path, input_shapes) for t in found}
+    fleet_rows: List[Dict[str, Any]] = []
+    fits: List[Dict[str, Any]] = []
+    if db is not None:
+        from .fleet.store import open_store
+
+        store = open_store(db, create=False)
+        try:
+            if manifest is not None:
+                fleet_rows, fleet_notes = compare_with_fleet(store, manifest, costs)
+                notes.extend(fleet_notes)
+            else:
+                notes.append("an ONNX file alone has no model hash to find fleet results by; give the OUTDIR")
+            fits = store.roofline_fits(device)
+        finally:
+            store.close()
+    artifacts = []
+    for t in found:
+        cost = costs[t.key]
+        factor, samples, scope = efficiency(fits, device, cost.precision)
+        prediction = predict(cost, board, factor, samples)
+        if factor is not None:
+            prediction.notes.append(f"calibrated by {device}'s efficiency {factor:.2f} (measured / predicted) over "
+                                    f"{samples} fleet result(s) at {scope}")
+        artifacts.append(artifact_summary(t, cost, prediction, top))
+    return {"device": device, "machine": board.to_dict(), "artifacts": artifacts, "fleet": fleet_rows,
+            "notes": notes}
+
+
+def artifact_summary(target: Target, cost: GraphCost, prediction: Prediction, top: Optional[int]) -> Dict[str, Any]:
+    times: Dict[str, float] = {}
+    for n in prediction.nodes:
+        times[n.node.op_type] = times.get(n.node.op_type, 0.0) + n.ms
+    types = [{"op_type": op, "nodes": int(v["nodes"]), "ops": v["ops"], "bytes": v["bytes"],
+              "predicted_ms": round(times.get(op, 0.0), 6)}
+             for op, v in by_op_type(cost.nodes).items()]
+    types.sort(key=lambda t: -t["predicted_ms"])
+    return {
+        "key": target.key, "path": str(target.path), "precision": cost.precision, "inputs": {
+            k: list(v) if v else None for k, v in cost.inputs.items()},
+        "ops": cost.ops, "macs": cost.macs, "bytes": cost.bytes, "node_count": len(cost.nodes),
+        "notes": list(cost.notes), "prediction": prediction.to_dict(top), "op_types": types,
+        "roofline_points": [
+            {"name": n.node.name, "op_type": n.node.op_type, "intensity": n.node.intensity,
+             "gops": n.node.ops / (n.ms * 1e6) if n.ms else 0.0, "bound": n.bound, "ms": n.ms,
+             "precision": n.peak_precision}
+            for n in prediction.nodes if n.bound in ("compute", "memory") and n.node.intensity],
+    }

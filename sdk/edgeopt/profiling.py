@@ -1,0 +1,134 @@
+"""`edgeopt profile`: where an artifact's time goes on this host, per node, from the runtime's profiler.
+
+    from edgeopt.profiling import profile
+    result = profile("out")          # every artifact of a conversion, FP32 and INT8 side by side
+
+ONNX artifacts run under onnxruntime's profiler (edgeopt_agent.op_profile). TFLite artifacts
+are listed with the reason they cannot be profiled per op from Python. Where a conversion has
+FP32 and INT8 ONNX artifacts, op families (convolutions, matrix products, quantize/dequantize,
+layout changes...) are compared: which got faster with INT8, which did not, and what the Q/DQ
+nodes cost.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from edgeopt_agent import op_profile
+from edgeopt_agent.bench.inputs import random_feeds
+from edgeopt_agent.runners import open_runner
+
+from .errors import UserError
+from .report.data import manifest_path, read_manifest
+
+# Op types grouped by what they do, so FP32 and INT8 graphs (Conv vs QLinearConv) line up.
+FAMILIES = {
+    "convolution": ("Conv", "FusedConv", "QLinearConv", "ConvInteger", "ConvTranspose", "NhwcConv",
+                    "NhwcFusedConv"),
+    "matrix product": ("MatMul", "FusedMatMul", "Gemm", "QGemm", "QLinearMatMul", "MatMulInteger",
+                       "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "Attention", "MultiHeadAttention"),
+    "quantize / dequantize": ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"),
+    "layout": ("Transpose", "ReorderInput", "ReorderOutput", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
+               "Concat", "QLinearConcat", "Split", "Slice", "Gather", "Pad", "Expand", "Tile", "Cast", "Resize"),
+    "pooling": ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "QLinearAveragePool",
+                "QLinearGlobalAveragePool", "NhwcMaxPool", "ReduceMean", "ReduceMax", "ReduceSum"),
+    "elementwise": ("Add", "Mul", "Sub", "Div", "Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh",
+                    "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "LeakyRelu", "Erf", "Gelu",
+                    "BiasGelu", "FastGelu", "Pow", "Sqrt", "Exp"),
+    "normalization": ("Softmax", "LayerNormalization", "SkipLayerNormalization", "BatchNormalization",
+                      "InstanceNormalization", "QLinearSoftmax"),
+}
+_FAMILY_OF = {op: family for family, ops in FAMILIES.items() for op in ops}
+
+
+def family(op_type: str) -> str:
+    return _FAMILY_OF.get(op_type, "other")
+
+
+def _artifacts(path: Path) -> List[Tuple[str, Path, Optional[str]]]:
+    """(key, file, precision) for an artifact file, or for each artifact of a conversion's OUTDIR."""
+    if path.is_file() and path.suffix in (".onnx", ".tflite"):
+        return [(path.name, path, None)]
+    manifest_file = manifest_path(path)
+    manifest = read_manifest(manifest_file)
+    return [(a["key"], manifest_file.parent / a["path"], a.get("precision")) for a in manifest["artifacts"]]
+
+
+def _feeds(path: Path, threads: int, shapes: Sequence[Sequence[int]], seed: int) -> Dict[str, Any]:
+    runner = open_runner(path, threads=threads, runtime="onnxruntime")
+    runner.load()
+    try:
+        infos = list(runner.inputs())
+    finally:
+        runner.close()
+    if shapes:
+        if len(shapes) != len(infos):
+            raise UserError(f"{path.name} has {len(infos)} inputs ({', '.join(i.name for i in infos)}), "
+                            f"got {len(shapes)} --input-shape values")
+        infos = [replace(info, shape=tuple(shape)) for info, shape in zip(infos, shapes)]
+    return random_feeds(infos, None, seed)
+
+
+def profile_artifact(path: Path, threads: Optional[int] = None, runs: int = 20, warmup: int = 3,
+                     input_shapes: Sequence[Sequence[int]] = (), seed: int = 0) -> Dict[str, Any]:
+    if path.suffix == ".tflite":
+        return op_profile.unsupported("tflite")
+    from edgeopt_agent.bench.spec import available_cpus
+
+    threads = threads or available_cpus()
+    result = op_profile.profile_onnx(str(path), _feeds(path, threads, input_shapes, seed), threads=threads,
+                                     runs=runs, warmup=warmup)
+    result["threads"] = threads
+    return result
+
+
+def by_family(result: Dict[str, Any]) -> Dict[str, float]:
+    totals: Dict[str, float] = {}
+    for t in result.get("op_types", []):
+        totals[family(t["op_type"])] = totals.get(family(t["op_type"]), 0.0) + t["ms"]
+    return totals
+
+
+def compare(fp32: Dict[str, Any], int8: Dict[str, Any]) -> Dict[str, Any]:
+    """FP32 and INT8 of the same model, op family by op family."""
+    a, b = by_family(fp32), by_family(int8)
+    rows = []
+    for name in sorted(set(a) | set(b), key=lambda f: -(a.get(f, 0.0) + b.get(f, 0.0))):
+        before, after = a.get(name, 0.0), b.get(name, 0.0)
+        rows.append({"family": name, "fp32_ms": round(before, 6), "int8_ms": round(after, 6),
+                     "speedup": round(before / after, 3) if before and after else None,
+                     "verdict": _verdict(before, after)})
+    qdq = b.get("quantize / dequantize", 0.0)
+    return {
+        "families": rows,
+        "fp32_run_ms": fp32["run_ms"], "int8_run_ms": int8["run_ms"],
+        "speedup": round(fp32["run_ms"] / int8["run_ms"], 3) if int8["run_ms"] else None,
+        "qdq_ms": round(qdq, 6), "qdq_share": round(qdq / int8["node_ms"], 4) if int8["node_ms"] else 0.0,
+    }
+
+
+def _verdict(before: float, after: float) -> str:
+    if not before:
+        return "only in INT8"
+    if not after:
+        return "gone in INT8"
+    ratio = before / after
+    return "faster" if ratio >= 1.1 else ("slower" if ratio <= 1 / 1.1 else "about the same")
+
+
+def profile(path, threads: Optional[int] = None, runs: int = 20, warmup: int = 3,
+            input_shapes: Sequence[Sequence[int]] = (), top: int = 10) -> Dict[str, Any]:
+    found = _artifacts(Path(path))
+    artifacts = []
+    for key, file, precision in found:
+        result = profile_artifact(file, threads, runs, warmup, input_shapes)
+        if result.get("nodes") is not None:
+            result["nodes"] = result["nodes"][:top]
+        artifacts.append({"key": key, "path": str(file), "precision": precision, "profile": result})
+    comparisons = []
+    onnx = {a["precision"]: a for a in artifacts if a["path"].endswith(".onnx") and a["profile"].get("profiler")}
+    if "fp32" in onnx and "int8" in onnx:
+        comparisons.append({"fp32": onnx["fp32"]["key"], "int8": onnx["int8"]["key"],
+                            **compare(onnx["fp32"]["profile"], onnx["int8"]["profile"])})
+    return {"artifacts": artifacts, "comparisons": comparisons}

@@ -1,0 +1,173 @@
+"""`edgeopt analyze` and `edgeopt profile` on a conversion's output, with and without fleet results."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from edgeopt.analysis import analyze
+from edgeopt.cli.main import main
+from edgeopt.fleet.simulator import SimulatedDevice
+from edgeopt.fleet.store import open_store
+from edgeopt.profiling import compare, profile, profile_artifact
+
+SHA = "ab" * 32
+
+
+def _fp32(path):
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((16, 8, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    _save(path, nodes, [w])
+
+
+def _int8(path):
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "s"), numpy_helper.from_array(np.array(0, np.int8), "z"),
+             numpy_helper.from_array(rng.integers(-100, 100, (16, 8, 3, 3)).astype(np.int8), "wq")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["wq", "s", "z"], ["wd"]),
+             helper.make_node("Conv", ["xd", "wd"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("QuantizeLinear", ["c", "s", "z"], ["cq"]),
+             helper.make_node("DequantizeLinear", ["cq", "s", "z"], ["y"])]
+    _save(path, nodes, inits)
+
+
+def _save(path, nodes, inits):
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 64, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+@pytest.fixture()
+def outdir(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    _fp32(out / "model.fp32.onnx")
+    _int8(out / "model.int8.onnx")
+    artifacts = [{"key": f"onnx-{p}", "path": f"model.{p}.onnx", "format": "onnx", "precision": p}
+                 for p in ("fp32", "int8")]
+    (out / "manifest.json").write_text(json.dumps({"schema": "edgeopt.manifest/1", "model": {"sha256": SHA},
+                                                   "artifacts": artifacts}))
+    return out
+
+
+def _fleet(tmp_path, measured):
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    device = SimulatedDevice("pi-1", profile="rpi5", seed=1)
+    with open_store(url) as store:
+        store.ingest(*_message(device.status()))
+        for key, p50 in measured.items():
+            meta = {"model": "net", "model_sha256": SHA, "artifact_key": key, "format": "onnx",
+                    "precision": key.split("-")[1]}
+            store.ingest(*_message(device.result(f"job-{key}", p50_ms=p50, meta=meta)))
+    return url
+
+
+def _message(published):
+    return published.topic, published.payload
+
+
+def test_without_fleet_data_the_prediction_says_it_is_uncalibrated(outdir):
+    result = analyze(outdir, "rpi5")
+    by_key = {a["key"]: a for a in result["artifacts"]}
+    fp32, int8 = by_key["onnx-fp32"], by_key["onnx-int8"]
+    assert fp32["precision"] == "fp32" and int8["precision"] == "int8"
+    assert fp32["macs"] == int8["macs"] == 16 * 64 * 64 * 8 * 9
+    conv_bytes = {a["key"]: next(n["bytes"] for n in a["prediction"]["nodes"] if n["name"] == "conv")
+                  for a in (fp32, int8)}
+    assert conv_bytes["onnx-int8"] < conv_bytes["onnx-fp32"] / 3  # INT8 weights and activations
+    assert int8["prediction"]["predicted_ms"] < fp32["prediction"]["predicted_ms"]  # rpi5 has SDOT
+    assert not fp32["prediction"]["calibrated"]
+    assert any("uncalibrated" in n for n in fp32["prediction"]["notes"])
+    conv = next(n for n in fp32["prediction"]["nodes"] if n["name"] == "conv")
+    assert conv["bound"] in ("compute", "memory") and conv["predicted_ms"] > 0
+    assert fp32["roofline_points"] and result["fleet"] == []
+
+
+def test_fleet_measurements_are_compared_stored_and_calibrate_the_board(outdir, tmp_path):
+    predicted = {a["key"]: a["prediction"]["roofline_ms"] for a in analyze(outdir, "rpi5")["artifacts"]}
+    # The board ran both 3x and 3.3x slower than the roofline says.
+    measured = {"onnx-fp32": predicted["onnx-fp32"] * 3.0, "onnx-int8": predicted["onnx-int8"] * 3.3}
+    url = _fleet(tmp_path, measured)
+    result = analyze(outdir, "rpi5", db=url)
+    rows = {r["artifact"]: r for r in result["fleet"]}
+    assert set(rows) == {"onnx-fp32", "onnx-int8"} and all(r["profile"] == "rpi5" for r in rows.values())
+    fp32 = rows["onnx-fp32"]
+    assert fp32["error_pct"] == pytest.approx((1 / 3.0 - 1) * 100, abs=0.1)
+    # Calibrated by the other artifact only (left out of its own fit): 3.3 / 3.0 - 1 = +10 %.
+    assert fp32["efficiency"] == pytest.approx(3.3, rel=1e-3) and fp32["efficiency_samples"] == 1
+    assert fp32["calibrated_error_pct"] == pytest.approx(10.0, abs=0.1)
+    with open_store(url) as store:
+        assert {(f["artifact_key"], f["precision"]) for f in store.roofline_fits("rpi5")} == {
+            ("onnx-fp32", "fp32"), ("onnx-int8", "int8")}
+    # Later predictions for rpi5 are calibrated by its stored factor at their precision.
+    by_key = {a["key"]: a["prediction"] for a in result["artifacts"]}
+    assert by_key["onnx-fp32"]["calibrated"] and by_key["onnx-fp32"]["efficiency"] == pytest.approx(3.0, rel=1e-3)
+    assert by_key["onnx-int8"]["predicted_ms"] == pytest.approx(measured["onnx-int8"], rel=1e-3)
+    # Another board has no fit: its prediction stays uncalibrated.
+    assert not analyze(outdir, "rpi4", db=url)["artifacts"][0]["prediction"]["calibrated"]
+
+
+def test_the_cli_prints_tables_and_json(outdir, tmp_path, capsys):
+    url = _fleet(tmp_path, {"onnx-fp32": 50.0})
+    assert main(["analyze", str(outdir), "--device", "rpi5", "--db", url]) == 0
+    shown = capsys.readouterr().out
+    assert "slowest nodes" in shown and "predicted against the fleet" in shown and "calibrated by rpi5" in shown
+    assert main(["analyze", str(outdir / "model.fp32.onnx"), "--device", "jetson-orin-nano", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["machine"]["peak_gops"]["fp32"] == pytest.approx(1280.0)
+    assert main(["analyze", str(outdir), "--device", "no-such-board"]) == 2
+
+
+def test_host_peaks_are_measured(outdir):
+    result = analyze(outdir / "model.fp32.onnx", "host", threads=1)
+    machine = result["machine"]
+    assert machine["source"].startswith("measured on this")
+    assert machine["peak_gops"]["fp32"] > 0 and machine["peak_gops"]["int8"] > 0 and machine["bandwidth_gbps"] > 0
+
+
+def test_profile_sets_fp32_against_int8_by_op_family(outdir, capsys):
+    result = profile(outdir, threads=1, runs=3, warmup=1)
+    assert [a["key"] for a in result["artifacts"]] == ["onnx-fp32", "onnx-int8"]
+    int8 = result["artifacts"][1]["profile"]
+    assert int8["profiler"] == "onnxruntime" and int8["node_count"] >= 1
+    (comparison,) = result["comparisons"]
+    families = {r["family"]: r for r in comparison["families"]}
+    assert families["convolution"]["fp32_ms"] > 0 and families["convolution"]["int8_ms"] > 0
+    assert comparison["speedup"] > 0 and 0 <= comparison["qdq_share"] <= 1
+    assert main(["profile", str(outdir), "--runs", "2", "--threads", "1"]) == 0
+    assert "against onnx-int8" in capsys.readouterr().out
+
+
+def test_family_comparison_verdicts():
+    fp32 = {"op_types": [{"op_type": "Conv", "ms": 4.0}, {"op_type": "Transpose", "ms": 0.1}], "run_ms": 4.2,
+            "node_ms": 4.1}
+    int8 = {"op_types": [{"op_type": "QLinearConv", "ms": 1.0}, {"op_type": "Transpose", "ms": 0.5},
+                         {"op_type": "DequantizeLinear", "ms": 0.5}], "run_ms": 2.1, "node_ms": 2.0}
+    families = {r["family"]: r for r in compare(fp32, int8)["families"]}
+    assert families["convolution"]["speedup"] == 4.0 and families["convolution"]["verdict"] == "faster"
+    assert families["layout"]["verdict"] == "slower"
+    assert families["quantize / dequantize"]["verdict"] == "only in INT8"
+    assert compare(fp32, int8)["qdq_share"] == 0.25
+
+
+def test_tflite_artifacts_say_why_they_are_not_profiled(tmp_path):
+    result = profile_artifact(tmp_path / "model.tflite")
+    assert result["profiler"] is None and "per-op profiler" in result["unavailable"]
+
+
+def test_the_report_shows_the_profile_and_the_roofline_plot(outdir, tmp_path):
+    url = _fleet(tmp_path, {"onnx-fp32": 40.0, "onnx-int8": 20.0})
+    page = tmp_path / "report.html"
+    assert main(["report", str(outdir), "--db", url, "--profile", "--roofline", "rpi5", "-o", str(page)]) == 0
+    html = page.read_text()
+    assert 'id="profile"' in html and "against onnx-int8" in html
+    assert 'id="roofline"' in html and "roofline of onnx-fp32 on rpi5" in html and "roofline of onnx-int8 on rpi5" in html
+    assert "<polyline" in html and "bound node" in html  # the roofs, and nodes as points by bound
+    assert "Predicted against the fleet" in html
+    assert main(["report", "--db", url, "--profile", "-o", str(page)]) == 2  # needs OUTDIR
