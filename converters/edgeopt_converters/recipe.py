@@ -5,12 +5,19 @@ runtimes), never from the board's name.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import List, Optional, Sequence
+from dataclasses import dataclass, field, replace
+from typing import List, Optional, Sequence, Tuple
 
 from edgeopt_agent.errors import UserError
 from edgeopt_agent.profiles import FORMATS, PRECISIONS, Artifact, DeviceProfile
 
+from .architecture import Architecture
+from .passes.base import StepCall
+from .passes.export_onnx import OnnxExportOptions
+from .passes.export_tflite import TfliteOptions
+from .passes.fp16_onnx import OnnxFp16Options
+from .passes.preprocess_onnx import PreprocessOptions
+from .passes.quantize_dynamic import RECURRENT_OPS, TRANSFORMER_OPS, OnnxDynamicOptions
 from .passes.quantize_onnx import OnnxInt8Options
 
 
@@ -20,14 +27,47 @@ class PlannedArtifact:
     precision: str
     why: str
     int8: Optional[OnnxInt8Options] = None
+    variant: str = ""  # a second mode of the same format and precision, e.g. "dynamic"
+    steps: Tuple[StepCall, ...] = ()
+    base: Optional[str] = None  # key of the artifact whose file the first step reads (None: the source)
 
     @property
     def key(self) -> str:
-        return f"{self.format}-{self.precision}"
+        return f"{self.format}-{self.precision}" + (f"-{self.variant}" if self.variant else "")
 
     @property
     def filename(self) -> str:
-        return f"model.{self.precision}.{self.format}"
+        return f"model.{self.precision}{'-' + self.variant if self.variant else ''}.{self.format}"
+
+
+def _steps(fmt: str, precision: str, int8: Optional[OnnxInt8Options], opset: int) -> Tuple[StepCall, ...]:
+    if fmt == "tflite":
+        return (StepCall("export-tflite", TfliteOptions(precision)),)
+    if precision == "fp32":
+        return (StepCall("export-onnx", OnnxExportOptions(opset=opset)),)
+    if precision == "fp16":
+        return (StepCall("convert-onnx-fp16", OnnxFp16Options()),)
+    return (StepCall("preprocess-onnx", PreprocessOptions()), StepCall("quantize-onnx-static", int8))
+
+
+def architecture_variants(plan: "Plan", arch: Architecture, profile: DeviceProfile) -> List[PlannedArtifact]:
+    """INT8 modes beside static QDQ that suit the architecture (onnxruntime targets only)."""
+    static = next((a for a in plan.artifacts if a.key == "onnx-int8"), None)
+    if static is None or "onnxruntime" not in profile.runtimes or (static.int8 and static.int8.symmetric_activations):
+        return []
+    reduce_range = bool(static.int8 and static.int8.reduce_range)
+    if arch.kind == "transformer":
+        pre = PreprocessOptions(transformer_fusion=True)
+        options = OnnxDynamicOptions(TRANSFORMER_OPS, reduce_range=reduce_range)
+        why = f"transformer ({arch.why}): attention/LayerNorm/GELU fused, then dynamic INT8 MatMul/Gemm"
+    elif arch.kind == "recurrent":
+        pre = PreprocessOptions()
+        options = OnnxDynamicOptions(RECURRENT_OPS, reduce_range=reduce_range)
+        why = f"recurrent ({arch.why}): dynamic INT8, ranges follow the state"
+    else:
+        return []
+    return [PlannedArtifact("onnx", "int8", why, variant="dynamic", base="onnx-fp32",
+                            steps=(StepCall("preprocess-onnx", pre), StepCall("quantize-onnx-dynamic", options)))]
 
 
 @dataclass
@@ -61,7 +101,7 @@ def _why(profile: DeviceProfile, art: Artifact, int8: Optional[OnnxInt8Options])
 
 
 def make_plan(profile: DeviceProfile, formats: Sequence[str] = (), precisions: Sequence[str] = (),
-              source_kind: str = "module", calibrate_method: str = "minmax") -> Plan:
+              source_kind: str = "module", calibrate_method: str = "minmax", opset: int = 18) -> Plan:
     for f in formats:
         if f not in FORMATS:
             raise UserError(f"unknown --format '{f}'; choose from {', '.join(FORMATS)}")
@@ -107,9 +147,24 @@ def make_plan(profile: DeviceProfile, formats: Sequence[str] = (), precisions: S
             ordered.append(art)
     ordered.sort(key=lambda a: (a.precision != "fp32",))
     int8 = onnx_int8_options(profile, calibrate_method)
-    artifacts = [
-        PlannedArtifact(a.format, a.precision, _why(profile, a, int8 if a.format == "onnx" else None),
-                        int8 if (a.format, a.precision) == ("onnx", "int8") else None)
-        for a in ordered
-    ]
+    artifacts = []
+    for a in ordered:
+        own = int8 if (a.format, a.precision) == ("onnx", "int8") else None
+        base = "onnx-fp32" if a.format == "onnx" and a.precision != "fp32" else None
+        artifacts.append(PlannedArtifact(a.format, a.precision, _why(profile, a, int8 if a.format == "onnx" else None),
+                                         own, steps=_steps(a.format, a.precision, own, opset), base=base))
     return Plan(artifacts, notes)
+
+
+def tflite_dynamic_variant(item: PlannedArtifact) -> PlannedArtifact:
+    """Dynamic-range TFLite INT8: what edgeopt tries when full-integer INT8 fails its verdict."""
+    return PlannedArtifact("tflite", "int8", "full-integer TFLite INT8 failed its accuracy verdict: dynamic-range INT8 "
+                           "(INT8 weights, activations quantized per call)", variant="dynamic",
+                           steps=(StepCall("export-tflite", TfliteOptions("int8", dynamic=True)),))
+
+
+def with_exclusions(item: PlannedArtifact, nodes: Sequence[str]) -> PlannedArtifact:
+    """The same static INT8 artifact with `nodes` kept in float."""
+    int8 = replace(item.int8, nodes_to_exclude=tuple(nodes))
+    steps = tuple(StepCall(c.name, int8) if c.name == "quantize-onnx-static" else c for c in item.steps)
+    return replace(item, int8=int8, steps=steps)

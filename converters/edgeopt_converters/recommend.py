@@ -19,6 +19,7 @@ from .accuracy import OK, UNRESOLVED
 
 RUNTIME_FORMAT = {"tflite": "tflite", "onnxruntime": "onnx", "tensorrt": "onnx"}
 MIN_SPEEDUP = 1.05  # a lower precision must be shown at least this much faster than FP32 to be chosen
+NOTHING_QUANTIZED = 0.9  # an "INT8" artifact whose weights take this share of FP32's is not offered at all
 TIE = 1.05  # artifacts within this factor of the fastest are ties, settled by the profile's preferences
 _PRECISION_ORDER = ("int8", "fp16", "fp32")
 
@@ -37,7 +38,10 @@ def _accuracy_split(records) -> Tuple[list, List[str]]:
     usable, excluded = [], []
     for r in records:
         a = r.accuracy
-        if a.verdict == OK or (a.verdict == UNRESOLVED and a.excellent):
+        weights = (getattr(r, "info", None) or {}).get("weights") or {}
+        if getattr(r, "not_quantized", False) and weights.get("ratio", 0) >= NOTHING_QUANTIZED:
+            excluded.append(f"{r.planned.key} is not really quantized (its weights take {weights['ratio']:.2f}x FP32's)")
+        elif a.verdict == OK or (a.verdict == UNRESOLVED and a.excellent):
             usable.append(r)
         else:
             excluded.append(f"{r.planned.key} {a.verdict} ({a.reason})")

@@ -79,6 +79,7 @@ def convert(
     weights: Optional[PathLike] = None,
     trust_model_code: bool = False,
     time_on_host: bool = True,
+    mixed_precision: bool = True,
     progress=None,
 ) -> Dict[str, Any]:
     """Convert `model` for `device`; returns the manifest (also written to OUTDIR/manifest.json).
@@ -90,6 +91,7 @@ def convert(
     declare. `input_dtype` likewise; `input_value` ({"sr": 16000}) gives constant arguments.
     `calibration` is a data file, or a list of files of different shapes (sequence lengths).
     `trust_model_code=True` is needed for a TorchScript file, which runs code when loaded.
+    `mixed_precision=False` keeps a failed INT8 whole-graph instead of searching nodes to keep in float.
     `output_kinds` ({name: kind} or ["name=kind"]) says how outputs are judged; `state`
     ({input: output}) names recurrent state for streamed judgement; `metric` is "file.py:fn".
     """
@@ -120,6 +122,7 @@ def convert(
         weights=Path(weights) if weights else None,
         trust_model_code=trust_model_code,
         time_on_host=time_on_host,
+        mixed_precision=mixed_precision,
     )
     return run(model, options, progress or Progress())
 

@@ -60,6 +60,7 @@ def test_samples_needed_decides_at_that_count():
     ("speech_prob", (8, 1), "probability", "probability"),
     ("y", (8, 3), "normal", "classes"),
     ("ctc", (8, 40, 97), "softmax", "sequence"),
+    ("softmax_2.tmp_0", (2, 40, 6625), "softmax", "sequence"),  # PP-OCR's recognizer: not a detection head
     ("logits", (8, 40, 97), "normal", "sequence"),
     ("mask", (8, 1, 32, 32), "probability", "mask"),
     ("value", (8, 1), "normal", "regression"),

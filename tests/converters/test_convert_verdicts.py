@@ -24,7 +24,8 @@ def by_key(manifest):
 def test_int8_detector_with_zeroed_scores_fails_and_is_not_recommended(tmp_path, nets_path, detector_data):
     """Boxes (0-640) and scores (0-1) share one INT8 scale: every score rounds to zero, cosine stays 0.9999."""
     manifest = edgeopt.convert(f"{nets_path}:tiny_detector", device="x86-64", output_dir=tmp_path / "out",
-                               input_shape="1,3,16,16", calibration=detector_data, formats=["onnx"])
+                               input_shape="1,3,16,16", calibration=detector_data, formats=["onnx"],
+                               mixed_precision=False)
     artifacts = by_key(manifest)
     int8 = artifacts["onnx-int8"]["accuracy"]
     assert int8["cosine_similarity"] > 0.999, "the old first-output cosine would have passed it"
@@ -40,7 +41,7 @@ def test_budget_gate_names_the_failed_output(tmp_path, nets_path, detector_data)
     with pytest.raises(UserError, match=r"onnx-int8 lost 100\.00 points \(.*detection.*missed") as err:
         edgeopt.convert(f"{nets_path}:tiny_detector", device="x86-64", output_dir=tmp_path / "out",
                         input_shape="1,3,16,16", calibration=detector_data, formats=["onnx"],
-                        max_accuracy_drop=1.0, time_on_host=False)
+                        max_accuracy_drop=1.0, time_on_host=False, mixed_precision=False)
     assert "--max-accuracy-drop 1.0" in str(err.value)
     assert not (tmp_path / "out").exists()
 
@@ -109,13 +110,14 @@ def test_user_metric_gates_the_conversion(tmp_path, nets_path, detector_data):
                       "    return float((head[:, 4:] > 0.25).sum())\n")
     manifest = edgeopt.convert(f"{nets_path}:tiny_detector", device="x86-64", output_dir=tmp_path / "out",
                                input_shape="1,3,16,16", calibration=detector_data, formats=["onnx"],
-                               metric=f"{plugin}:confident", time_on_host=False)
+                               metric=f"{plugin}:confident", time_on_host=False, mixed_precision=False)
     metric = by_key(manifest)["onnx-int8"]["accuracy"]["metric"]
     assert metric["reference"] > 0 and metric["candidate"] == 0 and metric["verdict"] == "ok"  # no limit given
     with pytest.raises(UserError, match="--max-metric-drop 1.0"):
         edgeopt.convert(f"{nets_path}:tiny_detector", device="x86-64", output_dir=tmp_path / "gated",
                         input_shape="1,3,16,16", calibration=detector_data, formats=["onnx"],
-                        metric=f"{plugin}:confident", max_metric_drop=1.0, time_on_host=False)
+                        metric=f"{plugin}:confident", max_metric_drop=1.0, time_on_host=False,
+                        mixed_precision=False)
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import pytest
 import edgeopt
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from corpus import CorpusMissing, corpus_file  # noqa: E402
+from corpus import CorpusMissing, corpus_file, face_tiles  # noqa: E402
 
 
 def corpus(entry, name):
@@ -16,22 +16,6 @@ def corpus(entry, name):
         return corpus_file(entry, name)
     except CorpusMissing as exc:
         pytest.skip(str(exc))
-
-
-def face_tiles(faces: np.ndarray, start: int, count: int, size: int = 320, face: int = 110) -> np.ndarray:
-    """Canvases with four upscaled LFW faces each: images a face detector finds several things in."""
-    from PIL import Image
-
-    images = []
-    for i in range(count):
-        canvas = np.full((size, size), 0.5, np.float32)
-        for k in range(4):
-            crop = faces[(start + i * 4 + k) % len(faces)]
-            scaled = Image.fromarray((crop * 255).astype(np.uint8)).resize((face, face), Image.BILINEAR)
-            y, x = 40 + (k // 2) * 140, 30 + (k % 2) * 150
-            canvas[y:y + face, x:x + face] = np.asarray(scaled, np.float32) / 255
-        images.append(np.stack([canvas] * 3))
-    return np.stack(images)
 
 
 @pytest.mark.slow
@@ -50,11 +34,18 @@ def test_yolo_detector_int8_is_judged_by_the_detections_it_still_finds(tmp_path)
     assert head["kind"] == "detection" and head["kind_source"] == "inferred"
     assert head["reference_detections"] >= 60, "the evaluation images must hold objects for the verdict to mean anything"
     assert fp32["verdict"] == "ok"
-    # Whole-graph INT8 loses a large share of FP32's detections (the shared output scale crushes scores),
-    # although the output's cosine stays high: the verdict must say failed and must not recommend it.
-    assert head["recall_pct"] < 90 and int8["cosine_similarity"] > 0.9
+    # Whole-graph INT8 loses a large share of FP32's detections although the output's cosine stays high.
+    # Mixed precision keeps the most sensitive nodes in float and wins back detections, but on these images
+    # not enough for the 1-point budget (it stops at half the quantized nodes): still failed, FP32 recommended,
+    # and the manifest says what was tried.
+    mixed = artifacts["onnx-int8"]["mixed_precision"]
+    assert mixed["whole_graph"]["verdict"] == "failed" and mixed["whole_graph"]["drop_points"] > 30
+    assert len(mixed["tries"]) >= 3 and artifacts["onnx-int8"]["float_nodes"] == mixed["float_nodes"]
+    assert int8["drop_points"] < mixed["whole_graph"]["drop_points"], "the kept attempt is the best one"
+    assert head["recall_pct"] < 99 and int8["cosine_similarity"] > 0.9
     assert int8["verdict"] == "failed"
     assert manifest["recommended"] == "onnx-fp32"
+    assert any("mixed precision found no passing split" in w for w in manifest["warnings"])
 
 
 def speech_frames(paths, silence_s: float = 0.5, frame: int = 512, context: int = 64) -> np.ndarray:

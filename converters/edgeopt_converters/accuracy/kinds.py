@@ -127,6 +127,8 @@ def _by_shape(ref: np.ndarray) -> OutputKind:
         if _in_unit_range(ref):
             return OutputKind("probability", False, f"{size} value(s) per sample in [0, 1]")
         return OutputKind("regression", False, f"{size} value(s) per sample")
+    if len(per_sample) == 2 and per_sample[0] >= 2 and _rows_sum_to_one(ref):
+        return OutputKind("sequence", False, f"[N, {per_sample[0]}, {per_sample[1]}] per-step probabilities")
     layout = detection_layout(ref.shape)
     if layout and _scores_in_unit_range(ref, layout):
         return OutputKind("detection", False, f"{list(ref.shape)} reads as boxes + class scores ({layout.replace('_', ' ')})")

@@ -10,24 +10,17 @@ import numpy as np
 
 from edgeopt_agent.errors import UserError, require
 
-from ..model_source import SourceModel
 from ..tensors import InputSpec, shared_batch
 from ._quiet import captured_output, log
+from .base import Step, StepContext, StepResult, option
 
 
 @dataclass(frozen=True)
 class OnnxExportOptions:
-    opset: int = 18
-    dynamic_batch: bool = True
-    # Further axes kept dynamic: (input name, axis, group); inputs whose axes share a group share
-    # one size (a sequence length that ids and mask both have).
-    dynamic_axes: Tuple[Tuple[str, int, str], ...] = ()
-
-
-@dataclass(frozen=True)
-class OnnxExportResult:
-    path: Path
-    dynamic_batch: bool
+    opset: int = option(18, "ONNX opset of the export")
+    dynamic_batch: bool = option(True, "export the batch dimension as dynamic when the model allows it")
+    dynamic_axes: Tuple[Tuple[str, int, str], ...] = option(
+        (), "further axes kept dynamic: (input name, axis, group); axes of one group share one size")
 
 
 def example_args(specs: Sequence[InputSpec], example: Optional[Mapping[str, np.ndarray]] = None):
@@ -46,15 +39,19 @@ def example_args(specs: Sequence[InputSpec], example: Optional[Mapping[str, np.n
     return tuple(args)
 
 
-class ExportOnnx:
-    def __init__(self, options: OnnxExportOptions = OnnxExportOptions()):
-        self.options = options
+class ExportOnnx(Step):
+    """The source model as one self-contained ONNX FP32 file."""
 
-    def run(self, source: SourceModel, specs: Sequence[InputSpec], output: Path,
-            example: Optional[Mapping[str, np.ndarray]] = None) -> OnnxExportResult:
+    name = "export-onnx"
+    Options = OnnxExportOptions
+    from_source = True
+
+    def run(self, ctx: StepContext, model: Optional[Path], output: Path) -> StepResult:
+        source, specs, example = ctx.source, ctx.specs, ctx.example
         if source.kind == "onnx":
             self._copy_onnx(source.onnx_path, output)
-            return OnnxExportResult(output, any(bool(s.shape) and s.shape[0] == -1 for s in source.input_specs[:1]))
+            return StepResult(output, {"dynamic_batch": any(bool(s.shape) and s.shape[0] == -1
+                                                            for s in source.input_specs[:1])})
         torch = require("torch", "convert")
         require("onnxscript", "convert", "ONNX export")
         args = example_args(specs, example)
@@ -64,7 +61,7 @@ class ExportOnnx:
         if axes:
             try:
                 self._export(torch, source, args, names, output, axes)
-                return OnnxExportResult(output, batch)
+                return StepResult(output, {"dynamic_batch": batch})
             except Exception as exc:  # the model pins its batch size (e.g. x.view(1, -1))
                 log.info("export with dynamic dimensions %s failed (%s); exporting with fixed shapes", axes, exc)
         try:
@@ -74,7 +71,7 @@ class ExportOnnx:
                 f"ONNX export of {source.description} with inputs "
                 f"{', '.join(s.describe() for s in specs)} failed: {_first_line(exc)}"
             ) from exc
-        return OnnxExportResult(output, False)
+        return StepResult(output, {"dynamic_batch": False})
 
     @staticmethod
     def _copy_onnx(path: Path, output: Path) -> None:

@@ -15,13 +15,15 @@ from edgeopt_agent.errors import UserError, require
 from ..model_source import SourceModel
 from ..tensors import Dataset, InputSpec, feed_batch
 from ._quiet import captured_output
+from .base import Step, StepContext, StepResult, option
 from .export_onnx import _first_line, example_args
 
 
 @dataclass(frozen=True)
 class TfliteOptions:
-    precision: str = "fp32"  # "fp32" | "int8"
-    per_channel: bool = True
+    precision: str = option("fp32", "fp32, or int8 (full-integer, PT2E calibration)")
+    per_channel: bool = option(True, "per-channel INT8 weights")
+    dynamic: bool = option(False, "dynamic-range INT8 (INT8 weights, activations quantized per call; float I/O)")
 
 
 def _litert_torch():
@@ -29,14 +31,29 @@ def _litert_torch():
     return require("litert_torch", "tflite", "TFLite export")
 
 
-class ExportTflite:
-    def __init__(self, options: TfliteOptions = TfliteOptions()):
-        if options.precision not in ("fp32", "int8"):
-            raise UserError(f"TFLite export supports fp32 and int8, not {options.precision}")
-        self.options = options
+class ExportTflite(Step):
+    """The source PyTorch model as TFLite through litert-torch."""
 
-    def run(self, source: SourceModel, specs: Sequence[InputSpec], output: Path,
-            calibration: Optional[Dataset] = None, on_batch: Optional[Callable[[int], None]] = None) -> Path:
+    name = "export-tflite"
+    Options = TfliteOptions
+    from_source = True
+
+    def __init__(self, options: Optional[TfliteOptions] = None, **overrides):
+        super().__init__(options, **overrides)
+        if self.options.precision not in ("fp32", "int8"):
+            raise UserError(f"TFLite export supports fp32 and int8, not {self.options.precision}")
+
+    def run(self, ctx: StepContext, model: Optional[Path], output: Path) -> StepResult:
+        path = self.export(ctx.source, ctx.specs, output,
+                           ctx.calibration if self.options.precision == "int8" else None, ctx.advance)
+        info = {}
+        if self.options.precision == "int8":
+            mode = "dynamic-range" if self.options.dynamic else "full-integer"
+            info["scheme"] = f"{mode} INT8 (PT2E{', per-channel weights' if self.options.per_channel else ''})"
+        return StepResult(path, info)
+
+    def export(self, source: SourceModel, specs: Sequence[InputSpec], output: Path,
+               calibration: Optional[Dataset] = None, on_batch: Optional[Callable[[int], None]] = None) -> Path:
         if not source.exportable:
             raise UserError(
                 f"TFLite export needs a PyTorch model that torch.export can trace; {source.description} is a "
@@ -65,7 +82,8 @@ class ExportTflite:
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
         quantizer = pt2e_quantizer.PT2EQuantizer().set_global(
-            pt2e_quantizer.get_symmetric_quantization_config(is_per_channel=self.options.per_channel)
+            pt2e_quantizer.get_symmetric_quantization_config(is_per_channel=self.options.per_channel,
+                                                             is_dynamic=self.options.dynamic)
         )
         graph = torch.export.export(module, args).module()
         prepared = prepare_pt2e(graph, quantizer)

@@ -1,18 +1,21 @@
-"""ONNX FP32 -> ONNX INT8: static QDQ quantization with onnxruntime's own tools."""
+"""ONNX FP32 -> ONNX INT8: static QDQ quantization with onnxruntime's own tools.
+
+Activation ranges come from passes/calibration.py (computed once per model and method, reused by
+every mixed-precision attempt); `nodes_to_exclude` keeps nodes in float.
+"""
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
-from edgeopt_agent.errors import UserError
+from edgeopt_agent.errors import UserError, require
 from edgeopt_agent.runners.onnxruntime_import import import_onnxruntime
 
-from ..tensors import Dataset
-from ._quiet import captured_output, log
+from ._quiet import captured_output
+from .base import Step, StepContext, StepResult, option
+from .calibration import Calibration, calibrate
+from .errors import StepFailed, first_line
 
 CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
 TENSORRT_INT8_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "Add")
@@ -20,17 +23,17 @@ TENSORRT_INT8_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "Add")
 
 @dataclass(frozen=True)
 class OnnxInt8Options:
-    activation_type: str = "uint8"  # "uint8" | "int8"
-    weight_type: str = "int8"
-    reduce_range: bool = False  # 7-bit weights: avoids VPMADDUBSW saturation on x86 without VNNI
-    per_channel: bool = True
-    symmetric_activations: bool = False  # TensorRT needs symmetric INT8 activations
-    calibrate_method: str = "minmax"
-    # None quantizes every op onnxruntime can; a tuple limits Q/DQ to those ops' inputs.
-    op_types: Optional[Tuple[str, ...]] = None
-    quantize_outputs: bool = True
-    quantize_bias: bool = True  # INT32 biases; TensorRT's Q/DQ layers take INT8 only
-    keep_activations: bool = False  # keep Relu/Clip after Q/DQ for the runtime to fuse
+    activation_type: str = option("uint8", "activation type: uint8 or int8")
+    weight_type: str = option("int8", "weight type: uint8 or int8")
+    reduce_range: bool = option(False, "7-bit weights: avoids VPMADDUBSW saturation on x86 without VNNI")
+    per_channel: bool = option(True, "one scale per output channel of each weight")
+    symmetric_activations: bool = option(False, "symmetric INT8 activations (TensorRT needs them)")
+    calibrate_method: str = option("minmax", "how activation ranges are chosen: minmax, entropy or percentile")
+    op_types: Optional[Tuple[str, ...]] = option(None, "quantize only these op types (None: every op onnxruntime can)")
+    quantize_outputs: bool = option(True, "Q/DQ on the outputs of quantized ops too")
+    quantize_bias: bool = option(True, "INT32 biases; TensorRT's Q/DQ layers take INT8 only")
+    keep_activations: bool = option(False, "keep Relu/Clip after Q/DQ for the runtime to fuse")
+    nodes_to_exclude: Tuple[str, ...] = option((), "nodes kept in float (mixed precision)")
 
     @classmethod
     def for_tensorrt(cls, calibrate_method: str = "minmax") -> "OnnxInt8Options":
@@ -54,77 +57,58 @@ class OnnxInt8Options:
             text += " symmetric-activations"
         if not self.quantize_outputs:
             text += " input-only (TensorRT layout)"
+        if self.calibrate_method != "minmax":
+            text += f" {self.calibrate_method}"
+        if self.nodes_to_exclude:
+            text += f", {len(self.nodes_to_exclude)} nodes float"
         return text
 
 
-@contextlib.contextmanager
-def _working_directory(path: str):
-    previous = os.getcwd()
-    os.chdir(path)
-    try:
-        yield
-    finally:
-        os.chdir(previous)
+class QuantizeOnnxStatic(Step):
+    """Static QDQ INT8 (weights and activations), calibrated on the user's data."""
 
+    name = "quantize-onnx-static"
+    Options = OnnxInt8Options
 
-def _pre_process(q, fp32_path: str, prepared: Path, tmp: str) -> Optional[Path]:
-    """onnxruntime's pre-processing (shape inference, constant folding, fusions), which only
-    improves placement; retried without symbolic shape inference, which gives up on dynamic dims
-    it cannot follow. None when it fails both ways."""
-    errors = []
-    for skip_symbolic in (False, True):
-        try:
-            # The symbolic inference dumps its partial model into the current folder when it
-            # gives up: run it inside tmp.
-            with captured_output("quant_pre_process"), _working_directory(tmp):
-                q.quant_pre_process(fp32_path, str(prepared), skip_symbolic_shape=skip_symbolic)
-            return prepared
-        except Exception as exc:
-            errors.append(str(exc) or type(exc).__name__)
-    log.warning("onnxruntime quant_pre_process failed (%s); quantizing the exported graph as is", "; ".join(errors))
-    return None
+    def __init__(self, options: Optional[OnnxInt8Options] = None, **overrides):
+        super().__init__(options, **overrides)
+        if self.options.calibrate_method not in CALIBRATION_METHODS:
+            raise UserError(f"unknown calibration method '{self.options.calibrate_method}'; "
+                            f"choose one of {', '.join(CALIBRATION_METHODS)}")
 
+    def calibrate(self, ctx: StepContext, model: Path, cache: Path) -> Calibration:
+        if ctx.calibration is None:
+            raise UserError("static INT8 needs calibration data")
+        o = self.options
+        total = {"seen": 0}
 
-class _Reader:
-    """Feeds calibration samples to onnxruntime's calibrator, one sample at a time."""
+        def batches():
+            for feed, real in ctx.calibration.batches(ctx.batch):
+                if total["seen"] < ctx.calibration.size:  # progress counts the first pass only
+                    ctx.advance(real)
+                    total["seen"] += real
+                yield feed
 
-    def __init__(self, dataset: Dataset, batch: int, on_batch: Optional[Callable[[int], None]]):
-        self._batches = iter(dataset.batches(batch))
-        self._on_batch = on_batch
+        return calibrate(model, batches, o.calibrate_method, list(o.op_types) if o.op_types else None,
+                         o.symmetric_activations, cache)
 
-    def get_next(self):
-        item = next(self._batches, None)
-        if item is None:
-            return None
-        if self._on_batch:
-            self._on_batch(item[1])
-        return item[0]
-
-
-class QuantizeOnnxInt8:
-    def __init__(self, options: OnnxInt8Options = OnnxInt8Options()):
-        if options.calibrate_method not in CALIBRATION_METHODS:
-            raise UserError(f"unknown calibration method '{options.calibrate_method}'; choose one of {', '.join(CALIBRATION_METHODS)}")
-        self.options = options
-
-    def run(self, fp32_model: Path, calibration: Dataset, output: Path, batch: int = 1,
-            on_batch: Optional[Callable[[int], None]] = None) -> Path:
+    def run(self, ctx: StepContext, model: Optional[Path], output: Path,
+            calibration: Optional[Calibration] = None) -> StepResult:
         import_onnxruntime("convert", "ONNX INT8 quantization")
         from onnxruntime import quantization as q
 
         o = self.options
+        if calibration is None:
+            calibration = self.calibrate(ctx, model, calibration_cache(output))
+        excluded = tuple(o.nodes_to_exclude) + tuple(sorted(unquantizable_nodes(model, calibration.unquantizable)
+                                                            - set(o.nodes_to_exclude)))
         types = {"uint8": q.QuantType.QUInt8, "int8": q.QuantType.QInt8}
         methods = {"minmax": q.CalibrationMethod.MinMax, "entropy": q.CalibrationMethod.Entropy,
                    "percentile": q.CalibrationMethod.Percentile}
-        with tempfile.TemporaryDirectory(prefix="edgeopt-quant-") as tmp:
-            prepared = Path(tmp) / "prepared.onnx"
-            fp32_path = str(Path(fp32_model).resolve())  # before the working directory changes
-            prepared = _pre_process(q, fp32_path, prepared, tmp) or fp32_model
+        try:
             with captured_output("quantize_static"):
                 q.quantize_static(
-                    str(prepared),
-                    str(output),
-                    _Reader(calibration, batch, on_batch),
+                    str(model), str(output), None,
                     quant_format=q.QuantFormat.QDQ,
                     per_channel=o.per_channel,
                     reduce_range=o.reduce_range,
@@ -132,6 +116,8 @@ class QuantizeOnnxInt8:
                     weight_type=types[o.weight_type],
                     calibrate_method=methods[o.calibrate_method],
                     op_types_to_quantize=list(o.op_types) if o.op_types else None,
+                    nodes_to_exclude=list(excluded),
+                    calibration_cache_path=str(calibration.cache),
                     extra_options={
                         "ActivationSymmetric": o.symmetric_activations,
                         "WeightSymmetric": True,
@@ -141,4 +127,24 @@ class QuantizeOnnxInt8:
                         "QuantizeBias": o.quantize_bias,
                     },
                 )
-        return output
+        except Exception as exc:
+            raise StepFailed(f"onnxruntime quantize_static failed: {first_line(exc)}") from exc
+        info: Dict[str, object] = {"scheme": o.scheme, "float_nodes": list(excluded)}
+        if calibration.unquantizable:
+            info["unquantizable_tensors"] = sorted(calibration.unquantizable)
+        if calibration.flat:
+            info["minmax_ranges_for"] = sorted(calibration.flat)
+        return StepResult(output, info)
+
+
+def calibration_cache(output: Path) -> Path:
+    return output.with_name(output.name + ".calibration.json")
+
+
+def unquantizable_nodes(model: Path, tensors) -> set:
+    """Nodes that read or write a tensor no INT8 scale can hold."""
+    if not tensors:
+        return set()
+    onnx = require("onnx", "convert")
+    graph = onnx.load(str(model), load_external_data=False).graph
+    return {n.name for n in graph.node if n.name and (set(n.input) | set(n.output)) & set(tensors)}

@@ -56,11 +56,13 @@ file, an ExportedProgram .pt2, an .onnx file, or example:digits-cnn (bundled).""
 @click.option("--weights", type=click.Path(dir_okay=False), help="state_dict for a file.py:factory model (loaded with weights_only=True).")
 @click.option("--trust-model-code", is_flag=True,
               help="Load a TorchScript MODEL, which runs code when loaded: only for files from a source you trust.")
+@click.option("--no-mixed-precision", is_flag=True,
+              help="Keep a failed INT8 as it is instead of keeping its most sensitive nodes in float until it passes.")
 @click.option("--no-timing", is_flag=True, help="Skip the host timing (the recommendation then falls back to the profile's prediction).")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON instead of the summary table.")
 def convert(model, device, output_dir, input_shapes, input_dtypes, input_values, calibration, eval_data, formats, precisions,
             max_accuracy_drop, min_cosine, output_kinds, state_pairs, stream_steps, metric, max_metric_drop, threads,
-            calibrate_method, weights, trust_model_code, no_timing, as_json):
+            calibrate_method, weights, trust_model_code, no_mixed_precision, no_timing, as_json):
     from edgeopt.api import convert as run
     from edgeopt_converters.progress import Progress, RichProgress
 
@@ -72,7 +74,8 @@ def convert(model, device, output_dir, input_shapes, input_dtypes, input_values,
         max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine, output_kinds=list(output_kinds),
         state=list(state_pairs), stream_steps=stream_steps, metric=metric, max_metric_drop=max_metric_drop,
         threads=threads, calibrate_method=calibrate_method,
-        weights=weights, trust_model_code=trust_model_code, time_on_host=not no_timing, progress=reporter,
+        weights=weights, trust_model_code=trust_model_code, time_on_host=not no_timing, mixed_precision=not no_mixed_precision,
+        progress=reporter,
     )
     if as_json:
         manifest = run(model, device, output_dir, **kwargs)
@@ -140,6 +143,8 @@ def print_summary(manifest: dict, output_dir: str) -> None:
     for a in manifest["artifacts"]:
         if a["scheme"]:
             out.print(f"{a['key']}: {a['scheme']}", markup=False)
+        if a.get("float_nodes"):
+            out.print(f"{a['key']}: kept in float: {', '.join(a['float_nodes'])}", markup=False)
         if a["accuracy"].get("verdict") != "ok":
             out.print(f"{a['key']}: {a['accuracy'].get('verdict')}: {a['accuracy'].get('reason')}", markup=False)
     for note in manifest["notes"]:

@@ -52,11 +52,12 @@ HOST_SIDE = """
 import sys
 from pathlib import Path
 from edgeopt_agent.runners import open_runner
+from edgeopt_converters.passes.base import StepContext
 from edgeopt_converters.passes.fp16_onnx import ConvertOnnxFp16
 import numpy as np
 with open_runner(sys.argv[1], threads=1) as runner:  # in-process, as the host's accuracy checks do
     runner.infer({"x": np.zeros((2, 16), np.float32)})
-ConvertOnnxFp16().run(Path(sys.argv[1]), Path(sys.argv[2]))
+ConvertOnnxFp16().run(StepContext(None, []), Path(sys.argv[1]), Path(sys.argv[2]))
 """
 
 

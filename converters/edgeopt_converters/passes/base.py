@@ -1,0 +1,134 @@
+"""The one shape every conversion step has: typed options, one `run`, a registry filled by subclassing.
+
+A step turns one model file into another (or, for an export, the source model into a file). Its
+options are a frozen dataclass whose fields carry a description in their metadata and a default;
+`Step.describe()` lists them. A step that must run on the target (a TensorRT engine build) sets
+`on_target = True`: the host plans it and the agent performs it as part of the job.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Type
+
+from edgeopt_agent.errors import UserError
+
+from ..model_source import SourceModel
+from ..tensors import Dataset, InputSpec
+
+
+def option(default: Any, description: str, **kwargs) -> Any:
+    """A step option: its default and what it does (shown by `Step.describe()`)."""
+    if isinstance(default, (list, dict, set)):
+        raise TypeError("step options are immutable: use a tuple")
+    return field(default=default, metadata={"description": description}, **kwargs)
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    pass
+
+
+@dataclass
+class StepContext:
+    """What every step may use: the source model, the inputs, calibration data and where to write."""
+
+    source: SourceModel
+    specs: Sequence[InputSpec]
+    calibration: Optional[Dataset] = None
+    batch: int = 1
+    on_batch: Optional[Callable[[int], None]] = None
+    notes: List[str] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=list)
+    example: Optional[Mapping[str, Any]] = None  # one real feed to trace an export with
+    fix_dims: bool = True  # the data has one shape per input, so dynamic non-batch dims may be fixed
+
+    def advance(self, count: int) -> None:
+        if self.on_batch:
+            self.on_batch(count)
+
+
+@dataclass
+class StepResult:
+    path: Path
+    info: Dict[str, Any] = field(default_factory=dict)  # facts for the manifest (scheme, float nodes, ...)
+
+
+class Step:
+    """Subclass with a `name`, an `Options` dataclass and `run`; the subclass registers itself."""
+
+    name: ClassVar[str] = ""
+    Options: ClassVar[type] = NoOptions
+    on_target: ClassVar[bool] = False
+    from_source: ClassVar[bool] = False  # reads ctx.source instead of a model file (exports)
+    registry: ClassVar[Dict[str, Type["Step"]]] = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if not cls.name:
+            return
+        if cls.name in Step.registry and Step.registry[cls.name] is not cls:
+            raise TypeError(f"two conversion steps are named {cls.name!r}")
+        Step.registry[cls.name] = cls
+
+    def __init__(self, options: Any = None, **overrides: Any):
+        options = options if options is not None else self.Options()
+        if not isinstance(options, self.Options):
+            raise TypeError(f"{self.name} takes {self.Options.__name__}, got {type(options).__name__}")
+        self.options = dataclasses.replace(options, **overrides) if overrides else options
+
+    def run(self, ctx: StepContext, model: Optional[Path], output: Path) -> StepResult:
+        raise NotImplementedError
+
+    @classmethod
+    def describe(cls) -> List[Dict[str, Any]]:
+        """Each option: name, type, default and description."""
+        rows = []
+        for f in dataclasses.fields(cls.Options):
+            rows.append({"name": f.name, "type": f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type)),
+                         "default": f.default, "description": f.metadata.get("description", "")})
+        return rows
+
+
+def step_class(name: str) -> Type[Step]:
+    _load_builtin_steps()
+    try:
+        return Step.registry[name]
+    except KeyError:
+        raise UserError(f"unknown conversion step '{name}'; known: {', '.join(sorted(Step.registry))}") from None
+
+
+def make_step(name: str, **options: Any) -> Step:
+    cls = step_class(name)
+    return cls(cls.Options(**options))
+
+
+def _load_builtin_steps() -> None:
+    """Importing the step modules registers them."""
+    from . import export_onnx, export_tflite, fp16_onnx, preprocess_onnx, quantize_dynamic, quantize_onnx, tensorrt  # noqa: F401
+
+
+def all_steps() -> Dict[str, Type[Step]]:
+    _load_builtin_steps()
+    return dict(Step.registry)
+
+
+@dataclass(frozen=True)
+class StepCall:
+    """One planned step: its registered name and its options (a dataclass instance)."""
+
+    name: str
+    options: Any = None
+
+    def build(self) -> Step:
+        cls = step_class(self.name)
+        return cls(self.options)
+
+    @property
+    def on_target(self) -> bool:
+        return step_class(self.name).on_target
+
+
+def plan_description(calls: Sequence[StepCall]) -> List[str]:
+    return [c.name + (" (on the target)" if c.on_target else "") for c in calls]

@@ -1,0 +1,14 @@
+"""How a step says it could not make its artifact."""
+from __future__ import annotations
+
+from edgeopt_agent.errors import UserError
+
+
+class StepFailed(UserError):
+    """This artifact cannot be built (one line, why); the conversion goes on without it."""
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    detail = text[0] if text else ""
+    return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__

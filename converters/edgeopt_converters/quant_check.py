@@ -1,0 +1,58 @@
+"""Is an INT8 artifact really quantized? Its weight bytes against FP32's say so."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgeopt_agent.errors import require
+
+MAX_RATIO = 0.35  # INT8 weights are 1/4 of FP32's; scales, zero points and INT32 biases add a little
+
+
+@dataclass(frozen=True)
+class WeightCheck:
+    fp32_bytes: int
+    bytes: int
+    int8_bytes: int  # weights stored as 8-bit (or packed 4-bit) integers
+
+    @property
+    def ratio(self) -> float:
+        return self.bytes / self.fp32_bytes if self.fp32_bytes else 1.0
+
+    @property
+    def quantized(self) -> bool:
+        return self.ratio <= MAX_RATIO
+
+    def describe(self) -> str:
+        return (f"its weights take {self.bytes / 2**20:.2f} MiB against FP32's {self.fp32_bytes / 2**20:.2f} MiB "
+                f"({self.ratio:.2f}x; INT8 weights should be about 0.25x)")
+
+    def to_dict(self) -> dict:
+        return {"fp32_bytes": self.fp32_bytes, "bytes": self.bytes, "int8_bytes": self.int8_bytes,
+                "ratio": round(self.ratio, 3), "quantized": self.quantized}
+
+
+def _weight_bytes(path: Path):
+    onnx = require("onnx", "convert")
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    tensors = list(model.graph.initializer)
+    for node in model.graph.node:  # weights a model keeps in Constant nodes count too
+        if node.op_type == "Constant":
+            tensors += [a.t for a in node.attribute if a.name == "value"]
+    total = small = 0
+    for tensor in tensors:
+        array = numpy_helper.to_array(tensor)
+        if array.size < 16:  # scales, zero points, shapes
+            continue
+        total += array.nbytes
+        if array.dtype.itemsize == 1:
+            small += array.nbytes
+    return total, small
+
+
+def check_weights(fp32: Path, quantized: Path) -> WeightCheck:
+    fp32_total, _ = _weight_bytes(fp32)
+    total, small = _weight_bytes(quantized)
+    return WeightCheck(fp32_total, total, small)

