@@ -137,11 +137,8 @@ def _by_shape(ref: np.ndarray) -> OutputKind:
         if per_sample[0] >= _MIN_EMBEDDING and len(norms) and np.allclose(norms, 1.0, atol=1e-2):
             return OutputKind("embedding", False, f"[N, {per_sample[0]}] rows of unit length")
         return OutputKind("classes", False, f"[N, {per_sample[0]}] scores")
-    if len(per_sample) == 2 and per_sample[0] >= 2:
-        if _rows_sum_to_one(ref):
-            return OutputKind("sequence", False, f"[N, {per_sample[0]}, {per_sample[1]}] per-step probabilities")
-        if per_sample[1] >= _MIN_EMBEDDING:
-            return OutputKind("embedding", False, f"[N, {per_sample[0]}, {per_sample[1]}] per-token vectors")
+    if len(per_sample) == 2 and per_sample[0] >= 2 and per_sample[1] >= _MIN_EMBEDDING:
+        return OutputKind("embedding", False, f"[N, {per_sample[0]}, {per_sample[1]}] per-token vectors")
     if len(per_sample) == 3 and min(per_sample[1:]) >= _MASK_SIDE and (per_sample[0] == 1 or _in_unit_range(ref)):
         return OutputKind("mask", False, f"[N, {per_sample[0]}, {per_sample[1]}, {per_sample[2]}] maps")
     return OutputKind("regression", False, f"{list(ref.shape)} values")
