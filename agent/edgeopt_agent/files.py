@@ -4,9 +4,17 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import sys
 import uuid
 from pathlib import Path
-from typing import IO, Iterator, Optional, Union
+from typing import IO, Any, Callable, Dict, Iterator, Optional, Union
+
+from .errors import UserError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on boards with Python < 3.11
+    import tomli as tomllib
 
 READ_BYTES = 1 << 20
 
@@ -49,3 +57,13 @@ def write_atomically(path: Union[str, Path], data: Union[bytes, str], mode: Opti
     with atomic_writer(path, binary=isinstance(data, bytes), mode=mode, durable=durable) as handle:
         handle.write(data)
 
+
+
+def read_toml(path: Union[str, Path], what: str, error: Callable[[str], Exception] = UserError) -> Dict[str, Any]:
+    """The TOML table in `path`, or `error` with one line naming `what` the file was meant to be."""
+    try:
+        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise error(f"cannot read {what} {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise error(f"{what} {path} is not valid TOML: {exc}") from exc

@@ -45,3 +45,18 @@ def test_mode_is_honoured_under_the_umask(tmp_path):
     os.umask(umask)
     assert stat.S_IMODE(os.stat(tmp_path / "key").st_mode) == 0o600
     assert stat.S_IMODE(os.stat(tmp_path / "page.html").st_mode) == 0o666 & ~umask
+
+
+def test_read_toml_names_the_file_and_what_it_was_meant_to_be(tmp_path):
+    from edgeopt_agent.errors import UserError
+    from edgeopt_agent.files import read_toml
+
+    good = tmp_path / "good.toml"
+    good.write_text('name = "rpi4"\n')
+    assert read_toml(good, "device profile") == {"name": "rpi4"}
+    bad = tmp_path / "bad.toml"
+    bad.write_text("name = \n")
+    with pytest.raises(UserError, match=r"^device profile .*bad\.toml is not valid TOML"):
+        read_toml(bad, "device profile")
+    with pytest.raises(UserError, match=r"^cannot read config file .*missing\.toml"):
+        read_toml(tmp_path / "missing.toml", "config file")
