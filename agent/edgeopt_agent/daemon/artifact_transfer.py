@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, Optional, Set, Tuple
 from .. import wire
 from ..files import sha256_file
 from .admission import Admission
-from .artifacts import INLINE_DIR, ArtifactError
+from .artifacts import ArtifactError, artifact_path
 from .chunk_store import ChunkStore, TransferError
 
 log = logging.getLogger(__name__)
@@ -52,9 +52,6 @@ class Transfers:
         self._refused: Dict[str, Tuple[str, str]] = {}  # artifact sha256 -> (error kind, message)
         self._dropped: Dict[str, Set[int]] = {}  # artifact sha256 -> indices of chunks dropped as wrong
 
-    def final_path(self, ref: wire.ArtifactRef) -> Path:
-        return self.data_dir / INLINE_DIR / f"{ref.sha256}.{ref.format}"
-
     # --- MQTT thread --------------------------------------------------------------------------
 
     def job_arrived(self, payload: bytes) -> None:
@@ -69,7 +66,7 @@ class Transfers:
         try:
             if self.admission is not None:
                 self.admission.precheck(job)
-            missing = [] if self.final_path(job.artifact).is_file() else self.store.register(job.artifact)
+            missing = [] if artifact_path(self.data_dir, job.artifact).is_file() else self.store.register(job.artifact)
         except (wire.ProtocolError, OSError) as exc:
             log.info("not asking for the chunks of job %s: %s", job.job_id, exc)
             return
@@ -117,7 +114,7 @@ class Transfers:
     def fetch(self, job: wire.BenchmarkJob) -> Path:
         """The job's artifact as a verified local file, once all its chunks are in."""
         ref = job.artifact
-        target = self.final_path(ref)
+        target = artifact_path(self.data_dir, ref)
         damaged = False
         if target.is_file():
             if sha256_file(target) == ref.sha256:

@@ -51,14 +51,24 @@ def model_path(data_dir: Path, relative: str, what: str = "artifact") -> Path:
     return resolved
 
 
+def artifact_path(data_dir: Path, ref: ArtifactRef) -> Path:
+    """Where the worker keeps its own copy of `ref`, however it arrived."""
+    return Path(data_dir) / INLINE_DIR / f"{ref.sha256}.{ref.format}"
+
+
+def held(target: Path, sha256: str) -> bool:
+    """Whether `target` is already there with the expected contents."""
+    return target.is_file() and sha256_file(target) == sha256
+
+
 def materialize(ref: ArtifactRef, data_dir: Path) -> Path:
     """The verified local copy of `ref` (copied or written first unless already held)."""
-    target = Path(data_dir) / INLINE_DIR / f"{ref.sha256}.{ref.format}"
+    target = artifact_path(data_dir, ref)
     if ref.path is not None:
         source = model_path(data_dir, ref.path)
         if not source.is_file():
             raise ArtifactError(f"artifact '{ref.path}' does not exist in the agent's data dir", kind="missing_artifact")
-        if _held(target, ref.sha256):
+        if held(target, ref.sha256):
             return target
         with open(source, "rb") as handle:
             _store(iter(lambda: handle.read(READ_BYTES), b""), target, ref)
@@ -70,13 +80,9 @@ def materialize(ref: ArtifactRef, data_dir: Path) -> Path:
             f"inline artifact has sha256 {actual}, the job expects {ref.sha256}; it was damaged on the way",
             kind="artifact_mismatch",
         )
-    if not _held(target, ref.sha256):
+    if not held(target, ref.sha256):
         _store([data], target, ref)
     return target
-
-
-def _held(target: Path, sha256: str) -> bool:
-    return target.is_file() and sha256_file(target) == sha256
 
 
 def _store(blocks: Iterable[bytes], target: Path, ref: ArtifactRef) -> None:

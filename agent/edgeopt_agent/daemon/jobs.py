@@ -20,9 +20,9 @@ from .. import wire
 from ..errors import UserError
 from ..signing import TrustedKey
 from .admission import Admission
-from .artifacts import INLINE_DIR, materialize, model_path, sha256_file
-from .download import download, download_deadline_s
 from .artifact_transfer import Transfers
+from .artifacts import artifact_path, held, materialize, model_path
+from .download import download, download_deadline_s
 
 log = logging.getLogger(__name__)
 
@@ -119,8 +119,8 @@ class JobHandler:
         if ref.chunks is not None:
             return self.transfers.fetch(job)
         if ref.url is not None:
-            target = self.data_dir / INLINE_DIR / f"{ref.sha256}.{ref.format}"
-            if target.is_file() and sha256_file(target) == ref.sha256:
+            target = artifact_path(self.data_dir, ref)
+            if held(target, ref.sha256):
                 return target
             return download(ref, target, deadline_s=download_deadline_s(ref.size))
         return materialize(ref, self.data_dir)
