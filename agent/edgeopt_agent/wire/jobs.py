@@ -36,7 +36,6 @@ JOB_FIELDS = ("job_id", "artifact", "bench", "meta", "target", "issued_at", "exp
               "allow_downgrade", "signature")
 
 
-
 @dataclass(frozen=True)
 class Signature:
     """An Ed25519 signature over a whole job (edgeopt_agent.signing.job_statement)."""
