@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from edgeopt_agent import protocol
+from edgeopt_agent import wire
 
 from . import messages as msg
 from .database import Database, DataError, Transaction, connect
@@ -37,7 +37,7 @@ STORED = "stored"
 DUPLICATE = "duplicate"
 REJECTED = "rejected"
 
-_TABLES = {protocol.STATUS: "status", protocol.TELEMETRY: "telemetry", protocol.RESULTS: "results"}
+_TABLES = {wire.STATUS: "status", wire.TELEMETRY: "telemetry", wire.RESULTS: "results"}
 _DEVICE_COLUMNS = (
     "profile", "state", "state_reason", "state_started_at", "state_seq", "state_ts", "mqtt_protocol",
     "agent_version", "versions", "runtimes", "temperature_c", "telemetry_ts", "telemetry_seq", "first_seen", "last_seen",
@@ -82,7 +82,7 @@ class BatchReport:
 
 
 class FleetStore:
-    def __init__(self, db: Database, max_message_bytes: int = protocol.MAX_MESSAGE_BYTES):
+    def __init__(self, db: Database, max_message_bytes: int = wire.MAX_MESSAGE_BYTES):
         self.db = db
         self.max_message_bytes = max_message_bytes
 
@@ -140,7 +140,7 @@ class FleetStore:
         good.sort(key=lambda pair: (pair[1].device_id, pair[1].kind, pair[1].envelope.seq))
         for device_id, grouped in groupby(good, key=lambda pair: pair[1].device_id):
             of_device = list(grouped)
-            self._forget_baselines_if_reset(tx, device_id, [m for _, m in of_device if m.kind == protocol.STATUS])
+            self._forget_baselines_if_reset(tx, device_id, [m for _, m in of_device if m.kind == wire.STATUS])
             stored: List[msg.DeviceMessage] = []
             for kind, of_kind in groupby(of_device, key=lambda pair: pair[1].kind):
                 seqs = []
@@ -228,7 +228,7 @@ class FleetStore:
         device["last_seen"] = max(stamps + ([device["last_seen"]] if not new else []))
         for message in stored:
             facts = msg.device_facts(message)
-            if message.kind == protocol.STATUS:
+            if message.kind == wire.STATUS:
                 # (agent start time, seq) orders statuses even across a reset of the agent's counters.
                 key = (facts["started_at"], message.envelope.seq)
                 if device["state"] is None or key > (device["state_started_at"] or 0.0, device["state_seq"] or 0):
@@ -241,7 +241,7 @@ class FleetStore:
                         mqtt_protocol=facts["mqtt_protocol"] or device["mqtt_protocol"],
                     )
                     _update_known(device, facts, ("profile", "agent_version"))
-            elif message.kind == protocol.TELEMETRY:
+            elif message.kind == wire.TELEMETRY:
                 key = (message.envelope.ts, message.envelope.seq)
                 if device["telemetry_ts"] is None or key > (device["telemetry_ts"], device["telemetry_seq"]):
                     device.update(
@@ -424,7 +424,7 @@ class FleetStore:
         """
         def work(tx: Transaction) -> Dict[str, int]:
             telemetry = tx.execute("DELETE FROM telemetry WHERE ts < ?", (before,))
-            tx.execute("DELETE FROM messages WHERE kind = ? AND received_at < ?", (protocol.TELEMETRY, before))
+            tx.execute("DELETE FROM messages WHERE kind = ? AND received_at < ?", (wire.TELEMETRY, before))
             rejected = tx.execute("DELETE FROM rejected WHERE received_at < ?", (before,))
             return {"telemetry": max(telemetry, 0), "rejected": max(rejected, 0)}
 
@@ -464,7 +464,7 @@ def open_store(
     url: Optional[str] = None,
     create: bool = True,
     migrations: Sequence[Migration] = MIGRATIONS,
-    max_message_bytes: int = protocol.MAX_MESSAGE_BYTES,
+    max_message_bytes: int = wire.MAX_MESSAGE_BYTES,
 ) -> FleetStore:
     """Open (and create or migrate) the fleet database at `url` (default: `default_db_url()`).
 
