@@ -23,7 +23,9 @@ MODEL = "example:digits-cnn"
 
 
 def _artifacts(folder: Path):
-    manifest = json.loads((folder / "manifest.json").read_text())
+    from edgeopt_converters.manifest import read as read_manifest
+
+    manifest = read_manifest(folder).data
     return [a for a in manifest["artifacts"] if a["format"] in ("onnx", "tflite")], manifest
 
 

@@ -158,9 +158,9 @@ def convert_all(names=None):
             continue
         out = OUT / name
         if (out / "manifest.json").exists():
-            import json
+            from edgeopt_converters.manifest import read as read_manifest
 
-            built[name] = (out, json.loads((out / "manifest.json").read_text()), shapes)
+            built[name] = (out, read_manifest(out).data, shapes)
             continue
         started = time.perf_counter()
         try:

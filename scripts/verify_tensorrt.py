@@ -19,7 +19,6 @@ cannot run the checks (no TensorRT, cuda-python or GPU; no torch/onnx for the co
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import dataclass, field
@@ -172,7 +171,9 @@ class Row:
 def check_net(name: str, folder: Path, engines: Path, args: argparse.Namespace) -> List[Row]:
     import numpy as np
 
-    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    from edgeopt_converters.manifest import read as read_manifest
+
+    manifest = read_manifest(folder).data
     artifacts = {entry["key"]: entry for entry in manifest["artifacts"]}
     fp32 = artifacts["onnx-fp32"]
     inputs = np.load(folder / "eval.npy")[: args.samples]

@@ -16,15 +16,9 @@ from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from .errors import UserError
+from .files import read_toml
+from .runtimes import FORMATS, PRECISIONS, PROFILE_RUNTIMES
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on boards with Python < 3.11
-    import tomli as tomllib
-
-FORMATS = ("onnx", "tflite")
-PRECISIONS = ("fp32", "fp16", "int8")
-RUNTIMES = ("onnxruntime", "tflite", "tensorrt")
 POWER_SENSORS = ("none", "rpi-pmic", "ina3221", "rapl", "nvml")
 # Machine names that `platform.machine()` reports for each profile architecture.
 _MACHINE_ALIASES = {"aarch64": ("aarch64", "arm64"), "x86_64": ("x86_64", "amd64")}
@@ -167,7 +161,7 @@ def parse_profile(data: Mapping[str, Any], source: str) -> DeviceProfile:
         for a in data.get("accelerators", [])
     )
     runtimes = tuple(
-        _one_of(r, RUNTIMES, "runtime", where) for r in _expect(data, "runtimes", list, where)
+        _one_of(r, PROFILE_RUNTIMES, "runtime", where) for r in _expect(data, "runtimes", list, where)
     )
     recipe = tuple(
         Artifact(
@@ -218,12 +212,7 @@ def _profile_files() -> Dict[str, Path]:
 
 
 def load_profile_file(path: Path) -> DeviceProfile:
-    try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ProfileError(f"cannot read device profile {path}: {exc.strerror}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ProfileError(f"device profile {path} is not valid TOML: {exc}") from exc
+    data = read_toml(path, "device profile", error=ProfileError)
     return parse_profile(data, str(Path(path).name))
 
 

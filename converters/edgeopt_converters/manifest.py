@@ -1,77 +1,120 @@
-"""OUTDIR/manifest.json: the contract between convert, deploy and the agent."""
+"""OUTDIR/manifest.json, the contract between convert, bench, deploy and report: its name, its
+schema, and the one reader and writer of it (stdlib only; manifest_build.py makes its content).
+
+    manifest = read("out/")            # or read("out/manifest.json"); a UserError says what is wrong
+    manifest.artifact("onnx-int8").precision, manifest.data["tool_versions"]
+    write(content, "out/manifest.json")  # atomically
+
+The dataclasses name the facts every reader relies on; `data` keeps the whole JSON object as
+written (accuracy figures, quantization details, inputs...), so nothing the converter records is
+out of reach and the file on disk stays plain JSON.
+"""
 from __future__ import annotations
 
-import datetime as _dt
 import json
-import os
-import platform
-import tempfile
-from dataclasses import dataclass, field
-from importlib import metadata
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
-from .accuracy import Accuracy
-from .hashing import sha256_file
-from .host_timing import HostTiming
-from .recipe import PlannedArtifact
-from .runtime import match_inputs
-from .tensors import feed_batch
+from edgeopt_agent.errors import UserError
+from edgeopt_agent.files import write_atomically
 
-MANIFEST_SCHEMA = "edgeopt.manifest/1"
-_TOOLS = ("edgeopt", "torch", "onnx", "onnxruntime", "onnxscript", "litert-torch", "ai-edge-litert", "numpy")
+FILE_NAME = "manifest.json"
+SCHEMA_PREFIX = "edgeopt.manifest/"
+SCHEMA = SCHEMA_PREFIX + "1"
+_GIVE_OUTDIR = "give the output folder of `edgeopt convert`"
 
 
-@dataclass
-class ArtifactRecord:
-    planned: PlannedArtifact
-    path: str  # relative to OUTDIR
-    accuracy: Accuracy
-    io: Dict[str, List[dict]]  # {"inputs": [...], "outputs": [...]}: name, shape, dtype, quantization
-    dynamic_batch: bool = False
-    host_timing: Optional[HostTiming] = None
-    info: Dict[str, Any] = field(default_factory=dict)  # what the steps report: scheme, float nodes, weights, ...
-    not_quantized: bool = False  # an INT8 artifact whose weights are not ~4x smaller than FP32's
+@dataclass(frozen=True)
+class ArtifactEntry:
+    key: Optional[str]
+    path: Optional[str]  # relative to the manifest's folder
+    format: Optional[str]
+    precision: Optional[str]
+    sha256: Optional[str]
+    size_bytes: Optional[int]
+    recommended: bool
+    data: Mapping[str, Any]  # the whole entry as written
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "ArtifactEntry":
+        def text(name: str) -> Optional[str]:
+            value = data.get(name)
+            return value if isinstance(value, str) else None
+
+        size = data.get("size_bytes")
+        return cls(key=text("key"), path=text("path"), format=text("format"), precision=text("precision"),
+                   sha256=text("sha256"), size_bytes=size if isinstance(size, int) and not isinstance(size, bool) else None,
+                   recommended=data.get("recommended") is True, data=data)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    path: Path  # the manifest file
+    schema: Optional[str]
+    created: Optional[str]
+    recommended: Optional[str]
+    artifacts: Tuple[ArtifactEntry, ...]
+    data: Dict[str, Any]  # the whole JSON object as written
+    raw: bytes  # the file's bytes, for hashing
 
     @property
-    def scheme(self) -> Optional[str]:
-        return self.info.get("scheme") or (self.planned.int8.scheme if self.planned.int8 else None)
+    def folder(self) -> Path:
+        return self.path.parent
+
+    @property
+    def keys(self) -> List[str]:
+        return [a.key for a in self.artifacts if a.key is not None]
+
+    def artifact(self, key: str) -> Optional[ArtifactEntry]:
+        return next((a for a in self.artifacts if a.key == key), None)
 
 
-def tool_versions() -> Dict[str, Optional[str]]:
-    versions: Dict[str, Optional[str]] = {"python": platform.python_version()}
-    for name in _TOOLS:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
+def manifest_file(where: Union[str, Path]) -> Path:
+    """OUTDIR/manifest.json; a path to the manifest file itself works too."""
+    path = Path(where)
+    if path.is_dir():
+        path = path / FILE_NAME
+        if not path.is_file():
+            raise UserError(f"{where} has no {FILE_NAME}; {_GIVE_OUTDIR}")
+    elif not path.is_file():
+        raise UserError(f"conversion output not found: {where} has no {FILE_NAME}; {_GIVE_OUTDIR}")
+    return path
 
 
-def described_inputs(io_inputs: List[dict], specs, shapes: Dict[str, tuple],
-                     ranges: Optional[Dict[str, Tuple[tuple, tuple]]] = None) -> List[dict]:
-    """The artifact's inputs with what feeding them takes: the model's name for each
-    (`model_input`), the shape validated (`example_shape`), the smallest and largest shapes the
-    data held where they differ from it (`min_shape`, `max_shape`) and a constant's `value`."""
-    by_name = {s.name: s for s in specs}
-    mapping = match_inputs([i["name"] for i in io_inputs], [s.name for s in specs])
-    described = []
-    for item in io_inputs:
-        entry = dict(item)
-        spec = by_name.get(mapping.get(item["name"], ""))
-        if spec is not None:
-            entry["model_input"] = spec.name
-            entry["example_shape"] = list(shapes.get(spec.name, spec.shape))
-            low, high = (ranges or {}).get(spec.name, (None, None))
-            if low is not None and (list(low) != entry["example_shape"] or list(high) != entry["example_shape"]):
-                entry["min_shape"], entry["max_shape"] = list(low), list(high)
-            if spec.is_constant:
-                entry["value"] = spec.value
-        described.append(entry)
-    return described
+def read(where: Union[str, Path], require_schema: bool = True) -> Manifest:
+    """The manifest in folder `where` (or the file `where`), checked; UserError names the file and the fault.
+
+    require_schema=False accepts a hand-made manifest without "schema" (one with another schema is refused).
+    """
+    path = manifest_file(where)
+    try:
+        raw = path.read_bytes()
+        data = json.loads(raw.decode("utf-8"))
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise UserError(f"cannot read {path}: it is not valid JSON: {exc}") from None
+    schema = data.get("schema") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or (schema is not None or require_schema) and not (
+            isinstance(schema, str) and schema.startswith(SCHEMA_PREFIX)):
+        raise UserError(f"{path} is not an edgeopt manifest (its \"schema\" is {schema!r}, "
+                        f"expected {SCHEMA_PREFIX}N); {_GIVE_OUTDIR}")
+    entries = data.get("artifacts")
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise UserError(f"{path} has no \"artifacts\" list; re-run `edgeopt convert`")
+    created, recommended = data.get("created"), data.get("recommended")
+    return Manifest(path=path, schema=schema, created=created if isinstance(created, str) else None,
+                    recommended=recommended if isinstance(recommended, str) else None,
+                    artifacts=tuple(ArtifactEntry.from_dict(e) for e in entries), data=data, raw=raw)
 
 
-def bench_inputs(entry: Dict[str, Any]) -> Optional[List[dict]]:
+def write(content: Mapping[str, Any], path: Union[str, Path]) -> None:
+    """Write atomically: a reader sees the old manifest or the new one, never half of one."""
+    write_atomically(path, json.dumps(content, indent=2) + "\n")
+
+
+def bench_inputs(entry: Mapping[str, Any]) -> Optional[List[dict]]:
     """The `inputs` benchmark option for a manifest's artifact entry: every input's concrete
     shape, its constant value, and the model's name for it; None for an entry without them."""
     inputs = entry.get("inputs")
@@ -89,176 +132,3 @@ def bench_inputs(entry: Dict[str, Any]) -> Optional[List[dict]]:
                 description[key] = list(item[key])
         result.append({k: v for k, v in description.items() if v is not None})
     return result
-
-
-def _artifact_entry(record: ArtifactRecord, work: Path, fp32_p50: Dict[str, float], recommended: Optional[str],
-                    specs=(), shapes: Optional[Dict[str, tuple]] = None,
-                    ranges: Optional[Dict[str, Tuple[tuple, tuple]]] = None) -> Dict[str, Any]:
-    path = work / record.path
-    item = record.planned
-    entry: Dict[str, Any] = {
-        "key": item.key,
-        "path": record.path,
-        "format": item.format,
-        "precision": item.precision,
-        "scheme": record.scheme,
-        "why": item.why,
-        "steps": record.info.get("steps", []),
-        "on_target_steps": record.info.get("on_target_steps", []),
-        "preprocess": record.info.get("preprocess", []),
-        "float_nodes": record.info.get("float_nodes", []),
-        "mixed_precision": record.info.get("mixed_precision"),
-        "weights": record.info.get("weights"),
-        "fp16_sensitive_nodes": record.info.get("fp16_sensitive_nodes"),
-        "not_quantized": record.not_quantized,
-        "sha256": sha256_file(path),
-        "size_bytes": path.stat().st_size,
-        "inputs": described_inputs(record.io["inputs"], specs, shapes or {}, ranges),
-        "outputs": record.io["outputs"],
-        "dynamic_batch": record.dynamic_batch,
-        "accuracy": record.accuracy.to_dict(),
-        "host_timing": None,
-        "recommended": item.key == recommended,
-    }
-    if record.host_timing is not None:
-        timing = record.host_timing.to_dict()
-        base = fp32_p50.get(item.format)
-        speedup = record.host_timing.speedup
-        # Paired per-round ratios where there are some (drift cancels); FP32 against itself is 1.
-        timing["speedup_vs_fp32"] = round(speedup.estimate, 3) if speedup else (
-            round(base / record.host_timing.p50_ms, 3) if base else None)
-        entry["host_timing"] = timing
-    return entry
-
-
-def _model_inputs(ctx) -> List[dict]:
-    """Every input of the model as used, with the shape the model itself declares (-1: dynamic)."""
-    declared = {s.name: s.shape for s in ctx.source.input_specs}
-    inputs = []
-    for spec in ctx.model_specs or ctx.specs:
-        entry = spec.to_dict()
-        if declared.get(spec.name) is not None:
-            entry["declared_shape"] = list(declared[spec.name])
-        inputs.append(entry)
-    return inputs
-
-
-def shape_ranges(shape_sets: List[Dict[str, tuple]]) -> Dict[str, Tuple[tuple, tuple]]:
-    """Per input, the smallest and largest size of each axis over the shape sets the data held."""
-    ranges: Dict[str, Tuple[tuple, tuple]] = {}
-    for shapes in shape_sets:
-        for name, shape in shapes.items():
-            low, high = ranges.get(name, (tuple(shape), tuple(shape)))
-            if len(low) != len(shape):
-                continue
-            ranges[name] = (tuple(map(min, low, shape)), tuple(map(max, high, shape)))
-    return ranges
-
-
-def build_manifest(ctx, records: List[ArtifactRecord], recommendation, opts) -> Dict[str, Any]:
-    fp32_p50 = {r.planned.format: r.host_timing.p50_ms for r in records
-                if r.planned.precision == "fp32" and r.host_timing is not None}
-    profile = ctx.profile
-    validated = ctx.evaluation.feed_shapes(feed_batch(ctx.specs))
-    return {
-        "schema": MANIFEST_SCHEMA,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "model": {
-            "source": ctx.source.description,
-            "kind": ctx.source.kind,
-            "sha256": ctx.source.sha256,
-            "inputs": _model_inputs(ctx),
-        },
-        "input_shapes": {  # the shapes each input was fed with, per data file of other shapes
-            "calibration": [{k: list(v) for k, v in shapes.items()}
-                            for shapes in ctx.calibration.shapes(feed_batch(ctx.specs))],
-            "evaluation": [{k: list(v) for k, v in validated.items()}],
-        },
-        "device": profile.name,
-        "profile": {
-            "name": profile.name,
-            "description": profile.description,
-            "cpu": f"{profile.cpu.cores}x {profile.cpu.model} ({profile.cpu.arch})",
-            "runtimes": list(profile.runtimes),
-            "default_threads": profile.default_threads,
-        },
-        "host": {
-            "machine": platform.machine(),
-            "matches_target": profile.matches_host(),
-            "threads": ctx.threads,
-        },
-        "tool_versions": tool_versions(),
-        "options": {
-            "formats": list(opts.formats),
-            "precisions": list(opts.precisions),
-            "calibrate_method": opts.calibrate_method,
-            "max_accuracy_drop": opts.max_accuracy_drop,
-            "recommend_budget": opts.recommend_budget,
-            "output_kinds": dict(opts.output_kinds),
-            "state_pairs": dict(ctx.judging.state_pairs) if ctx.judging else {},
-            "metric": opts.metric,
-            "max_metric_drop": opts.max_metric_drop,
-            "opset": opts.opset,
-        },
-        "calibration": {"source": ctx.calibration.source, "samples": ctx.calibration.size, "random": ctx.calibration.is_random},
-        "evaluation": {
-            "source": ctx.evaluation.source,
-            "samples": ctx.evaluation.size,
-            "labels": ctx.evaluation.labels is not None,
-            "random": ctx.evaluation.is_random,
-        },
-        "recommended": recommendation.key,
-        "recommendation": recommendation.to_dict(),
-        "notes": list(ctx.notes),
-        "warnings": list(ctx.warnings),
-        "artifacts": [_artifact_entry(r, ctx.work, fp32_p50, recommendation.key, ctx.specs, validated,
-                                      shape_ranges(ctx.calibration.shapes(feed_batch(ctx.specs)) + [validated]))
-                      for r in records],
-    }
-
-
-def write_manifest(manifest: Dict[str, Any], path: Path) -> None:
-    """Write atomically: a reader sees the old manifest or the new one, never half of one."""
-    fd, tmp = tempfile.mkstemp(prefix=".manifest-", suffix=".json.tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(manifest, handle, indent=2)
-            handle.write("\n")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; the artifacts beside it are not
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _listed_files(manifest_path: Path) -> List[str]:
-    try:
-        old = read_manifest(manifest_path)
-        return [a["path"] for a in old.get("artifacts", []) if isinstance(a.get("path"), str)]
-    except (OSError, ValueError, AttributeError, KeyError, TypeError):
-        return []
-
-
-def publish(out: Path, work: Path, paths: List[str], manifest: Dict[str, Any]) -> None:
-    """Move finished artifacts from `work` into `out` and write the manifest last.
-
-    The previous manifest goes first, so an interruption leaves no manifest rather than an old
-    one describing new files; artifacts only the previous manifest listed are removed after.
-    """
-    target = out / "manifest.json"
-    previous = _listed_files(target)
-    target.unlink(missing_ok=True)
-    for name in paths:
-        os.replace(work / name, out / name)
-    write_manifest(manifest, target)
-    for name in set(previous) - set(paths):
-        stale = out / name
-        if Path(name).name == name and stale.is_file():  # only plain files the old manifest listed
-            stale.unlink()
-
-
-def read_manifest(path: Path) -> Dict[str, Any]:
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)

@@ -27,7 +27,7 @@ from .accuracy.streaming import check_pairs, find_state_pairs, stream
 from .accuracy.user_metric import UserMetric, load_metric
 from .hashing import update_with_weights
 from .host_timing import time_interleaved
-from .manifest import ArtifactRecord, build_manifest, publish
+from .manifest_build import ArtifactRecord, build_manifest, publish
 from .architecture import classify
 from .input_specs import concrete_specs, resolve_specs, tensor_inputs
 from .mixed_precision import search_mixed_precision

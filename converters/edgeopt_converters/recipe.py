@@ -9,7 +9,8 @@ from dataclasses import dataclass, field, replace
 from typing import List, Optional, Sequence, Tuple
 
 from edgeopt_agent.errors import UserError
-from edgeopt_agent.profiles import FORMATS, PRECISIONS, Artifact, DeviceProfile
+from edgeopt_agent.profiles import Artifact, DeviceProfile
+from edgeopt_agent.runtimes import FORMATS, PRECISIONS
 
 from .architecture import Architecture
 from .passes.base import StepCall

@@ -19,10 +19,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from edgeopt_agent.profiles import load_profile
 from edgeopt_converters.graph_cost import GraphCost, analyze_onnx, by_op_type
+from edgeopt_converters.manifest import read as read_manifest
 from edgeopt_converters.roofline import Machine, Prediction, machine_for, predict
 
 from .errors import UserError
-from .report.data import manifest_path, read_manifest
 
 HOST = "host"  # --device host: this machine, its peaks measured
 
@@ -41,18 +41,17 @@ def targets(path: Path) -> Tuple[Optional[Dict[str, Any]], List[Target], List[st
         return None, [Target(path.stem, path, "onnx")], []
     if path.is_file() and path.suffix != ".json":
         raise UserError(f"{path.name}: analyze reads ONNX files or a conversion's output folder")
-    manifest = read_manifest(manifest_path(path))
-    folder = manifest_path(path).parent
+    manifest = read_manifest(path)
     found, notes = [], []
-    for a in manifest["artifacts"]:
-        if a.get("format") == "onnx":
-            found.append(Target(a["key"], folder / a["path"], "onnx"))
+    for a in manifest.artifacts:
+        if a.format == "onnx":
+            found.append(Target(a.data["key"], manifest.folder / a.data["path"], "onnx"))
         else:
-            notes.append(f"{a.get('key')}: only ONNX graphs are analysed; a {a.get('format')} artifact of the same "
+            notes.append(f"{a.key}: only ONNX graphs are analysed; a {a.format} artifact of the same "
                          f"precision runs the same arithmetic")
     if not found:
         raise UserError(f"{path} has no ONNX artifact to analyse")
-    return manifest, found, notes
+    return manifest.data, found, notes
 
 
 def machine(device: str, threads: Optional[int] = None) -> Machine:

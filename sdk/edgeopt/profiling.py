@@ -18,9 +18,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from edgeopt_agent import op_profile
 from edgeopt_agent.bench.inputs import random_feeds
 from edgeopt_agent.runners import open_runner
+from edgeopt_converters.manifest import read as read_manifest
 
 from .errors import UserError
-from .report.data import manifest_path, read_manifest
 
 # Op types grouped by what they do, so FP32 and INT8 graphs (Conv vs QLinearConv) line up.
 FAMILIES = {
@@ -50,9 +50,8 @@ def _artifacts(path: Path) -> List[Tuple[str, Path, Optional[str]]]:
     """(key, file, precision) for an artifact file, or for each artifact of a conversion's OUTDIR."""
     if path.is_file() and path.suffix in (".onnx", ".tflite"):
         return [(path.name, path, None)]
-    manifest_file = manifest_path(path)
-    manifest = read_manifest(manifest_file)
-    return [(a["key"], manifest_file.parent / a["path"], a.get("precision")) for a in manifest["artifacts"]]
+    manifest = read_manifest(path)
+    return [(a.data["key"], manifest.folder / a.data["path"], a.precision) for a in manifest.artifacts]
 
 
 def _feeds(path: Path, threads: int, shapes: Sequence[Sequence[int]], seed: int) -> Dict[str, Any]:

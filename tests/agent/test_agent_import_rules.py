@@ -12,14 +12,47 @@ FORBIDDEN = ("torch", "onnx", "tensorflow", "litert_torch", "edgeopt", "edgeopt_
 AGENT_ROOT = Path(edgeopt_agent.__file__).parent
 
 
-def _imported_top_levels(path: Path):
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+# Calls that import the module named by their first argument: a string literal there is an import too.
+IMPORTING_CALLS = ("import_module", "require", "__import__")
+
+
+def _called_name(call: ast.Call) -> str:
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def imported_top_levels(source: str, filename: str = "<source>"):
+    """(top-level module, line) for each import statement and each importing call with a literal name."""
+    tree = ast.parse(source, filename=filename)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name.split(".")[0], node.lineno
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             yield node.module.split(".")[0], node.lineno
+        elif isinstance(node, ast.Call) and _called_name(node) in IMPORTING_CALLS and node.args:
+            first = node.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str) and not first.value.startswith("."):
+                yield first.value.split(".")[0], node.lineno
+
+
+def _imported_top_levels(path: Path):
+    return imported_top_levels(path.read_text(encoding="utf-8"), str(path))
+
+
+def test_the_checker_sees_modules_named_in_strings():
+    source = (
+        "import importlib\n"
+        "from importlib import import_module\n"
+        "from .errors import require\n"
+        "tf = importlib.import_module('tensorflow')\n"
+        "torch = import_module('torch.nn')\n"
+        "onnx = require('onnx', 'agent')\n"
+        "ts = __import__('litert_torch')\n"
+        "local = importlib.import_module('.base', __name__)\n"
+    )
+    found = [(name, line) for name, line in imported_top_levels(source) if name in FORBIDDEN]
+    assert found == [("tensorflow", 4), ("torch", 5), ("onnx", 6), ("litert_torch", 7)]
 
 
 def test_no_agent_module_imports_host_or_heavy_packages():

@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, Optional
 
 from .. import op_profile
 from ..runners import open_runner
-from ..runners.formats import GPU_RUNTIMES
+from ..runtimes import GPU_RUNTIMES
 from .failures import classify
 from .inputs import file_feeds, random_feeds
 from .memory import current_rss_mb, limit_address_space, peak_rss_mb

@@ -1,14 +1,14 @@
 """What to measure and within which limits: a frozen, validated benchmark request."""
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ..errors import UserError
+from ..runtimes import ENGINE_RUNTIMES, PRECISIONS, RUNTIMES
+from ..values import is_int, is_number
 from ..wire import check_input_description, check_reference
-from ..runners.formats import ENGINE_RUNTIMES, PRECISIONS, RUNTIMES
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class BenchmarkSpec:
         if self.engine_cache_dir is not None:
             object.__setattr__(self, "engine_cache_dir", str(self.engine_cache_dir))
         if self.batch_sizes is not None:
-            if isinstance(self.batch_sizes, int) or not all(_is_int(b) for b in self.batch_sizes):
+            if isinstance(self.batch_sizes, int) or not all(is_int(b) for b in self.batch_sizes):
                 raise UserError(f"batch sizes must be a list of whole numbers, got {self.batch_sizes!r}")
             sizes = tuple(int(b) for b in self.batch_sizes)
             if not sizes or min(sizes) < 1 or len(set(sizes)) != len(sizes):
@@ -90,7 +90,7 @@ class BenchmarkSpec:
             _positive(self, "latency_budget_ms")
         if not isinstance(self.profile, bool):
             raise UserError(f"profile must be true or false, got {self.profile!r}")
-        if not _is_int(self.seed):
+        if not is_int(self.seed):
             raise UserError(f"seed must be a whole number, got {self.seed!r}")
         if self.runtime is not None and self.runtime not in RUNTIMES:
             raise UserError(f"unknown runtime '{self.runtime}'; available: {', '.join(RUNTIMES)}")
@@ -151,17 +151,9 @@ def available_cpus() -> int:
     return os.cpu_count() or 1
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _at_least(spec: BenchmarkSpec, name: str, minimum: float, whole: bool = False) -> None:
     value = getattr(spec, name)
-    ok = _is_int(value) if whole else _is_number(value)
+    ok = is_int(value) if whole else is_number(value)
     if not ok or value < minimum:
         kind = "a whole number" if whole else "a number"
         raise UserError(f"{name} must be {kind} of at least {minimum}, got {value!r}")
@@ -169,5 +161,5 @@ def _at_least(spec: BenchmarkSpec, name: str, minimum: float, whole: bool = Fals
 
 def _positive(spec: BenchmarkSpec, name: str) -> None:
     value = getattr(spec, name)
-    if not _is_number(value) or value <= 0:
+    if not is_number(value) or value <= 0:
         raise UserError(f"{name} must be a number above 0, got {value!r}")

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 from .errors import ArtifactError, InputError, UnsupportedModelError, looks_like_out_of_memory
-from .formats import ENGINE_RUNTIMES, FORMAT_RUNTIMES, ORT_PROVIDERS, PRECISIONS, RUNTIMES, detect_format, resolve_runtime
+from ..runtimes import BY_NAME, ENGINE_RUNTIMES, FORMAT_RUNTIMES, ORT_PROVIDERS, PRECISIONS, RUNTIMES
+from .formats import detect_format, resolve_runtime
 
 if TYPE_CHECKING:  # pragma: no cover
     from .base import Runner, TensorInfo
@@ -75,19 +76,8 @@ def open_runner(
     """
     if threads is not None and threads < 1:
         raise InputError(f"threads must be at least 1, got {threads}")
-    chosen = resolve_runtime(path, runtime)
-    if chosen == "tflite":
-        from .tflite_runner import TFLiteRunner
-
-        return TFLiteRunner(path, threads=threads, **options)
-    if chosen == "tensorrt":
-        from .tensorrt_runner import TensorRTRunner
-
-        return TensorRTRunner(path, threads=threads, **options)
-    if chosen in ORT_PROVIDERS:
-        from .ort_gpu_runner import OnnxRuntimeGpuRunner
-
-        return OnnxRuntimeGpuRunner(path, chosen, threads=threads, **options)
-    from .onnxruntime_runner import OnnxRuntimeRunner
-
-    return OnnxRuntimeRunner(path, threads=threads, **options)
+    chosen = BY_NAME[resolve_runtime(path, runtime)]
+    runner = chosen.runner_class()
+    if chosen.provider is not None:  # one runner class serves every ONNX Runtime provider runtime
+        return runner(path, chosen.name, threads=threads, **options)
+    return runner(path, threads=threads, **options)

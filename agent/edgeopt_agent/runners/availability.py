@@ -11,34 +11,42 @@ from __future__ import annotations
 from typing import Any, Dict, Optional, Sequence
 
 from ..errors import UserError
-from .formats import ORT_PROVIDERS, RUNTIMES
+from ..runtimes import BY_NAME, RUNTIMES, Runtime
 
 
 def unavailable_reason(runtime: str) -> Optional[str]:
     """None when `runtime` can run here, else why it cannot, in words the user can act on."""
-    if runtime not in RUNTIMES:
+    if runtime not in BY_NAME:
         return f"unknown runtime '{runtime}'; known: {', '.join(RUNTIMES)}"
     try:
-        if runtime == "tensorrt":
-            from .cuda_runtime import CudaRuntime
-            from .tensorrt_build import import_tensorrt
-
-            import_tensorrt()
-            CudaRuntime.load()
-        elif runtime == "tflite":
-            from .tflite_runner import find_interpreter
-
-            find_interpreter()
-        else:
-            from .onnxruntime_import import import_onnxruntime
-
-            ort = import_onnxruntime("agent-onnx", "ONNX models")
-            provider = ORT_PROVIDERS.get(runtime)
-            available = list(ort.get_available_providers())
-            if provider is not None and provider not in available:
-                return f"this onnxruntime build ({ort.__version__}) has no {provider}; it has: {', '.join(available)}"
+        return BY_NAME[runtime].unavailable_reason()
     except UserError as exc:
         return str(exc)
+
+
+def tensorrt_reason(runtime: Runtime) -> Optional[str]:
+    from .cuda_runtime import CudaRuntime
+    from .tensorrt_build import import_tensorrt
+
+    import_tensorrt()
+    CudaRuntime.load()
+    return None
+
+
+def tflite_reason(runtime: Runtime) -> Optional[str]:
+    from .tflite_runner import find_interpreter
+
+    find_interpreter()
+    return None
+
+
+def onnxruntime_reason(runtime: Runtime) -> Optional[str]:
+    from .onnxruntime_import import import_onnxruntime
+
+    ort = import_onnxruntime("agent-onnx", "ONNX models")
+    available = list(ort.get_available_providers())
+    if runtime.provider is not None and runtime.provider not in available:
+        return f"this onnxruntime build ({ort.__version__}) has no {runtime.provider}; it has: {', '.join(available)}"
     return None
 
 

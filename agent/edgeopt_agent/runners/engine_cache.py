@@ -17,18 +17,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
-from .formats import PRECISIONS
+from ..files import write_atomically
+from ..runtimes import PRECISIONS
 
 # Where engines go when the caller names no folder (`edgeopt bench` on a workstation); the agent
 # passes a folder under its own data dir.
 DEFAULT_CACHE_ENV = "EDGEOPT_ENGINE_CACHE"
-_CHUNK = 1 << 20
 
 
 def default_cache_dir() -> Path:
@@ -36,14 +35,6 @@ def default_cache_dir() -> Path:
         return Path(os.environ[DEFAULT_CACHE_ENV]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
     return Path(base).expanduser() / "edgeopt" / "engines"
-
-
-def file_sha256(path: Union[str, Path]) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -157,16 +148,4 @@ def _record_path(engine_path: Path) -> Path:
 
 def _write_atomically(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=str(path.parent), prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except FileNotFoundError:
-            pass
-        raise
+    write_atomically(path, data, mode=0o600, durable=True)

@@ -1,35 +1,14 @@
 """Which runtime runs which file, decided from the file alone (stdlib only, nothing loaded).
 
-Runtimes:
-  onnxruntime            ONNX Runtime with the best execution provider the build has
-  onnxruntime-tensorrt   ONNX Runtime's TensorRT execution provider (must be in the build)
-  onnxruntime-cuda       ONNX Runtime's CUDA execution provider (must be in the build)
-  tensorrt               a native TensorRT engine, built on this machine from the ONNX file
-  tflite                 TFLite / LiteRT
+The runtimes themselves are listed in edgeopt_agent.runtimes.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Optional, Union
 
+from ..runtimes import ENGINE_RUNTIMES, FORMAT_RUNTIMES, PRECISIONS, RUNTIMES
 from .errors import ArtifactError, UnsupportedModelError
-
-RUNTIMES = ("onnxruntime", "onnxruntime-tensorrt", "onnxruntime-cuda", "tensorrt", "tflite")
-# For each format, the runtimes that can run it; the first is the default.
-FORMAT_RUNTIMES = {
-    "onnx": ("onnxruntime", "tensorrt", "onnxruntime-tensorrt", "onnxruntime-cuda"),
-    "tflite": ("tflite",),
-}
-# The execution provider each ONNX Runtime GPU runtime insists on.
-ORT_PROVIDERS = {
-    "onnxruntime-tensorrt": "TensorrtExecutionProvider",
-    "onnxruntime-cuda": "CUDAExecutionProvider",
-}
-# Runtimes that run on an NVIDIA GPU through CUDA.
-GPU_RUNTIMES = ("tensorrt", "onnxruntime-tensorrt", "onnxruntime-cuda")
-PRECISIONS = ("fp32", "fp16", "int8")
-# Runtimes that build an engine on the board and so take the precision to build it at.
-ENGINE_RUNTIMES = ("tensorrt", "onnxruntime-tensorrt")
 
 
 def detect_format(path: Union[str, Path]) -> str:

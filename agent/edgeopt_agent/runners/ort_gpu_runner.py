@@ -11,7 +11,8 @@ from typing import Any, Dict, Optional, Union
 
 from .engine_cache import default_cache_dir
 from .errors import UnsupportedModelError
-from .formats import ORT_PROVIDERS, check_precision
+from ..runtimes import ORT_PROVIDERS
+from .formats import check_precision
 from .onnxruntime_runner import OnnxRuntimeRunner
 
 TENSORRT_PROVIDER = ORT_PROVIDERS["onnxruntime-tensorrt"]

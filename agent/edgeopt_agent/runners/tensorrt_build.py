@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from .errors import ArtifactError, UnsupportedModelError, looks_like_out_of_memory
-from .formats import PRECISIONS
+from ..runtimes import PRECISIONS
 
 TENSORRT_HINT = (
     "on a Jetson, TensorRT's Python bindings come with JetPack (sudo apt install python3-libnvinfer); "

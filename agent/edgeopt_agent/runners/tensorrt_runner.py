@@ -19,9 +19,10 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..files import sha256_file
 from .base import Runner, TensorInfo
 from .cuda_runtime import CudaRuntime, DeviceBuffer, PinnedBuffer
-from .engine_cache import CachedEngine, EngineCache, EngineKey, file_sha256
+from .engine_cache import CachedEngine, EngineCache, EngineKey
 from .errors import InputError, UnsupportedModelError
 from .formats import check_precision
 from .tensorrt_build import (
@@ -110,7 +111,7 @@ class TensorRTRunner(Runner):
             parsed = parse_onnx(trt, logger, self.path)
             precision = model_precision(trt, parsed.network)
         key = EngineKey(
-            model_sha256=file_sha256(self.path),
+            model_sha256=sha256_file(self.path),
             tensorrt_version=trt.__version__,
             gpu_name=self._gpu.name,
             compute_capability=self._gpu.compute_capability,

@@ -1,4 +1,4 @@
-"""TFLite / LiteRT: ai-edge-litert, else tflite-runtime, else the interpreter inside TensorFlow.
+"""TFLite / LiteRT: ai-edge-litert, else tflite-runtime on older Pythons (never TensorFlow on the board).
 
 Threads go to the interpreter; XNNPACK is the interpreter's default CPU delegate and stays on
 unless `xnnpack=False`. Quantized inputs and outputs carry their scale/zero-point in
@@ -32,12 +32,7 @@ def find_interpreter() -> InterpreterSource:
         except ImportError:
             continue
         return InterpreterSource(package, mod.Interpreter, getattr(mod, "OpResolverType", None))
-    # Last resort on boards that already have full TensorFlow; edgeopt never installs it.
-    try:
-        tf = importlib.import_module("tensorflow")
-    except ImportError:
-        raise MissingExtraError("ai_edge_litert", "agent-tflite", "TFLite models") from None
-    return InterpreterSource("tensorflow", tf.lite.Interpreter, getattr(tf.lite.experimental, "OpResolverType", None))
+    raise MissingExtraError("ai_edge_litert", "agent-tflite", "TFLite models")
 
 
 class TFLiteRunner(Runner):

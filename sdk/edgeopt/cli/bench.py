@@ -9,13 +9,14 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import click
 
 from edgeopt_agent.bench import BenchmarkSpec, run_benchmark
-from edgeopt_agent.runners import RUNTIMES, resolve_runtime
+from edgeopt_agent.runners import resolve_runtime
+from edgeopt_agent.runtimes import PRECISIONS, RUNTIMES
+from edgeopt_converters.manifest import FILE_NAME as MANIFEST_FILE
+from edgeopt_converters.manifest import bench_inputs
+from edgeopt_converters.manifest import read as read_manifest
 
 from ..errors import UserError
 from .output import console, table
-
-MANIFEST = "manifest.json"
-
 
 @click.command()
 @click.argument("artifact", type=click.Path(path_type=Path))
@@ -36,7 +37,7 @@ MANIFEST = "manifest.json"
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Kill a benchmark after this many seconds.")
 @click.option("--memory-limit-mb", type=int, help="Address-space limit of the benchmark process (RLIMIT_AS).")
 @click.option("--runtime", type=click.Choice(RUNTIMES), help="Runtime (default: from the file type).")
-@click.option("--precision", type=click.Choice(["fp32", "fp16", "int8"]),
+@click.option("--precision", type=click.Choice(PRECISIONS),
               help="Precision a TensorRT engine is built at (runtimes tensorrt, onnxruntime-tensorrt).")
 @click.option("--idle", "idle_s", type=float, default=1.0, show_default=True, help="Idle power baseline before each run, seconds (with a power sensor).")
 @click.option("--no-sensors", is_flag=True, help="Do not read this machine's power and thermal sensors.")
@@ -98,21 +99,16 @@ def collect_targets(artifact: Path) -> List[Tuple[Path, Optional[Dict[str, Any]]
         raise UserError(f"artifact not found: {artifact}")
     if artifact.is_file():
         return [(artifact, None)]
-    manifest = artifact / MANIFEST
-    if not manifest.is_file():
-        raise UserError(f"{artifact} is a folder without {MANIFEST}; give a .onnx/.tflite file or an `edgeopt convert` output folder")
-    try:
-        data = json.loads(manifest.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"cannot read {manifest}: {exc}") from exc
-    entries = data.get("artifacts") if isinstance(data, dict) else data
-    if not isinstance(entries, list) or not entries:
-        raise UserError(f"{manifest} lists no artifacts (expected an \"artifacts\" list of entries with \"path\")")
+    if not (artifact / MANIFEST_FILE).is_file():
+        raise UserError(f"{artifact} is a folder without {MANIFEST_FILE}; give a .onnx/.tflite file or an `edgeopt convert` output folder")
+    manifest = read_manifest(artifact, require_schema=False)
+    if not manifest.artifacts:
+        raise UserError(f"{manifest.path} lists no artifacts (expected an \"artifacts\" list of entries with \"path\")")
     targets = []
-    for number, entry in enumerate(entries, start=1):
-        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
-            raise UserError(f"{manifest}: artifact #{number} has no \"path\"")
-        targets.append((artifact / entry["path"], entry))
+    for number, entry in enumerate(manifest.artifacts, start=1):
+        if entry.path is None:
+            raise UserError(f"{manifest.path}: artifact #{number} has no \"path\"")
+        targets.append((artifact / entry.path, dict(entry.data)))
     return targets
 
 
@@ -149,8 +145,6 @@ def given_inputs(shapes: Sequence[str], values: Sequence[str]) -> Dict[str, Dict
 def merge_inputs(entry: Optional[Dict[str, Any]], given: Dict[str, Dict[str, Any]]) -> Optional[List[Dict[str, Any]]]:
     """The input descriptions of one artifact: what its manifest entry recorded, overridden by
     what the command line gives (matched by the artifact's input name or the model's)."""
-    from edgeopt_converters.manifest import bench_inputs
-
     recorded = bench_inputs(entry) if entry is not None else None
     if not given:
         return recorded
@@ -169,7 +163,7 @@ def with_references(outdir: Path, specs: List[BenchmarkSpec], entries: List[Dict
 
     from ..deploy.reference import build_reference
 
-    manifest = json.loads((outdir / "manifest.json").read_text(encoding="utf-8"))
+    manifest = read_manifest(outdir, require_schema=False).data
     return [dataclasses.replace(spec, reference=build_reference(outdir, manifest, entry, spec.inputs))
             for spec, entry in zip(specs, entries)]
 

@@ -5,6 +5,8 @@ import json
 
 import click
 
+from edgeopt_agent.runtimes import FORMATS, PRECISIONS
+
 from .output import console, table
 
 MODEL_HELP = """MODEL is one of: path/to/file.py:factory (a function returning an nn.Module), a TorchScript
@@ -30,9 +32,9 @@ file, an ExportedProgram .pt2, an .onnx file, or example:digits-cnn (bundled).""
                    "for files of other shapes (sequence lengths) to calibrate over each.")
 @click.option("--eval-data", type=click.Path(dir_okay=False),
               help="Like --calibration, plus optional integer `labels`, for the accuracy check.")
-@click.option("--format", "formats", multiple=True, type=click.Choice(["onnx", "tflite"]),
+@click.option("--format", "formats", multiple=True, type=click.Choice(FORMATS),
               help="Override the profile's formats (repeatable).")
-@click.option("--precision", "precisions", multiple=True, type=click.Choice(["fp32", "fp16", "int8"]),
+@click.option("--precision", "precisions", multiple=True, type=click.Choice(PRECISIONS),
               help="Override the profile's precisions (repeatable).")
 @click.option("--max-accuracy-drop", type=float, metavar="POINTS",
               help="Fail when any artifact loses more than this many percentage points against FP32.")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-import json
 import logging
 import math
 from dataclasses import dataclass
@@ -17,13 +16,13 @@ from typing import Any, Dict, List, Optional
 
 from edgeopt_agent import wire
 from edgeopt_agent.wire import plan_chunks
+from edgeopt_converters.manifest import FILE_NAME as MANIFEST_FILE
+from edgeopt_converters.manifest import bench_inputs
+from edgeopt_converters.manifest import read as read_manifest
 
 from ..errors import UserError
 
 log = logging.getLogger(__name__)
-
-MANIFEST = "manifest.json"
-
 
 @dataclass(frozen=True)
 class DeployArtifact:
@@ -43,24 +42,20 @@ def choose_artifact(outdir: Path, key: Optional[str] = None,
                     chunk_size: int = wire.DEFAULT_CHUNK_BYTES) -> DeployArtifact:
     """The manifest's recommended artifact (or `key`), its file read once and checked against the manifest."""
     outdir = Path(outdir)
-    manifest_path = outdir / MANIFEST
-    if not manifest_path.is_file():
-        raise UserError(f"{outdir} has no {MANIFEST}; give the output folder of `edgeopt convert`")
-    raw = manifest_path.read_bytes()
-    try:
-        manifest = json.loads(raw)
-    except ValueError as exc:
-        raise UserError(f"{manifest_path} is not valid JSON: {exc}") from exc
-    entries = manifest.get("artifacts") if isinstance(manifest, dict) else None
-    if not isinstance(entries, list) or not all(isinstance(e, dict) and isinstance(e.get("key"), str) for e in entries):
+    if not outdir.is_dir():  # a folder, not the manifest file: the artifacts are found beside it
+        raise UserError(f"{outdir} has no {MANIFEST_FILE}; give the output folder of `edgeopt convert`")
+    listed = read_manifest(outdir, require_schema=False)
+    manifest_path, manifest = listed.path, listed.data
+    if any(a.key is None for a in listed.artifacts):
         raise UserError(f"{manifest_path} has no \"artifacts\" list with keys; re-run `edgeopt convert`")
-    keys = [e["key"] for e in entries]
+    keys = listed.keys
     wanted = key or manifest.get("recommended")
     if wanted is None:
         raise UserError(f"{manifest_path} recommends no artifact; pick one with --artifact: {', '.join(keys)}")
-    entry = next((e for e in entries if e["key"] == wanted), None)
-    if entry is None:
+    found = listed.artifact(wanted)
+    if found is None:
         raise UserError(f"no artifact '{wanted}' in {manifest_path}; available: {', '.join(keys)}")
+    entry = dict(found.data)
     fmt = entry.get("format")
     if fmt not in wire.ARTIFACT_FORMATS:
         raise UserError(f"artifact '{wanted}' is {fmt!r}; agents run {', '.join(wire.ARTIFACT_FORMATS)} "
@@ -88,7 +83,7 @@ def choose_artifact(outdir: Path, key: Optional[str] = None,
         "format": fmt,
         "precision": entry.get("precision"),
         "accuracy_drop_points": drop if _is_finite_number(drop) else None,
-        "manifest_sha256": hashlib.sha256(raw).hexdigest(),
+        "manifest_sha256": hashlib.sha256(listed.raw).hexdigest(),
     }
     return DeployArtifact(key=wanted, path=path, format=fmt, precision=entry.get("precision"), sha256=sha256,
                           size=size, chunks=chunks, meta=meta, release=release_of(manifest, manifest_path),
@@ -111,8 +106,6 @@ def release_of(manifest: Dict[str, Any], where: Path) -> Optional[wire.Release]:
 
 
 def _inputs(entry: Dict[str, Any]) -> Optional[List[Dict[str, Any]]]:
-    from edgeopt_converters.manifest import bench_inputs
-
     inputs = bench_inputs(entry)
     if inputs is not None:
         try:

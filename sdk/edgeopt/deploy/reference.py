@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from edgeopt_agent.bench.reference import compare, plan_stride, reduce_output, reference_feeds, row_argmax
+from edgeopt_converters.manifest import read as read_manifest
 
 log = logging.getLogger(__name__)
 
@@ -170,8 +171,6 @@ def _number(value: Any) -> Optional[float]:
 
 def reference_for_artifact(outdir: Path, key: str, inputs: Optional[Sequence[Mapping[str, Any]]]) -> Optional[Dict[str, Any]]:
     """The reference for artifact `key` of a convert output folder (its manifest already checked)."""
-    import json
-
-    manifest = json.loads((Path(outdir) / "manifest.json").read_text(encoding="utf-8"))
+    manifest = read_manifest(outdir, require_schema=False).data
     entry = next(e for e in manifest["artifacts"] if e.get("key") == key)
     return build_reference(Path(outdir), manifest, entry, inputs)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Union
 
 from edgeopt_agent import wire
+from edgeopt_agent.runtimes import DISTRIBUTIONS
 
 EXCERPT_BYTES = 256
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # shown escaped; tab and newline stay
@@ -31,7 +32,6 @@ DEVICE_KINDS = {
 # Status sequence numbers have holes by design (the agent numbers a Last Will for every
 # connection, and most Wills are never sent), so only these kinds are checked for gaps.
 GAP_CHECKED_KINDS = (wire.TELEMETRY, wire.RESULTS)
-RUNTIME_DISTRIBUTIONS = ("onnxruntime", "ai-edge-litert", "tflite-runtime", "tensorrt")
 _META_TEXT = ("model", "model_sha256", "artifact_key", "format", "precision", "manifest_sha256")
 
 
@@ -162,7 +162,7 @@ def hottest(telemetry_body: Mapping[str, Any]) -> Optional[float]:
 def runtimes(telemetry_body: Mapping[str, Any]) -> Dict[str, str]:
     """Installed inference runtimes and their versions, from a telemetry body."""
     versions = _section(telemetry_body, "versions")
-    return {name: versions[name] for name in RUNTIME_DISTRIBUTIONS if isinstance(versions.get(name), str)}
+    return {name: versions[name] for name in DISTRIBUTIONS if isinstance(versions.get(name), str)}
 
 
 def result_row(envelope: wire.Envelope) -> Dict[str, Any]:

@@ -1,16 +1,12 @@
 """What a report is made from, and where it comes from: the fleet store and/or a manifest."""
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
-from ..errors import UserError
-
-MANIFEST = "manifest.json"
-MANIFEST_SCHEMA_PREFIX = "edgeopt.manifest/"
+from edgeopt_converters.manifest import read as read_manifest
 
 
 @dataclass
@@ -43,9 +39,9 @@ def load_report_data(db: Optional[str] = None, outdir: Union[str, Path, None] = 
     """
     data = ReportData()
     if outdir is not None:
-        path = manifest_path(outdir)
-        data.manifest = read_manifest(path)
-        data.sources.append(f"conversion {path}")
+        manifest = read_manifest(outdir)
+        data.manifest = manifest.data
+        data.sources.append(f"conversion {manifest.path}")
     if db is not None or outdir is None:
         from edgeopt.fleet.store import open_store
 
@@ -67,29 +63,3 @@ def fill_from_store(data: ReportData, store: Any, telemetry_since: Optional[floa
     data.gaps = list(store.gaps())
     data.stats = dict(store.stats())
     return data
-
-
-def manifest_path(outdir: Union[str, Path]) -> Path:
-    """OUTDIR/manifest.json; a path to the manifest file itself works too."""
-    path = Path(outdir)
-    if path.is_dir():
-        path = path / MANIFEST
-        if not path.is_file():
-            raise UserError(f"{outdir} has no {MANIFEST}; give the output folder of `edgeopt convert`")
-    elif not path.is_file():
-        raise UserError(f"conversion output not found: {outdir}; give the output folder of `edgeopt convert`")
-    return path
-
-
-def read_manifest(path: Path) -> Dict[str, Any]:
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise UserError(f"cannot read {path}: {exc}") from None
-    schema = manifest.get("schema") if isinstance(manifest, dict) else None
-    if not isinstance(schema, str) or not schema.startswith(MANIFEST_SCHEMA_PREFIX):
-        raise UserError(f"{path} is not an edgeopt manifest (its \"schema\" is {schema!r}, "
-                        f"expected {MANIFEST_SCHEMA_PREFIX}N); give the output folder of `edgeopt convert`")
-    if not isinstance(manifest.get("artifacts"), list):
-        raise UserError(f"{path} has no \"artifacts\" list; re-run `edgeopt convert`")
-    return manifest

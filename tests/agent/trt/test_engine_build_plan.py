@@ -11,7 +11,8 @@ from edgeopt_agent.bench import BenchmarkSpec
 from edgeopt_agent.bench.stats import device_timing_fields
 from edgeopt_agent.errors import UserError
 from edgeopt_agent.runners import UnsupportedModelError, resolve_runtime
-from edgeopt_agent.runners.formats import ORT_PROVIDERS, check_precision
+from edgeopt_agent.runners.formats import check_precision
+from edgeopt_agent.runtimes import ORT_PROVIDERS
 from edgeopt_agent.runners.onnxruntime_runner import choose_providers
 from edgeopt_agent.runners.ort_gpu_runner import provider_options
 from edgeopt_agent.runners.tensorrt_build import create, plan_precision, profile_shapes

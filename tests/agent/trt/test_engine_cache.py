@@ -6,12 +6,12 @@ import json
 
 import pytest
 
+from edgeopt_agent.files import sha256_file
 from edgeopt_agent.runners.engine_cache import (
     DEFAULT_CACHE_ENV,
     EngineCache,
     EngineKey,
     default_cache_dir,
-    file_sha256,
 )
 
 SHA = hashlib.sha256(b"model bytes").hexdigest()
@@ -133,4 +133,4 @@ def test_model_hash_streams_the_file(tmp_path):
     path = tmp_path / "model.onnx"
     data = bytes(range(256)) * 9000  # several read chunks
     path.write_bytes(data)
-    assert file_sha256(path) == hashlib.sha256(data).hexdigest()
+    assert sha256_file(path) == hashlib.sha256(data).hexdigest()

@@ -1,0 +1,225 @@
+"""What a conversion writes into OUTDIR/manifest.json (the format itself: manifest.py), and publishing it."""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from edgeopt_agent.errors import UserError
+from edgeopt_agent.files import sha256_file
+
+from . import manifest
+from .accuracy import Accuracy
+from .host_timing import HostTiming
+from .recipe import PlannedArtifact
+from .runtime import match_inputs
+from .tensors import feed_batch
+
+_TOOLS = ("edgeopt", "torch", "onnx", "onnxruntime", "onnxscript", "litert-torch", "ai-edge-litert", "numpy")
+
+
+@dataclass
+class ArtifactRecord:
+    planned: PlannedArtifact
+    path: str  # relative to OUTDIR
+    accuracy: Accuracy
+    io: Dict[str, List[dict]]  # {"inputs": [...], "outputs": [...]}: name, shape, dtype, quantization
+    dynamic_batch: bool = False
+    host_timing: Optional[HostTiming] = None
+    info: Dict[str, Any] = field(default_factory=dict)  # what the steps report: scheme, float nodes, weights, ...
+    not_quantized: bool = False  # an INT8 artifact whose weights are not ~4x smaller than FP32's
+
+    @property
+    def scheme(self) -> Optional[str]:
+        return self.info.get("scheme") or (self.planned.int8.scheme if self.planned.int8 else None)
+
+
+def tool_versions() -> Dict[str, Optional[str]]:
+    versions: Dict[str, Optional[str]] = {"python": platform.python_version()}
+    for name in _TOOLS:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def described_inputs(io_inputs: List[dict], specs, shapes: Dict[str, tuple],
+                     ranges: Optional[Dict[str, Tuple[tuple, tuple]]] = None) -> List[dict]:
+    """The artifact's inputs with what feeding them takes: the model's name for each
+    (`model_input`), the shape validated (`example_shape`), the smallest and largest shapes the
+    data held where they differ from it (`min_shape`, `max_shape`) and a constant's `value`."""
+    by_name = {s.name: s for s in specs}
+    mapping = match_inputs([i["name"] for i in io_inputs], [s.name for s in specs])
+    described = []
+    for item in io_inputs:
+        entry = dict(item)
+        spec = by_name.get(mapping.get(item["name"], ""))
+        if spec is not None:
+            entry["model_input"] = spec.name
+            entry["example_shape"] = list(shapes.get(spec.name, spec.shape))
+            low, high = (ranges or {}).get(spec.name, (None, None))
+            if low is not None and (list(low) != entry["example_shape"] or list(high) != entry["example_shape"]):
+                entry["min_shape"], entry["max_shape"] = list(low), list(high)
+            if spec.is_constant:
+                entry["value"] = spec.value
+        described.append(entry)
+    return described
+
+
+def _artifact_entry(record: ArtifactRecord, work: Path, fp32_p50: Dict[str, float], recommended: Optional[str],
+                    specs=(), shapes: Optional[Dict[str, tuple]] = None,
+                    ranges: Optional[Dict[str, Tuple[tuple, tuple]]] = None) -> Dict[str, Any]:
+    path = work / record.path
+    item = record.planned
+    entry: Dict[str, Any] = {
+        "key": item.key,
+        "path": record.path,
+        "format": item.format,
+        "precision": item.precision,
+        "scheme": record.scheme,
+        "why": item.why,
+        "steps": record.info.get("steps", []),
+        "on_target_steps": record.info.get("on_target_steps", []),
+        "preprocess": record.info.get("preprocess", []),
+        "float_nodes": record.info.get("float_nodes", []),
+        "mixed_precision": record.info.get("mixed_precision"),
+        "weights": record.info.get("weights"),
+        "fp16_sensitive_nodes": record.info.get("fp16_sensitive_nodes"),
+        "not_quantized": record.not_quantized,
+        "sha256": sha256_file(path),
+        "size_bytes": path.stat().st_size,
+        "inputs": described_inputs(record.io["inputs"], specs, shapes or {}, ranges),
+        "outputs": record.io["outputs"],
+        "dynamic_batch": record.dynamic_batch,
+        "accuracy": record.accuracy.to_dict(),
+        "host_timing": None,
+        "recommended": item.key == recommended,
+    }
+    if record.host_timing is not None:
+        timing = record.host_timing.to_dict()
+        base = fp32_p50.get(item.format)
+        speedup = record.host_timing.speedup
+        # Paired per-round ratios where there are some (drift cancels); FP32 against itself is 1.
+        timing["speedup_vs_fp32"] = round(speedup.estimate, 3) if speedup else (
+            round(base / record.host_timing.p50_ms, 3) if base else None)
+        entry["host_timing"] = timing
+    return entry
+
+
+def _model_inputs(ctx) -> List[dict]:
+    """Every input of the model as used, with the shape the model itself declares (-1: dynamic)."""
+    declared = {s.name: s.shape for s in ctx.source.input_specs}
+    inputs = []
+    for spec in ctx.model_specs or ctx.specs:
+        entry = spec.to_dict()
+        if declared.get(spec.name) is not None:
+            entry["declared_shape"] = list(declared[spec.name])
+        inputs.append(entry)
+    return inputs
+
+
+def shape_ranges(shape_sets: List[Dict[str, tuple]]) -> Dict[str, Tuple[tuple, tuple]]:
+    """Per input, the smallest and largest size of each axis over the shape sets the data held."""
+    ranges: Dict[str, Tuple[tuple, tuple]] = {}
+    for shapes in shape_sets:
+        for name, shape in shapes.items():
+            low, high = ranges.get(name, (tuple(shape), tuple(shape)))
+            if len(low) != len(shape):
+                continue
+            ranges[name] = (tuple(map(min, low, shape)), tuple(map(max, high, shape)))
+    return ranges
+
+
+def build_manifest(ctx, records: List[ArtifactRecord], recommendation, opts) -> Dict[str, Any]:
+    fp32_p50 = {r.planned.format: r.host_timing.p50_ms for r in records
+                if r.planned.precision == "fp32" and r.host_timing is not None}
+    profile = ctx.profile
+    validated = ctx.evaluation.feed_shapes(feed_batch(ctx.specs))
+    return {
+        "schema": manifest.SCHEMA,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "model": {
+            "source": ctx.source.description,
+            "kind": ctx.source.kind,
+            "sha256": ctx.source.sha256,
+            "inputs": _model_inputs(ctx),
+        },
+        "input_shapes": {  # the shapes each input was fed with, per data file of other shapes
+            "calibration": [{k: list(v) for k, v in shapes.items()}
+                            for shapes in ctx.calibration.shapes(feed_batch(ctx.specs))],
+            "evaluation": [{k: list(v) for k, v in validated.items()}],
+        },
+        "device": profile.name,
+        "profile": {
+            "name": profile.name,
+            "description": profile.description,
+            "cpu": f"{profile.cpu.cores}x {profile.cpu.model} ({profile.cpu.arch})",
+            "runtimes": list(profile.runtimes),
+            "default_threads": profile.default_threads,
+        },
+        "host": {
+            "machine": platform.machine(),
+            "matches_target": profile.matches_host(),
+            "threads": ctx.threads,
+        },
+        "tool_versions": tool_versions(),
+        "options": {
+            "formats": list(opts.formats),
+            "precisions": list(opts.precisions),
+            "calibrate_method": opts.calibrate_method,
+            "max_accuracy_drop": opts.max_accuracy_drop,
+            "recommend_budget": opts.recommend_budget,
+            "output_kinds": dict(opts.output_kinds),
+            "state_pairs": dict(ctx.judging.state_pairs) if ctx.judging else {},
+            "metric": opts.metric,
+            "max_metric_drop": opts.max_metric_drop,
+            "opset": opts.opset,
+        },
+        "calibration": {"source": ctx.calibration.source, "samples": ctx.calibration.size, "random": ctx.calibration.is_random},
+        "evaluation": {
+            "source": ctx.evaluation.source,
+            "samples": ctx.evaluation.size,
+            "labels": ctx.evaluation.labels is not None,
+            "random": ctx.evaluation.is_random,
+        },
+        "recommended": recommendation.key,
+        "recommendation": recommendation.to_dict(),
+        "notes": list(ctx.notes),
+        "warnings": list(ctx.warnings),
+        "artifacts": [_artifact_entry(r, ctx.work, fp32_p50, recommendation.key, ctx.specs, validated,
+                                      shape_ranges(ctx.calibration.shapes(feed_batch(ctx.specs)) + [validated]))
+                      for r in records],
+    }
+
+
+def _listed_files(manifest_path: Path) -> List[str]:
+    if not manifest_path.is_file():
+        return []
+    try:
+        old = manifest.read(manifest_path, require_schema=False)
+    except UserError:
+        return []
+    return [a.path for a in old.artifacts if a.path is not None]
+
+
+def publish(out: Path, work: Path, paths: List[str], content: Dict[str, Any]) -> None:
+    """Move finished artifacts from `work` into `out` and write the manifest last.
+
+    The previous manifest goes first, so an interruption leaves no manifest rather than an old
+    one describing new files; artifacts only the previous manifest listed are removed after.
+    """
+    target = out / manifest.FILE_NAME
+    previous = _listed_files(target)
+    target.unlink(missing_ok=True)
+    for name in paths:
+        os.replace(work / name, out / name)
+    manifest.write(content, target)
+    for name in set(previous) - set(paths):
+        stale = out / name
+        if Path(name).name == name and stale.is_file():  # only plain files the old manifest listed
+            stale.unlink()
