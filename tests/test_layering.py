@@ -12,7 +12,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 HOST_FOLDERS = (ROOT / "sdk", ROOT / "converters")
 WIRE = ROOT / "agent" / "edgeopt_agent" / "wire"
-WIRE_MAY_IMPORT = ("edgeopt_agent.wire", "edgeopt_agent.errors", "edgeopt_agent.values", "edgeopt_agent.files")
+WIRE_MAY_IMPORT = ("edgeopt_agent.wire", "edgeopt_agent.errors", "edgeopt_agent.values", "edgeopt_agent.files",
+                   "edgeopt_agent.runtimes")
 
 
 def imported_modules(path: Path) -> Iterator[Tuple[int, str]]:

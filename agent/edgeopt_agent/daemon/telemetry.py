@@ -6,9 +6,11 @@ import platform
 import time
 from typing import Any, Dict, Mapping, Optional
 
+from .. import runtimes
+
 # Distributions whose versions matter when comparing boards; looked up in package metadata,
 # so reporting them does not import (and load into memory) the runtimes themselves.
-_DISTRIBUTIONS = ("edgeopt", "paho-mqtt", "psutil", "onnxruntime", "ai-edge-litert", "tflite-runtime", "tensorrt")
+_DISTRIBUTIONS = ("edgeopt", "paho-mqtt", "psutil") + runtimes.DISTRIBUTIONS
 
 
 def versions() -> Dict[str, Optional[str]]:

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
+from ..runtimes import FORMATS as RUNTIME_FORMATS
 from ..values import is_int, is_number
 from .bench_options import parse_bench
 from .chunks import MAX_CHUNK_BYTES, MAX_CHUNKS, MIN_CHUNK_BYTES, ChunkPlan, chunk_count
@@ -18,7 +19,7 @@ from .topics import validate_device_id
 
 # Inline artifacts travel base64-encoded inside one job message; bigger files go in chunks.
 MAX_INLINE_ARTIFACT_BYTES = 4 * 1024 * 1024
-ARTIFACT_FORMATS = ("onnx", "tflite")
+ARTIFACT_FORMATS = RUNTIME_FORMATS
 # Where a job's artifact comes from: exactly one of these keys of its "artifact" object.
 ARTIFACT_SOURCES = ("path", "data_b64", "chunks", "url")
 MAX_URL_CHARS = 2048
