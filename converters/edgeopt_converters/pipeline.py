@@ -26,6 +26,7 @@ from . import accuracy as acc
 from .accuracy.streaming import check_pairs, find_state_pairs, stream
 from .accuracy.user_metric import UserMetric, load_metric
 from .hashing import update_with_weights
+from .host_int8 import validation_session_config
 from .host_timing import time_interleaved
 from .manifest_build import ArtifactRecord, build_manifest, publish
 from .architecture import classify
@@ -327,6 +328,18 @@ def _carry_metadata(source: Path, target: Path) -> None:
         onnx.save(out, str(target))
 
 
+def _exact_int8_config(ctx: _Context, item: PlannedArtifact) -> Dict[str, str]:
+    """Session settings that make this host compute a static INT8 artifact as its target will."""
+    if item.int8 is None:
+        return {}
+    config = validation_session_config(item.precision, item.format, item.int8.reduce_range)
+    note = ("INT8 ONNX artifacts with 8-bit weights are validated with quantize/dequantize unfused: this host's "
+            "onnxruntime INT8 kernels (x86 without VNNI) saturate such weights, the target's do not")
+    if config and note not in ctx.notes:
+        ctx.notes.append(note)
+    return config
+
+
 def _build_all(ctx: _Context, plan, opts: ConvertOptions, progress: Progress) -> List[ArtifactRecord]:
     eval_batch = feed_batch(ctx.specs)
     reference_predict = reference_predictor(ctx.source, ctx.specs)
@@ -343,8 +356,9 @@ def _build_all(ctx: _Context, plan, opts: ConvertOptions, progress: Progress) ->
     queue = list(plan.artifacts)
 
     def validate(item: PlannedArtifact, target: Path, advance=None):
+        session_config = _exact_int8_config(ctx, item)
         with captured_output(f"load {item.key}"):  # runtimes announce delegates on fd 2
-            predictor = open_predictor(target, ctx.threads)
+            predictor = open_predictor(target, ctx.threads, session_config)
         try:
             outputs = acc.collect_outputs(predictor.predict, ctx.evaluation, eval_batch, advance)
             io = predictor.io()

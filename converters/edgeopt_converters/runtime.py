@@ -17,8 +17,8 @@ from .tensors import InputSpec
 class Predictor:
     """An artifact loaded in its runtime: real-valued outputs in the model's output order."""
 
-    def __init__(self, path: Path, threads: Optional[int]):
-        self.runner = open_runner(path, threads=threads).load()
+    def __init__(self, path: Path, threads: Optional[int], **options):
+        self.runner = open_runner(path, threads=threads, **options).load()
 
     def _rename(self, feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
         """Feeds keyed by the source model's input names, re-keyed to this artifact's names.
@@ -64,8 +64,9 @@ def _positional_order(names: List[str]) -> List[str]:
     return names
 
 
-def open_predictor(path: Path, threads: Optional[int]) -> Predictor:
-    return Predictor(path, threads)
+def open_predictor(path: Path, threads: Optional[int], session_config: Optional[Mapping[str, str]] = None
+                   ) -> Predictor:
+    return Predictor(path, threads, **({"session_config": session_config} if session_config else {}))
 
 
 def _flatten(value) -> List[np.ndarray]:

@@ -71,7 +71,7 @@ def open_runner(
     "onnxruntime-tensorrt" / "onnxruntime-cuda" (ONNX Runtime's TensorRT / CUDA provider, which
     the build must have), "tensorrt" (a native TensorRT engine built here from the ONNX file), or
     "tflite". A runtime this machine lacks raises UnsupportedModelError saying why.
-    options: `xnnpack=False` for TFLite; `precision`, `cache_dir` for "tensorrt" and
+    options: `session_config` (onnxruntime session config entries) for "onnxruntime"; `xnnpack=False` for TFLite; `precision`, `cache_dir` for "tensorrt" and
     "onnxruntime-tensorrt"; `max_batch`, `workspace_mb` for "tensorrt".
     """
     if threads is not None and threads < 1:

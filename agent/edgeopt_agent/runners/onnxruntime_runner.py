@@ -50,8 +50,10 @@ class OnnxRuntimeRunner(Runner):
         path: Union[str, Path],
         threads: Optional[int] = None,
         required_provider: Optional[str] = None,
+        session_config: Optional[Mapping[str, str]] = None,
     ):
         super().__init__(path, threads)
+        self.session_config = dict(session_config or {})
         self._ort = import_onnxruntime("agent-onnx", "ONNX models")
         self.providers = choose_providers(self._ort.get_available_providers(), required_provider)
         self._session = None
@@ -65,6 +67,8 @@ class OnnxRuntimeRunner(Runner):
         if self.threads:
             options.intra_op_num_threads = self.threads
             options.inter_op_num_threads = 1
+        for key, value in self.session_config.items():
+            options.add_session_config_entry(key, value)
         try:
             session = ort.InferenceSession(str(self.path), sess_options=options, providers=self.providers)
         except Exception as exc:
