@@ -31,7 +31,8 @@ from edgeopt_agent.daemon.config import BrokerSettings
 from edgeopt_agent.daemon.transport import V5, Message, MqttSession, Received
 
 from ..errors import UserError
-from .store import DUPLICATE, REJECTED, STORED, FleetStore, IngestOutcome
+from .store import FleetStore
+from .writer import DUPLICATE, REJECTED, STORED, IngestOutcome
 
 log = logging.getLogger(__name__)
 
