@@ -11,8 +11,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from edgeopt_agent.files import sha256_file
+
 from .accuracy import Accuracy
-from .hashing import sha256_file
 from .host_timing import HostTiming
 from .recipe import PlannedArtifact
 from .runtime import match_inputs
