@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fleet ingest benchmark: simulated devices -> mosquitto -> `edgeopt fleet serve` -> database.
 
-Many simulated devices publish telemetry envelopes (edgeopt_agent.protocol, QoS 1) to a local
+Many simulated devices publish telemetry envelopes (edgeopt_agent.wire, QoS 1) to a local
 mosquitto started here on a free 127.0.0.1 port, with the broker settings of
 scripts/mosquitto.conf. One collector, then two in an MQTT v5 share group, store them; the
 script checks that every message arrived exactly once (ids, per-device sequence numbers, no

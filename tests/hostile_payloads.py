@@ -12,9 +12,9 @@ import json
 import random
 from typing import Any, Callable, Dict, Iterator, List, Tuple
 
-from edgeopt_agent import protocol
+from edgeopt_agent import wire
 
-OVERSIZED_BYTES = protocol.MAX_MESSAGE_BYTES + 1
+OVERSIZED_BYTES = wire.MAX_MESSAGE_BYTES + 1
 
 
 def hostile_values(rng: random.Random) -> List[Any]:

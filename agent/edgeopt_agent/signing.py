@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from .errors import MissingExtraError, UserError, require
-from .protocol import BenchmarkJob, ProtocolError, Signature
+from .wire import BenchmarkJob, ProtocolError, Signature
 
 ALGORITHM = "ed25519"
 DOMAIN = b"edgeopt job signature v1\n"

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional
 
-from edgeopt_agent.daemon.config import BrokerSettings, broker_settings
+from edgeopt_agent.wire.broker import BrokerSettings, broker_settings
 
 from .errors import UserError
 

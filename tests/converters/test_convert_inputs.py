@@ -281,7 +281,7 @@ def test_tensorrt_profiles_span_the_shapes_the_data_held(tmp_path, nets_path):
     """min/opt/max of a dynamic axis: the smallest calibration length, the validated one, the largest."""
     import edgeopt
     from edgeopt_agent.bench.spec import BenchmarkSpec
-    from edgeopt_agent.protocol import check_input_description
+    from edgeopt_agent.wire import check_input_description
     from edgeopt_agent.runners.tensorrt_build import profile_shapes
     from edgeopt_converters.manifest import bench_inputs
 
@@ -301,7 +301,7 @@ def test_tensorrt_profiles_span_the_shapes_the_data_held(tmp_path, nets_path):
 
 def test_a_shape_range_must_bound_its_shape():
     from edgeopt_agent.errors import UserError
-    from edgeopt_agent.protocol import check_input_description
+    from edgeopt_agent.wire import check_input_description
 
     ok = check_input_description([{"name": "x", "shape": [1, 8], "min_shape": [1, 4], "max_shape": [1, 16]}])
     assert ok[0]["min_shape"] == [1, 4]

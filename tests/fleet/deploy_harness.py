@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import paho.mqtt.client as mqtt
 
-from edgeopt_agent import protocol
+from edgeopt_agent import wire
 
 WAIT_S = 30.0
 # A benchmark that takes a moment: a few runs, no idle-power baseline.
@@ -98,7 +98,7 @@ class RawClient:
             self.messages.append({"topic": message.topic, "envelope": json.loads(message.payload)})
             self._cond.notify_all()
 
-    def publish(self, topic: str, envelope: protocol.Envelope, retain: bool = False) -> None:
+    def publish(self, topic: str, envelope: wire.Envelope, retain: bool = False) -> None:
         self._client.publish(topic, envelope.encode(), qos=1, retain=retain).wait_for_publish(WAIT_S)
 
     def wait_for(self, topic: str, predicate: Callable[[Dict[str, Any]], bool], timeout: float = WAIT_S):

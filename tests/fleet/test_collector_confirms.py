@@ -12,15 +12,15 @@ from edgeopt.fleet.collector import Collector, confirmations
 from edgeopt.fleet.simulator import SimulatedDevice
 from edgeopt.fleet.store import open_store
 from edgeopt.fleet.writer import DUPLICATE, REJECTED, STORED, IngestOutcome
-from edgeopt_agent import protocol
-from edgeopt_agent.daemon.backoff import Backoff
-from edgeopt_agent.daemon.config import BrokerSettings
-from edgeopt_agent.protocol import ProtocolError
+from edgeopt_agent import wire
+from edgeopt_agent.wire.backoff import Backoff
+from edgeopt_agent.wire.broker import BrokerSettings
+from edgeopt_agent.wire import ProtocolError
 
 A, B = "a" * 32, "b" * 32
 
 
-def outcome(status, device="dev-1", message_id=A, kind=protocol.RESULTS, reason=None):
+def outcome(status, device="dev-1", message_id=A, kind=wire.RESULTS, reason=None):
     return IngestOutcome(status, reason=reason, kind=None if status == REJECTED else kind, device_id=device,
                          message_id=message_id)
 
@@ -29,8 +29,8 @@ def test_stored_and_duplicate_are_committed_rejected_say_why_and_status_is_left_
     found = confirmations([
         outcome(STORED), outcome(DUPLICATE, message_id=B), outcome(DUPLICATE),  # A twice in one batch
         outcome(REJECTED, message_id="c" * 32, reason="invalid_body"),
-        outcome(STORED, device="dev-2", message_id="d" * 32, kind=protocol.TELEMETRY),
-        outcome(STORED, device="dev-2", message_id="e" * 32, kind=protocol.STATUS),  # sent directly, not queued
+        outcome(STORED, device="dev-2", message_id="d" * 32, kind=wire.TELEMETRY),
+        outcome(STORED, device="dev-2", message_id="e" * 32, kind=wire.STATUS),  # sent directly, not queued
         outcome(REJECTED, device=None, message_id="f" * 32, reason="invalid_topic"),  # nobody to tell
         outcome(REJECTED, message_id="not-an-id", reason="malformed_message"),
     ])
@@ -38,13 +38,13 @@ def test_stored_and_duplicate_are_committed_rejected_say_why_and_status_is_left_
 
 
 def test_a_confirm_message_round_trips_and_is_checked():
-    envelope = protocol.confirm_message("rpi-01", 7, committed=[A], rejected={B: "unsupported_schema"})
-    decoded = protocol.parse_confirm(protocol.Envelope.decode(envelope.encode(), expect_device="rpi-01"))
+    envelope = wire.confirm_message("rpi-01", 7, committed=[A], rejected={B: "unsupported_schema"})
+    decoded = wire.parse_confirm(wire.Envelope.decode(envelope.encode(), expect_device="rpi-01"))
     assert decoded.committed == (A,) and decoded.rejected == {B: "unsupported_schema"}
     assert decoded.ids == (A, B)
-    assert protocol.parse_topic(protocol.confirm_topic("rpi-01")) == ("rpi-01", protocol.CONFIRM)
+    assert wire.parse_topic(wire.confirm_topic("rpi-01")) == ("rpi-01", wire.CONFIRM)
     with pytest.raises(ValueError, match="at most"):
-        protocol.confirm_message("rpi-01", 1, committed=[A] * (protocol.MAX_CONFIRM_IDS + 1))
+        wire.confirm_message("rpi-01", 1, committed=[A] * (wire.MAX_CONFIRM_IDS + 1))
 
 
 @pytest.mark.parametrize("body", [
@@ -53,20 +53,20 @@ def test_a_confirm_message_round_trips_and_is_checked():
     {"committed": [], "rejected": [{"id": A}]},
     {"committed": [], "rejected": [{"id": A, "reason": 3}]},
     {"committed": "abc", "rejected": []},
-    {"committed": [A] * (protocol.MAX_CONFIRM_IDS + 1), "rejected": []},
+    {"committed": [A] * (wire.MAX_CONFIRM_IDS + 1), "rejected": []},
 ])
 def test_broken_confirm_bodies_are_refused(body):
     with pytest.raises(ProtocolError):
-        protocol.parse_confirm(protocol.Envelope(device_id="rpi-01", seq=1, type="confirm", body=body))
+        wire.parse_confirm(wire.Envelope(device_id="rpi-01", seq=1, type="confirm", body=body))
     with pytest.raises(ProtocolError, match="on a confirm topic"):
-        protocol.parse_confirm(protocol.Envelope(device_id="rpi-01", seq=1, type="result", body={}))
+        wire.parse_confirm(wire.Envelope(device_id="rpi-01", seq=1, type="result", body={}))
 
 
 @pytest.mark.slow
 def test_the_collector_confirms_after_the_commit_including_duplicates_and_rejections(mqtt_broker, tmp_path):
     device = SimulatedDevice("confirm-dev")
     good, status = device.result("job-1"), device.status()
-    bad = protocol.Envelope(device_id="confirm-dev", seq=9, type=protocol.RESULT_TYPE, body={"job_id": "x"})
+    bad = wire.Envelope(device_id="confirm-dev", seq=9, type=wire.RESULT_TYPE, body={"job_id": "x"})
     store = open_store(f"sqlite:///{tmp_path}/fleet.db")
     collector = Collector(store, BrokerSettings(mqtt_broker.host, mqtt_broker.port), client_id="confirming",
                           backoff=Backoff(0.1, 0.5))
@@ -76,14 +76,14 @@ def test_the_collector_confirms_after_the_commit_including_duplicates_and_reject
     confirms, arrived = [], threading.Event()
 
     def on_message(client, userdata, message):
-        confirms.append(protocol.parse_confirm(protocol.Envelope.decode(message.payload, "confirm-dev")))
+        confirms.append(wire.parse_confirm(wire.Envelope.decode(message.payload, "confirm-dev")))
         arrived.set()
 
     client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"device-{uuid.uuid4().hex[:6]}",
                          protocol=mqtt.MQTTv5 if mqtt_broker.mqtt_v5 else mqtt.MQTTv311)
     client.on_message = on_message
     client.connect(mqtt_broker.host, mqtt_broker.port, 30)
-    client.subscribe(protocol.confirm_topic("confirm-dev"), qos=1)
+    client.subscribe(wire.confirm_topic("confirm-dev"), qos=1)
     client.loop_start()
     try:
         deadline = time.monotonic() + 20
@@ -93,7 +93,7 @@ def test_the_collector_confirms_after_the_commit_including_duplicates_and_reject
         time.sleep(0.3)  # both SUBSCRIBEs are through
         for message in (good, status, good):
             client.publish(message.topic, message.payload, qos=1).wait_for_publish(10)
-        client.publish(protocol.results_topic("confirm-dev"), bad.encode(), qos=1).wait_for_publish(10)
+        client.publish(wire.results_topic("confirm-dev"), bad.encode(), qos=1).wait_for_publish(10)
         deadline = time.monotonic() + 20
         while sum(len(c.ids) for c in confirms) < 3:
             assert arrived.wait(max(0.0, deadline - time.monotonic())), f"confirms so far: {confirms}"

@@ -18,10 +18,11 @@ from mqtt_broker import MqttBroker, mosquitto_binary
 from edgeopt.fleet.broker import AUTOSAVE_CHANGES
 from edgeopt.fleet.collector import Collector
 from edgeopt.fleet.store import open_store
-from edgeopt_agent import protocol
+from edgeopt_agent import wire
 from edgeopt_agent.daemon.agent import Agent
-from edgeopt_agent.daemon.backoff import Backoff
-from edgeopt_agent.daemon.config import BrokerSettings, build_config
+from edgeopt_agent.wire.backoff import Backoff
+from edgeopt_agent.daemon.config import build_config
+from edgeopt_agent.wire.broker import BrokerSettings
 
 pytestmark = pytest.mark.slow
 
@@ -111,9 +112,9 @@ def start_collector(running, url, broker):
 def produce(agent, first, count, pause_s=0.002):
     """Results queued exactly as the job worker queues them."""
     for n in range(first, first + count):
-        body = protocol.result_body(f"job-{n}", protocol.BENCHMARK_JOB, uuid.uuid4().hex,
+        body = wire.result_body(f"job-{n}", wire.BENCHMARK_JOB, uuid.uuid4().hex,
                                     result={"ok": True, "latency_ms": {"p50": 1.0 + n}})
-        agent.outbox.add(protocol.RESULTS, protocol.RESULT_TYPE, body)
+        agent.outbox.add(wire.RESULTS, wire.RESULT_TYPE, body)
         time.sleep(pause_s)
 
 

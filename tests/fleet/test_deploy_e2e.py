@@ -22,8 +22,8 @@ from edgeopt.deploy.keys import SigningKey
 from edgeopt.errors import UserError
 from edgeopt.fleet.collector import Collector
 from edgeopt.fleet.store import open_store
-from edgeopt_agent import protocol
-from edgeopt_agent.transfer import plan_chunks, read_chunk
+from edgeopt_agent import wire
+from edgeopt_agent.wire import plan_chunks, read_chunk
 
 pytestmark = pytest.mark.slow
 
@@ -160,18 +160,18 @@ def test_tampered_bytes_never_reach_the_model_parser(converted, keys, fleet, tmp
     tampered.write_bytes(bytes(data))
     plan, size, _ = plan_chunks(tampered, 1024)
     meta = {"model": manifest["model"]["source"], "artifact_key": "onnx-int8", "format": "onnx", "precision": "int8"}
-    job = protocol.benchmark_job("lab-x86", 1, "tampered", int8["sha256"], "onnx", chunks=plan, size=size,
+    job = wire.benchmark_job("lab-x86", 1, "tampered", int8["sha256"], "onnx", chunks=plan, size=size,
                                  signer=SigningKey.load(keys[0].private_key).sign_job, meta=meta, **QUICK_BENCH)
-    attacker = RawClient(fleet.broker, [protocol.transfer_topic("lab-x86"), protocol.results_topic("lab-x86")])
+    attacker = RawClient(fleet.broker, [wire.transfer_topic("lab-x86"), wire.results_topic("lab-x86")])
     try:
-        attacker.publish(protocol.jobs_topic("lab-x86"), job)
-        asked = attacker.wait_for(protocol.transfer_topic("lab-x86"), lambda e: e["body"]["request_id"] == job.id)
+        attacker.publish(wire.jobs_topic("lab-x86"), job)
+        asked = attacker.wait_for(wire.transfer_topic("lab-x86"), lambda e: e["body"]["request_id"] == job.id)
         assert asked["body"]["missing"] == list(range(plan.count))  # the signature holds: it asks for the bytes
         for index in asked["body"]["missing"]:
-            attacker.publish(protocol.chunks_topic("lab-x86"),
-                             protocol.chunk_message("lab-x86", index + 1, int8["sha256"], index,
+            attacker.publish(wire.chunks_topic("lab-x86"),
+                             wire.chunk_message("lab-x86", index + 1, int8["sha256"], index,
                                                     read_chunk(tampered, plan, index)))
-        answer = attacker.wait_for(protocol.results_topic("lab-x86"), lambda e: e["body"]["request_id"] == job.id)
+        answer = attacker.wait_for(wire.results_topic("lab-x86"), lambda e: e["body"]["request_id"] == job.id)
     finally:
         attacker.close()
     assert answer["body"]["ok"] is False and answer["body"]["error"]["kind"] == "artifact_mismatch"
@@ -181,7 +181,7 @@ def test_tampered_bytes_never_reach_the_model_parser(converted, keys, fleet, tmp
 
 def test_a_deployed_job_is_signed_whole_and_a_copy_of_it_is_refused_as_a_replay(converted, keys, fleet, capsys):
     outdir, manifest = converted
-    spy = RawClient(fleet.broker, [protocol.jobs_topic("lab-x86"), protocol.results_topic("lab-x86")])
+    spy = RawClient(fleet.broker, [wire.jobs_topic("lab-x86"), wire.results_topic("lab-x86")])
     try:
         code, out, err = run_cli(capsys, outdir, "--device", "lab-x86", "--artifact", "onnx-fp32", "--expires", "2h",
                                  "--broker", fleet.broker.address, "--key", keys[0].private_key, "--wait",
@@ -189,7 +189,7 @@ def test_a_deployed_job_is_signed_whole_and_a_copy_of_it_is_refused_as_a_replay(
         assert code == 0, err
         [row] = json.loads(out)
         assert row["ok"] is True
-        body = spy.wait_for(protocol.jobs_topic("lab-x86"), lambda e: e["body"]["job_id"] == row["job_id"])["body"]
+        body = spy.wait_for(wire.jobs_topic("lab-x86"), lambda e: e["body"]["job_id"] == row["job_id"])["body"]
         assert body["target"] == {"devices": ["lab-x86"], "profile": None}
         assert body["expires_at"] - body["issued_at"] == pytest.approx(7200)
         created = datetime.datetime.fromisoformat(manifest["created"]).timestamp()
@@ -204,9 +204,9 @@ def test_a_deployed_job_is_signed_whole_and_a_copy_of_it_is_refused_as_a_replay(
         assert row["result"]["output_check"]["ok"] is True and row["result"]["valid"] is True
         body["bench"]["reference"] = reference
 
-        copy = protocol.Envelope("lab-x86", 1, protocol.BENCHMARK_JOB, body)  # the same signed job, a new message
-        spy.publish(protocol.jobs_topic("lab-x86"), copy)
-        answer = spy.wait_for(protocol.results_topic("lab-x86"), lambda e: e["body"]["request_id"] == copy.id)
+        copy = wire.Envelope("lab-x86", 1, wire.BENCHMARK_JOB, body)  # the same signed job, a new message
+        spy.publish(wire.jobs_topic("lab-x86"), copy)
+        answer = spy.wait_for(wire.results_topic("lab-x86"), lambda e: e["body"]["request_id"] == copy.id)
     finally:
         spy.close()
     assert answer["body"]["ok"] is False and answer["body"]["error"]["kind"] == "replayed"
@@ -297,9 +297,9 @@ def test_a_device_that_never_answers_times_out(converted, mqtt_broker, capsys, w
     outdir, _ = converted
     ghost = RawClient(mqtt_broker, [])
     try:
-        status = protocol.status_body(protocol.ONLINE, "connected", profile="x86-64", agent_version="0.1.0",
+        status = wire.status_body(wire.ONLINE, "connected", profile="x86-64", agent_version="0.1.0",
                                       started_at=time.time())
-        ghost.publish(protocol.status_topic("ghost"), protocol.Envelope("ghost", 1, protocol.STATUS_TYPE, status),
+        ghost.publish(wire.status_topic("ghost"), wire.Envelope("ghost", 1, wire.STATUS_TYPE, status),
                       retain=True)
         code, out, err = run_cli(capsys, outdir, "--device", "ghost", "--broker", mqtt_broker.address, "--unsigned",
                                  "--timeout", "1", "--json", *(["--wait"] if wait else []))

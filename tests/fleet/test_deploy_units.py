@@ -11,11 +11,11 @@ from edgeopt.cli.deploy import row_cells
 from edgeopt.cli.main import main
 from edgeopt.deploy import deploy
 from edgeopt.deploy.artifact import choose_artifact
-from edgeopt.deploy.mqtt import Received
 from edgeopt.deploy.rollout import Rollout
 from edgeopt.deploy.targets import DeviceStatus, parse_status, read_statuses, select_targets
 from edgeopt.errors import UserError
-from edgeopt_agent import protocol
+from edgeopt_agent import wire
+from edgeopt_agent.wire.session import Received
 
 
 def write_outdir(folder, recommended="onnx-int8", artifacts=None):
@@ -51,7 +51,7 @@ def test_the_release_is_the_model_source_and_the_manifest_creation_time(tmp_path
     assert choose_artifact(outdir).release is None  # a manifest without "created": no rollback check possible
     manifest = json.loads((outdir / "manifest.json").read_text())
     (outdir / "manifest.json").write_text(json.dumps(dict(manifest, created="2026-11-24T06:00:00+00:00")))
-    assert choose_artifact(outdir).release == protocol.Release("nets.py:small_cnn", 1795500000.0)
+    assert choose_artifact(outdir).release == wire.Release("nets.py:small_cnn", 1795500000.0)
 
 
 @pytest.mark.parametrize("expires, fragment", [
@@ -122,13 +122,13 @@ def test_bad_targets_are_refused(kwargs, fragment):
 
 
 def test_status_messages_give_state_profile_and_signature_policy():
-    body = protocol.status_body("online", "connected", profile="rpi5", signatures="required",
+    body = wire.status_body("online", "connected", profile="rpi5", signatures="required",
                                 trusted_key_id="0123456789abcdef", agent_version="0.1.0", started_at=1732189000.5)
-    envelope = protocol.Envelope("pi-1", 7, protocol.STATUS_TYPE, body)
-    parsed = parse_status(protocol.status_topic("pi-1"), envelope.encode())
+    envelope = wire.Envelope("pi-1", 7, wire.STATUS_TYPE, body)
+    parsed = parse_status(wire.status_topic("pi-1"), envelope.encode())
     assert parsed == DeviceStatus("pi-1", "online", 7, "rpi5", "required", "0123456789abcdef", "0.1.0")
-    assert parse_status(protocol.status_topic("pi-2"), envelope.encode()) is None  # another device's id
-    assert parse_status(protocol.status_topic("pi-1"), b"garbage") is None
+    assert parse_status(wire.status_topic("pi-2"), envelope.encode()) is None  # another device's id
+    assert parse_status(wire.status_topic("pi-1"), b"garbage") is None
 
 
 def test_the_command_needs_exactly_one_target(tmp_path, capsys):
@@ -183,30 +183,30 @@ def too_big_ts(envelope):
 
 
 def test_malformed_retained_statuses_are_skipped_not_fatal():
-    good = protocol.Envelope("pi-1", 3, protocol.STATUS_TYPE, agent_status("online"))
-    client = QueuedClient([Received(protocol.status_topic("pi-2"), b"[" * 5000, True),
-                           Received(protocol.status_topic("pi-3"), too_big_ts(good), True),
-                           Received(protocol.status_topic("pi-1"), good.encode(), True)])
+    good = wire.Envelope("pi-1", 3, wire.STATUS_TYPE, agent_status("online"))
+    client = QueuedClient([Received(wire.status_topic("pi-2"), b"[" * 5000, True),
+                           Received(wire.status_topic("pi-3"), too_big_ts(good), True),
+                           Received(wire.status_topic("pi-1"), good.encode(), True)])
     assert list(read_statuses(client, quiet_s=0.01, max_s=1.0)) == ["pi-1"]
 
 
 def agent_status(state):
-    return protocol.status_body(state, "connected", agent_version="0.1.0", started_at=1732189000.5, profile="rpi5")
+    return wire.status_body(state, "connected", agent_version="0.1.0", started_at=1732189000.5, profile="rpi5")
 
 
 def test_junk_retained_statuses_are_not_deploy_targets():
     """100 statuses a client left on the broker that no agent sent (fields missing or of the wrong
     type) are ignored: `--all` targets only the real device and so waits on it alone."""
-    junk = [protocol.status_body("online", "connected"),  # no agent_version, no started_at
-            protocol.status_body("online", "connected", agent_version=1, started_at=5.0),
-            protocol.status_body("online", "connected", agent_version="0.1", started_at="yesterday"),
-            protocol.status_body("online", "connected", agent_version="0.1", started_at=True),
+    junk = [wire.status_body("online", "connected"),  # no agent_version, no started_at
+            wire.status_body("online", "connected", agent_version=1, started_at=5.0),
+            wire.status_body("online", "connected", agent_version="0.1", started_at="yesterday"),
+            wire.status_body("online", "connected", agent_version="0.1", started_at=True),
             {"state": "online", "agent_version": "0.1", "started_at": 5.0}]  # no reason
-    messages = [Received(protocol.status_topic(f"junk-{i}"),
-                         protocol.Envelope(f"junk-{i}", 1, protocol.STATUS_TYPE, junk[i % len(junk)]).encode(), True)
+    messages = [Received(wire.status_topic(f"junk-{i}"),
+                         wire.Envelope(f"junk-{i}", 1, wire.STATUS_TYPE, junk[i % len(junk)]).encode(), True)
                 for i in range(100)]
-    real = protocol.Envelope("pi-1", 3, protocol.STATUS_TYPE, agent_status("online"))
-    messages.append(Received(protocol.status_topic("pi-1"), real.encode(), True))
+    real = wire.Envelope("pi-1", 3, wire.STATUS_TYPE, agent_status("online"))
+    messages.append(Received(wire.status_topic("pi-1"), real.encode(), True))
     statuses = read_statuses(QueuedClient(messages), quiet_s=0.01, max_s=5.0)
     assert list(statuses) == ["pi-1"]
     assert [t.device_id for t in select_targets(statuses, all_devices=True)] == ["pi-1"]
@@ -214,24 +214,24 @@ def test_junk_retained_statuses_are_not_deploy_targets():
 
 def test_a_deploy_takes_only_well_formed_answers_from_the_targeted_device(tmp_path):
     chosen = choose_artifact(write_outdir(tmp_path / "out"))
-    jobs = {device_id: protocol.benchmark_job(device_id, 1, "job-1", chosen.sha256, chosen.format,
+    jobs = {device_id: wire.benchmark_job(device_id, 1, "job-1", chosen.sha256, chosen.format,
                                               url="http://models/a.onnx", size=chosen.size)
             for device_id in ("pi-1", "pi-2")}
 
     def answer(device_id, job_device, drop_ok=False, **body):
-        full = protocol.result_body("job-1", protocol.BENCHMARK_JOB, jobs[job_device].id, **body)
+        full = wire.result_body("job-1", wire.BENCHMARK_JOB, jobs[job_device].id, **body)
         if drop_ok:
             del full["ok"]
-        envelope = protocol.Envelope(device_id, 1, protocol.RESULT_TYPE, full)
-        return Received(protocol.results_topic(device_id), envelope.encode(), False)
+        envelope = wire.Envelope(device_id, 1, wire.RESULT_TYPE, full)
+        return Received(wire.results_topic(device_id), envelope.encode(), False)
 
     client = QueuedClient([
-        Received(protocol.results_topic("pi-1"), b"[" * 5000, False),
-        Received(protocol.results_topic("pi-1"), too_big_ts(jobs["pi-1"]), False),
+        Received(wire.results_topic("pi-1"), b"[" * 5000, False),
+        Received(wire.results_topic("pi-1"), too_big_ts(jobs["pi-1"]), False),
         answer("pi-1", "pi-1", drop_ok=True, result={"ok": True}),
         answer("pi-1", "pi-1", result={"ok": True, "runtime": "onnxruntime"}),
-        answer("pi-2", "pi-1", error=protocol.error_info("failed", "not mine to answer")),
-        answer("pi-2", "pi-2", error=protocol.error_info("failed", "no runtime")),
+        answer("pi-2", "pi-1", error=wire.error_info("failed", "not mine to answer")),
+        answer("pi-2", "pi-2", error=wire.error_info("failed", "no runtime")),
     ])
     outcomes = {o["device_id"]: o for o in Rollout(client, chosen, jobs).run(wait=True, timeout_s=5.0)}
     assert (outcomes["pi-1"]["state"], outcomes["pi-1"]["ok"], outcomes["pi-1"]["result"]["runtime"]) == (
@@ -241,14 +241,14 @@ def test_a_deploy_takes_only_well_formed_answers_from_the_targeted_device(tmp_pa
 
 def test_an_answer_sent_again_is_reported_once(tmp_path):
     chosen = choose_artifact(write_outdir(tmp_path / "out"))
-    jobs = {device_id: protocol.benchmark_job(device_id, 1, "job-1", chosen.sha256, chosen.format,
+    jobs = {device_id: wire.benchmark_job(device_id, 1, "job-1", chosen.sha256, chosen.format,
                                               url="http://models/a.onnx", size=chosen.size)
             for device_id in ("pi-1", "pi-2")}
 
     def answer(device_id):
-        body = protocol.result_body("job-1", protocol.BENCHMARK_JOB, jobs[device_id].id, result={"ok": True})
-        return Received(protocol.results_topic(device_id),
-                        protocol.Envelope(device_id, 1, protocol.RESULT_TYPE, body).encode(), False)
+        body = wire.result_body("job-1", wire.BENCHMARK_JOB, jobs[device_id].id, result={"ok": True})
+        return Received(wire.results_topic(device_id),
+                        wire.Envelope(device_id, 1, wire.RESULT_TYPE, body).encode(), False)
 
     first = answer("pi-1")
     # The agent keeps a result until a collector confirms it, so a deploy can see it twice.

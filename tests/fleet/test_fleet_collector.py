@@ -13,9 +13,9 @@ from edgeopt.errors import UserError
 from edgeopt.fleet.collector import Collector
 from edgeopt.fleet.simulator import SimulatedDevice
 from edgeopt.fleet.store import open_store
-from edgeopt_agent import protocol
-from edgeopt_agent.daemon.backoff import Backoff
-from edgeopt_agent.daemon.config import BrokerSettings
+from edgeopt_agent import wire
+from edgeopt_agent.wire.backoff import Backoff
+from edgeopt_agent.wire.broker import BrokerSettings
 
 pytestmark = pytest.mark.slow
 
@@ -144,13 +144,13 @@ def test_every_kind_of_bad_message_is_rejected_and_the_collector_carries_on(mqtt
     pub = publisher(cleanup, mqtt_broker)
     device = SimulatedDevice("rpi-01")
     good = json.loads(device.telemetry().payload)
-    topic = protocol.telemetry_topic("rpi-01")
+    topic = wire.telemetry_topic("rpi-01")
     pub.raw(topic, b"{not json")
     pub.raw(topic, json.dumps({**good, "device_id": "rpi-99"}).encode())
     pub.raw(topic, json.dumps({**good, "schema": 7}).encode())
     pub.raw(topic, json.dumps({**good, "body": {**good["body"], "pad": "x" * 70_000}}).encode())
-    pub.raw(protocol.results_topic("rpi-01"), json.dumps({**good, "type": "result", "body": {"ok": 1}}).encode())
-    pub.raw(protocol.jobs_topic("rpi-01"), b"jobs are not collected")  # not subscribed: never seen
+    pub.raw(wire.results_topic("rpi-01"), json.dumps({**good, "type": "result", "body": {"ok": 1}}).encode())
+    pub.raw(wire.jobs_topic("rpi-01"), b"jobs are not collected")  # not subscribed: never seen
     pub.send([device.telemetry()])
     wait_until(lambda: running.collector.counters.stored == 1, what="the good message")
     assert running.collector.counters.rejected == 5
@@ -170,9 +170,9 @@ def test_values_the_database_cannot_hold_cost_one_message_not_the_collector(mqtt
     huge_seq["seq"] = 2 ** 64
     odd_text = json.loads(device.status().payload)
     odd_text["body"]["reason"] = "lost\ud800\x00"
-    topic = protocol.telemetry_topic("rpi-01")
+    topic = wire.telemetry_topic("rpi-01")
     pub.raw(topic, json.dumps(huge_seq).encode())
-    pub.raw(protocol.status_topic("rpi-01"), json.dumps(odd_text).encode())
+    pub.raw(wire.status_topic("rpi-01"), json.dumps(odd_text).encode())
     pub.raw(topic, b"[" * 5000)
     pub.send([device.telemetry()])
     wait_until(lambda: running.collector.counters.stored == 2, what="the storable messages")

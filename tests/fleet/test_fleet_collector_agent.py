@@ -14,7 +14,7 @@ import paho.mqtt.client as mqtt
 import pytest
 
 from edgeopt.fleet.store import open_store
-from edgeopt_agent import protocol
+from edgeopt_agent import wire
 
 pytestmark = pytest.mark.slow
 
@@ -94,7 +94,7 @@ def send_job(broker, envelope):
     client.connect(broker.host, broker.port, 30)
     client.loop_start()
     try:
-        client.publish(protocol.jobs_topic(DEVICE), envelope.encode(), qos=1).wait_for_publish(20)
+        client.publish(wire.jobs_topic(DEVICE), envelope.encode(), qos=1).wait_for_publish(20)
     finally:
         client.disconnect()
         client.loop_stop()
@@ -122,7 +122,7 @@ def test_agent_status_telemetry_and_result_reach_the_fleet_views(mqtt_broker, tm
         assert device["runtimes"]["onnxruntime"] and device["agent_version"]
 
         model = tiny_onnx()
-        job = protocol.benchmark_job(DEVICE, 1, "e2e-job-1", hashlib.sha256(model).hexdigest(), "onnx",
+        job = wire.benchmark_job(DEVICE, 1, "e2e-job-1", hashlib.sha256(model).hexdigest(), "onnx",
                                      data=model, **QUICK_BENCH)
         send_job(mqtt_broker, job)
         [result] = wait_for(lambda: store.results(), bool, "the benchmark result", agent)

@@ -10,7 +10,7 @@ from hostile_payloads import hostile_payloads, oversized
 
 from edgeopt.fleet import messages
 from edgeopt.fleet.simulator import SimulatedDevice
-from edgeopt_agent import protocol
+from edgeopt_agent import wire
 
 DEVICE = "rpi-01"
 
@@ -75,4 +75,4 @@ def test_hostile_topics_are_rejected_with_a_reason():
     reasons = {check(repr(topic), topic, raw) for topic in topics}
     assert "accepted" not in reasons
     assert {"invalid_topic", "unexpected_topic", "wrong_device"} <= reasons, reasons
-    assert check("the right topic", protocol.telemetry_topic(DEVICE), raw) == "accepted"
+    assert check("the right topic", wire.telemetry_topic(DEVICE), raw) == "accepted"

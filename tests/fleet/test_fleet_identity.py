@@ -34,8 +34,9 @@ from edgeopt.fleet import provision as provisioning
 from edgeopt.fleet.collector import Collector
 from edgeopt.fleet.simulator import SimulatedDevice
 from edgeopt.fleet.store import open_store
-from edgeopt_agent import protocol
-from edgeopt_agent.daemon.config import broker_settings, build_config
+from edgeopt_agent import wire
+from edgeopt_agent.daemon.config import build_config
+from edgeopt_agent.wire.broker import broker_settings
 
 ACL_TEMPLATE = Path(__file__).resolve().parents[2] / "scripts" / "mosquitto.acl"
 NOT_AUTHORIZED = 0x87
@@ -193,12 +194,12 @@ def test_a_device_cannot_speak_for_another_and_the_collector_stores_only_its_own
         assert device_b.publish(real.topic, real.payload) == 0
 
         forged = [b.result("forged-job", p50_ms=0.001), b.status("offline", "shutdown"), b.telemetry(),
-                  b.envelope(protocol.TRANSFER, protocol.TRANSFER_TYPE, {"job_id": "x"})]
+                  b.envelope(wire.TRANSFER, wire.TRANSFER_TYPE, {"job_id": "x"})]
         for message in forged:  # A's login, B's topics and B's device id in the envelope
             assert device_a.publish(message.topic, message.payload, retain=message.retain) == NOT_AUTHORIZED, message.topic
         # On its own topic the ACL lets A through, but an envelope naming B is the collector's to refuse.
         posing = b.result("posing-job")
-        assert device_a.publish(protocol.results_topic("dev-a"), posing.payload) == 0
+        assert device_a.publish(wire.results_topic("dev-a"), posing.payload) == 0
         own = a.result("a-job")
         assert device_a.publish(own.topic, own.payload) == 0
         wait_until(lambda: {r["job_id"] for r in store.results()} >= {"real-job", "a-job"}, "both real results")
@@ -213,7 +214,7 @@ def test_a_device_cannot_speak_for_another_and_the_collector_stores_only_its_own
     assert states["dev-b"] == "online"
     assert store.telemetry(device="dev-b") == []
     [rejected] = store.rejected()
-    assert (rejected["topic"], rejected["device_id"]) == (protocol.results_topic("dev-a"), "dev-a")
+    assert (rejected["topic"], rejected["device_id"]) == (wire.results_topic("dev-a"), "dev-a")
     store.close()
     # The retained status still says B is online: A's offline never replaced it.
     deployer = HostClient(fleet.settings(broker, "deploy-1"))
@@ -237,25 +238,25 @@ def test_a_device_reads_only_its_own_jobs_and_deploy_can_send_them(secured):
     device_b = fleet.login(broker, "dev-b")
     deployer = HostClient(fleet.settings(broker, "deploy-1"))
     try:
-        assert device_b.subscribe(protocol.jobs_topic("dev-b")) == [1]
+        assert device_b.subscribe(wire.jobs_topic("dev-b")) == [1]
         # Mosquitto 2.0's acl_file grants every SUBSCRIBE and checks read access on each message
         # it would deliver, so what counts is that nothing of B's reaches A.
-        for spying in (protocol.jobs_topic("dev-b"), protocol.subscription(protocol.JOBS), "#",
-                       protocol.results_topic("dev-b")):
+        for spying in (wire.jobs_topic("dev-b"), wire.subscription(wire.JOBS), "#",
+                       wire.results_topic("dev-b")):
             device_a.subscribe(spying)
         deployer.connect()
         # Deploy may subscribe to what it reads (HostClient raises on a refused subscription).
-        deployer.subscribe([protocol.subscription(protocol.RESULTS), protocol.subscription(protocol.TRANSFER),
-                            protocol.subscription(protocol.STATUS)])
-        job = protocol.Envelope("dev-b", 1, protocol.BENCHMARK_JOB, {"job_id": "for-b"}).encode()
-        deployer.wait_acked(deployer.publish(protocol.jobs_topic("dev-b"), job))
+        deployer.subscribe([wire.subscription(wire.RESULTS), wire.subscription(wire.TRANSFER),
+                            wire.subscription(wire.STATUS)])
+        job = wire.Envelope("dev-b", 1, wire.BENCHMARK_JOB, {"job_id": "for-b"}).encode()
+        deployer.wait_acked(deployer.publish(wire.jobs_topic("dev-b"), job))
         result = SimulatedDevice("dev-b").result("for-b")
         assert device_b.publish(result.topic, result.payload) == 0
-        assert [m.topic for m in device_b.received(2.0)] == [protocol.jobs_topic("dev-b")]
+        assert [m.topic for m in device_b.received(2.0)] == [wire.jobs_topic("dev-b")]
         assert wait_until(lambda: deployer.receive(0.1), "deploy to read B's result").topic == result.topic
         assert device_a.received(1.0) == []
         # A device cannot send jobs, not even to itself.
-        assert device_a.publish(protocol.jobs_topic("dev-a"), job) == NOT_AUTHORIZED
+        assert device_a.publish(wire.jobs_topic("dev-a"), job) == NOT_AUTHORIZED
     finally:
         deployer.close()
         device_a.close()
@@ -268,13 +269,13 @@ def test_a_device_cannot_take_over_another_devices_session_by_its_client_id(secu
     fleet, broker = secured
     b_id = "edgeopt-agent-dev-b"
     device_b = fleet.login(broker, "dev-b", client_id=b_id, clean_start=False)
-    assert device_b.subscribe(protocol.jobs_topic("dev-b")) == [1]
+    assert device_b.subscribe(wire.jobs_topic("dev-b")) == [1]
     device_b.close()  # B is away: its session (and a job sent now) waits at the broker
     deployer = HostClient(fleet.settings(broker, "deploy-1"))
     deployer.connect()
     try:
-        job = protocol.Envelope("dev-b", 1, protocol.BENCHMARK_JOB, {"job_id": "queued-for-b"}).encode()
-        deployer.wait_acked(deployer.publish(protocol.jobs_topic("dev-b"), job))
+        job = wire.Envelope("dev-b", 1, wire.BENCHMARK_JOB, {"job_id": "queued-for-b"}).encode()
+        deployer.wait_acked(deployer.publish(wire.jobs_topic("dev-b"), job))
     finally:
         deployer.close()
     thief = fleet.login(broker, "dev-a", client_id=b_id, clean_start=False)
@@ -441,13 +442,13 @@ def test_a_real_agent_with_its_provisioned_config_works_under_the_acl(tmp_path):
                    "the agent's online status", timeout=30)
         wait_until(lambda: store.telemetry(device="dev-a"), "the agent's telemetry")
         deployer.connect()
-        job = protocol.Envelope("dev-a", 1, protocol.BENCHMARK_JOB, {"job_id": "no-artifact"}).encode()
-        deployer.wait_acked(deployer.publish(protocol.jobs_topic("dev-a"), job))
+        job = wire.Envelope("dev-a", 1, wire.BENCHMARK_JOB, {"job_id": "no-artifact"}).encode()
+        deployer.wait_acked(deployer.publish(wire.jobs_topic("dev-a"), job))
         [answer] = wait_until(lambda: store.results(device="dev-a"), "the agent's answer")
         assert (answer["job_id"], answer["ok"], answer["error_kind"]) == ("no-artifact", False, "invalid_job")
         # The collector may write the device's confirm topic and the device may read it: the
         # agent forgets the answer once the collector confirmed it.
-        wait_until(lambda: queued(tmp_path / "agent-data" / "agent.db", protocol.RESULTS) == 0,
+        wait_until(lambda: queued(tmp_path / "agent-data" / "agent.db", wire.RESULTS) == 0,
                    "the collector's confirmation of the answer")
         agent.kill()  # the broker sends its Last Will, which the ACL lets through
         agent.wait(10)

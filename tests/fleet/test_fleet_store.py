@@ -11,7 +11,7 @@ from edgeopt.errors import UserError
 from edgeopt.fleet.migrations import MIGRATIONS, Migration, latest_version
 from edgeopt.fleet.simulator import SimulatedDevice
 from edgeopt.fleet.store import open_store
-from edgeopt_agent import protocol
+from edgeopt_agent import wire
 
 PG_URL = os.environ.get("EDGEOPT_TEST_POSTGRES", "postgresql://root@127.0.0.1:5432/test")
 
@@ -162,13 +162,13 @@ def test_bad_messages_are_rejected_with_their_reason_and_never_stored(store):
         for payload in payloads:
             assert rejected_reason(store, good.topic, payload) == reason, payload
     status = json.loads(device.status().payload)
-    assert rejected_reason(store, protocol.status_topic("rpi-01"),
+    assert rejected_reason(store, wire.status_topic("rpi-01"),
                            json.dumps({**status, "body": {"state": "sleepy"}}).encode()) == "invalid_body"
     result = json.loads(device.result("job-1").payload)
     for body in ({**result["body"], "ok": "yes"}, {**result["body"], "meta": ["x"]},
                  {**result["body"], "meta": {"accuracy_drop_points": "0.3"}},
                  {**result["body"], "ok": False, "error": None}):
-        assert rejected_reason(store, protocol.results_topic("rpi-01"),
+        assert rejected_reason(store, wire.results_topic("rpi-01"),
                                json.dumps({**result, "body": body}).encode()) == "invalid_body"
     assert rejected_reason(store, "edgeopt/v1/rpi-01/jobs", good.payload) == "unexpected_topic"
     assert rejected_reason(store, "edgeopt/v1/-bad/telemetry", good.payload) == "invalid_topic"
@@ -189,7 +189,7 @@ def test_bad_messages_are_rejected_with_their_reason_and_never_stored(store):
 
 def test_oversized_and_binary_payloads_are_rejected_with_a_printable_excerpt(db_url):
     with open_store(db_url, max_message_bytes=1024) as small:
-        topic = protocol.telemetry_topic("rpi-01")
+        topic = wire.telemetry_topic("rpi-01")
         assert rejected_reason(small, topic, b"{" + b" " * 2000 + b"}") == "oversized"
         assert rejected_reason(small, topic, b"\x00\x01binary\xff") == "malformed_message"
         excerpts = [r["excerpt"] for r in small.rejected()]
@@ -209,7 +209,7 @@ def test_non_finite_numbers_are_stored_as_null(store):
 def test_device_state_follows_the_newest_status_even_when_statuses_arrive_out_of_order(store):
     device = SimulatedDevice("rpi-01", profile="rpi4", agent_version="0.1.0")
     online = device.status()  # seq 1
-    will = device.status(protocol.OFFLINE, "connection_lost")  # seq 2: the Will of that connection
+    will = device.status(wire.OFFLINE, "connection_lost")  # seq 2: the Will of that connection
     online_again = device.status()  # seq 3
     ingest(store, online)
     assert store.devices()[0]["state"] == "online"
@@ -219,7 +219,7 @@ def test_device_state_follows_the_newest_status_even_when_statuses_arrive_out_of
     assert (row["state"], row["profile"], row["agent_version"], row["mqtt_protocol"]) == ("online", "rpi4", "0.1.0", "5")
 
     restarted = SimulatedDevice("rpi-01", clock=lambda: online.envelope.ts + 60)  # agent state wiped: seqs restart
-    ingest(store, restarted.status(protocol.OFFLINE, "shutdown"))
+    ingest(store, restarted.status(wire.OFFLINE, "shutdown"))
     assert (store.devices()[0]["state"], store.devices()[0]["state_reason"]) == ("offline", "shutdown")
 
 
@@ -421,11 +421,11 @@ def test_values_no_database_column_takes_are_rejected_or_cleaned(store):
         with_body(device.result("job-\x003"), ok=False, error={"kind": "failed", "message": "bad \udfff byte"},
                   meta={"model": "m\x00", "accuracy_drop_points": 2 ** 64}),
         with_body(device.telemetry(), memory={"total_mb": 10 ** 400, "available_mb": 1.0}),
-        (protocol.telemetry_topic("rpi-01"), json.dumps({"id": "\ud800\x00", "type": "x"}).encode()),
-        (protocol.telemetry_topic("rpi-01"), json.dumps({**json.loads(device.telemetry().payload),
+        (wire.telemetry_topic("rpi-01"), json.dumps({"id": "\ud800\x00", "type": "x"}).encode()),
+        (wire.telemetry_topic("rpi-01"), json.dumps({**json.loads(device.telemetry().payload),
                                                          "type": "\ud800\x00"}).encode()),
-        (protocol.telemetry_topic("rpi-01"), b"[" * 5000),
-        (protocol.telemetry_topic("rpi-01"), device.telemetry().payload.replace(b'"ts":', b'"ts":1' + b"0" * 400 + b',"x":')),
+        (wire.telemetry_topic("rpi-01"), b"[" * 5000),
+        (wire.telemetry_topic("rpi-01"), device.telemetry().payload.replace(b'"ts":', b'"ts":1' + b"0" * 400 + b',"x":')),
     ]
     report = store.ingest_many(batch)
     assert [(o.status, o.reason) for o in report.outcomes] == [

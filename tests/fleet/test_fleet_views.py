@@ -11,7 +11,7 @@ from edgeopt.errors import UserError
 from edgeopt.fleet import views
 from edgeopt.fleet.simulator import SimulatedDevice
 from edgeopt.fleet.store import open_store
-from edgeopt_agent import protocol
+from edgeopt_agent import wire
 
 
 @pytest.fixture(autouse=True)
@@ -31,7 +31,7 @@ def db_url(tmp_path):
     quiet = SimulatedDevice("quiet-01", profile="rpi5")
     with open_store(url) as store:
         for message in [
-            rpi.status(), jetson.status(), jetson.status(protocol.OFFLINE, "connection_lost"),
+            rpi.status(), jetson.status(), jetson.status(wire.OFFLINE, "connection_lost"),
             rpi.telemetry(temperature_c=52.5), jetson.telemetry(temperature_c=47.0), quiet.telemetry(),
             rpi.telemetry(), rpi.telemetry(temperature_c=53.5, seq=5),  # seqs 3 and 4 never arrive
             rpi.result("j1", p50_ms=12.0, meta=meta("onnx-int8", 0.42), energy_mj=55.0),
@@ -41,7 +41,7 @@ def db_url(tmp_path):
                           meta=meta("tflite-int8", 0.6, fmt="tflite")),
         ]:
             assert store.ingest(message.topic, message.payload).status == "stored"
-        store.ingest(protocol.telemetry_topic("rpi-01"), b"garbage")
+        store.ingest(wire.telemetry_topic("rpi-01"), b"garbage")
     return url
 
 

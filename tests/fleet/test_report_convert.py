@@ -10,7 +10,7 @@ from edgeopt.cli.main import main
 from edgeopt.fleet.store import open_store
 from edgeopt.report import load_report_data, render_report
 from edgeopt.report.text import signed
-from edgeopt_agent import protocol
+from edgeopt_agent import wire
 
 pytestmark = pytest.mark.slow
 
@@ -49,12 +49,12 @@ def test_fleet_results_take_their_accuracy_drop_from_the_manifest(converted, tmp
         for seq, entry in enumerate(manifest["artifacts"], start=1):
             result = {"ok": True, "runtime": "onnxruntime", "latency_ms": {"p50": 1.0 / seq, "p90": 1.2 / seq},
                       "valid": True, "invalid_reasons": []}
-            body = protocol.result_body(f"job-{seq}", protocol.BENCHMARK_JOB, protocol.new_message_id(), result=result)
+            body = wire.result_body(f"job-{seq}", wire.BENCHMARK_JOB, wire.new_message_id(), result=result)
             # No accuracy figure in the job's meta: the report looks it up in the manifest.
             body["meta"] = {"model": source, "artifact_key": entry["key"], "format": entry["format"],
                             "precision": entry["precision"], "accuracy_drop_points": None}
-            envelope = protocol.Envelope("x86-lab", seq, protocol.RESULT_TYPE, body)
-            assert store.ingest(protocol.results_topic("x86-lab"), envelope.encode()).status == "stored"
+            envelope = wire.Envelope("x86-lab", seq, wire.RESULT_TYPE, body)
+            assert store.ingest(wire.results_topic("x86-lab"), envelope.encode()).status == "stored"
     finally:
         store.close()
     data = load_report_data(db=url, outdir=outdir)

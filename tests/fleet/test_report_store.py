@@ -9,15 +9,15 @@ import pytest
 from edgeopt.cli.main import main
 from edgeopt.fleet.store import DB_ENV, open_store
 from edgeopt.report import load_report_data, render_report
-from edgeopt_agent import protocol
+from edgeopt_agent import wire
 
 MODEL = "example:digits-cnn"
 NOW = time.time()
 
 
 def status(device, seq, profile):
-    body = protocol.status_body(protocol.ONLINE, "connected", profile=profile, agent_version="0.1.0", started_at=NOW - 900)
-    return protocol.status_topic(device), protocol.Envelope(device, seq, protocol.STATUS_TYPE, body, ts=NOW - 900)
+    body = wire.status_body(wire.ONLINE, "connected", profile=profile, agent_version="0.1.0", started_at=NOW - 900)
+    return wire.status_topic(device), wire.Envelope(device, seq, wire.STATUS_TYPE, body, ts=NOW - 900)
 
 
 def telemetry(device, seq, ts, temperature, profile):
@@ -26,7 +26,7 @@ def telemetry(device, seq, ts, temperature, profile):
         "thermal": {"cpu-thermal": temperature}, "power": {"watts": 4.2, "source": "rpi-pmic", "rail": None},
         "versions": {"edgeopt": "0.1.0", "onnxruntime": "1.17.1"}, "profile": profile,
     }
-    return protocol.telemetry_topic(device), protocol.Envelope(device, seq, protocol.TELEMETRY_TYPE, body, ts=ts)
+    return wire.telemetry_topic(device), wire.Envelope(device, seq, wire.TELEMETRY_TYPE, body, ts=ts)
 
 
 def benchmark_result(device, seq, key, p50, energy=None, drop=None):
@@ -38,17 +38,17 @@ def benchmark_result(device, seq, key, p50, energy=None, drop=None):
         "throughput_ips": 1000 / p50, "runs": 500, "peak_rss_mb": 88.5, "energy_per_inference_mj": energy,
         "power_source": "rpi-pmic" if energy else None, "valid": True, "invalid_reasons": [],
     }
-    body = protocol.result_body(f"job-{key}", protocol.BENCHMARK_JOB, protocol.new_message_id(), result=result)
+    body = wire.result_body(f"job-{key}", wire.BENCHMARK_JOB, wire.new_message_id(), result=result)
     body["meta"] = {"model": MODEL, "model_sha256": "a" * 64, "artifact_key": key, "format": fmt, "precision": precision,
                     "accuracy_drop_points": drop, "manifest_sha256": "b" * 64}
-    return protocol.results_topic(device), protocol.Envelope(device, seq, protocol.RESULT_TYPE, body, ts=NOW - 60)
+    return wire.results_topic(device), wire.Envelope(device, seq, wire.RESULT_TYPE, body, ts=NOW - 60)
 
 
 def failed_result(device, seq):
-    body = protocol.result_body("job-x", protocol.BENCHMARK_JOB, protocol.new_message_id(),
-                                error=protocol.error_info("signature_invalid", "artifact signature does not match"))
+    body = wire.result_body("job-x", wire.BENCHMARK_JOB, wire.new_message_id(),
+                                error=wire.error_info("signature_invalid", "artifact signature does not match"))
     body["meta"] = {"model": MODEL, "artifact_key": "tflite-int8", "format": "tflite", "precision": "int8"}
-    return protocol.results_topic(device), protocol.Envelope(device, seq, protocol.RESULT_TYPE, body, ts=NOW - 30)
+    return wire.results_topic(device), wire.Envelope(device, seq, wire.RESULT_TYPE, body, ts=NOW - 30)
 
 
 @pytest.fixture
@@ -72,7 +72,7 @@ def fleet_db(tmp_path):
             assert store.ingest(topic, envelope.encode()).status == "stored"
         topic, envelope = messages[-1]
         assert store.ingest(topic, envelope.encode()).status == "duplicate"
-        assert store.ingest(protocol.results_topic("orin-02"), b"\xff not json").status == "rejected"
+        assert store.ingest(wire.results_topic("orin-02"), b"\xff not json").status == "rejected"
     finally:
         store.close()
     return url

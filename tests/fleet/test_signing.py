@@ -7,7 +7,7 @@ import pytest
 from edgeopt.cli.main import main
 from edgeopt.deploy.keys import SigningKey, init_keys
 from edgeopt.errors import UserError
-from edgeopt_agent import protocol, signing
+from edgeopt_agent import signing, wire
 
 serialization = pytest.importorskip("cryptography.hazmat.primitives.serialization",
                                     reason="signing needs the cryptography package")
@@ -15,18 +15,18 @@ serialization = pytest.importorskip("cryptography.hazmat.primitives.serializatio
 SHA = "ab" * 32
 META = {"model": "m.py:net", "model_sha256": "cd" * 32, "artifact_key": "onnx-int8", "format": "onnx",
         "precision": "int8", "accuracy_drop_points": 0.4, "manifest_sha256": "ef" * 32}
-TARGET = protocol.JobTarget(("rpi-01", "rpi-02"), "rpi5")
+TARGET = wire.JobTarget(("rpi-01", "rpi-02"), "rpi5")
 
 
 def signed_body(key, sha=SHA, size=1234, meta=META, **options):
-    return protocol.benchmark_body("j", sha, "onnx", path="a.onnx", size=size, meta=meta, target=TARGET,
-                                   release=protocol.Release("m.py:net", 1700000000.0), signer=key.sign_job,
+    return wire.benchmark_body("j", sha, "onnx", path="a.onnx", size=size, meta=meta, target=TARGET,
+                                   release=wire.Release("m.py:net", 1700000000.0), signer=key.sign_job,
                                    runs=10, **options)
 
 
 def received(body, device="rpi-01"):
     """The job as a device parses it off the wire."""
-    return protocol.parse_job(protocol.Envelope.decode(protocol.job_message(device, 1, body).encode()))
+    return wire.parse_job(wire.Envelope.decode(wire.job_message(device, 1, body).encode()))
 
 
 def test_keys_init_writes_a_private_key_for_its_owner_only_and_a_public_key(tmp_path, capsys):
@@ -99,7 +99,7 @@ def test_the_signed_statement_is_canonical(tmp_path):
     assert text.startswith(signing.DOMAIN)
     document = json.loads(text[len(signing.DOMAIN):])
     assert document == {k: v for k, v in body.items() if k != "signature"}
-    assert set(document) == set(protocol.JOB_FIELDS) - {"signature", "allow_downgrade"}  # false is left out
+    assert set(document) == set(wire.JOB_FIELDS) - {"signature", "allow_downgrade"}  # false is left out
 
 
 def test_a_signature_survives_the_trip_through_json(tmp_path):

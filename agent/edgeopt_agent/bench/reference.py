@@ -1,6 +1,6 @@
 """Reference outputs: did the board compute what the host's FP32 artifact computes?
 
-A job may carry a `reference` (see edgeopt_agent.protocol.check_reference): a seed, a number of
+A job may carry a `reference` (see edgeopt_agent.wire.check_reference): a seed, a number of
 samples and, for each output, a few of the FP32 artifact's values on those samples and the
 tolerances the conversion's verdicts allow. The board makes the same inputs from the seed and
 the input description (`reference_feeds`, used on both sides), runs its artifact, reduces its

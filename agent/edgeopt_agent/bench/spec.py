@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ..errors import UserError
-from ..protocol import check_input_description, check_reference
+from ..wire import check_input_description, check_reference
 from ..runners.formats import ENGINE_RUNTIMES, PRECISIONS, RUNTIMES
 
 
@@ -29,7 +29,7 @@ class BenchmarkSpec:
     "onnxruntime-tensorrt") build at. None: "tensorrt" builds at the model's own precision
     (INT8 for a QDQ model); "onnxruntime-tensorrt" enables neither FP16 nor INT8.
     reference: outputs of the host's FP32 artifact on seeded inputs, with tolerances (see
-    edgeopt_agent.protocol.check_reference); the child checks its own outputs against them.
+    edgeopt_agent.wire.check_reference); the child checks its own outputs against them.
     profile: after every batch size is measured, run the first one again under the runtime's
     own per-op profiler (onnxruntime's; TensorRT's IProfiler; other runtimes say why they
     cannot) and report it as "op_profile" (edgeopt_agent.op_profile).

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from .. import protocol, signing
+from .. import signing, wire
 from ..signing import TrustedKey
 from .store import STATE_FILE, Store
 
@@ -77,7 +77,7 @@ class JobLedger:
             row = db.execute("SELECT version FROM releases WHERE model = ?", (model,)).fetchone()
         return row[0] if row else None
 
-    def accept_release(self, release: protocol.Release, job_id: str, now: float) -> None:
+    def accept_release(self, release: wire.Release, job_id: str, now: float) -> None:
         with self._store.transaction() as db:
             db.execute("INSERT OR REPLACE INTO releases (model, version, job_id, accepted) VALUES (?, ?, ?, ?)",
                        (release.model, release.version, job_id, now))
@@ -103,12 +103,12 @@ class Admission:
         ledger = JobLedger(Store(Path(data_dir) / STATE_FILE)) if trusted_key is not None else None
         return cls(device_id, profile, trusted_key, ledger, clock_skew_s)
 
-    def precheck(self, job: protocol.BenchmarkJob) -> None:
+    def precheck(self, job: wire.BenchmarkJob) -> None:
         """The checks that change nothing (on a job's arrival, before its chunks are asked for)."""
         if self.trusted_key is not None:
             self._check(job, first_attempt=True, record=False)
 
-    def admit(self, job: protocol.BenchmarkJob, attempts: int = 1) -> None:
+    def admit(self, job: wire.BenchmarkJob, attempts: int = 1) -> None:
         """All checks, remembering the job; `attempts` > 1 is this same job message started again
         after an interruption (its id is then already remembered, by itself)."""
         if self.trusted_key is None:
@@ -116,41 +116,41 @@ class Admission:
             return
         self._check(job, first_attempt=attempts <= 1, record=True)
 
-    def _check(self, job: protocol.BenchmarkJob, first_attempt: bool, record: bool) -> None:
+    def _check(self, job: wire.BenchmarkJob, first_attempt: bool, record: bool) -> None:
         assert self.ledger is not None
         signing.check_signature(self.trusted_key, job)
         now = self._clock()
         self._check_validity(job, now)
         if first_attempt and self.ledger.seen(job.job_id):
-            raise protocol.ProtocolError(
+            raise wire.ProtocolError(
                 f"job '{job.job_id}' was already received by this device; a job runs once: deploy again "
                 "for a new job", kind="replayed")
         if record:
             self.ledger.remember(job.job_id, job.expires_at + self.clock_skew_s, now)
         if not job.target.includes(self.device_id, self.profile):
-            raise protocol.ProtocolError(
+            raise wire.ProtocolError(
                 f"job is for {job.target.describe()}; this is device '{self.device_id}' "
                 f"(profile {self.profile or 'not set'})", kind="wrong_target")
         self._check_release(job, now, record)
 
-    def _check_validity(self, job: protocol.BenchmarkJob, now: float) -> None:
+    def _check_validity(self, job: wire.BenchmarkJob, now: float) -> None:
         if now > job.expires_at + self.clock_skew_s:
-            raise protocol.ProtocolError(
+            raise wire.ProtocolError(
                 f"job expired {_ago(now - job.expires_at)} ago (this device's clock: {_utc(now)}); "
                 "deploy again", kind="expired")
         if job.issued_at - self.clock_skew_s > now:
-            raise protocol.ProtocolError(
+            raise wire.ProtocolError(
                 f"job is issued {_ago(job.issued_at - now)} in the future by this device's clock ({_utc(now)}), "
                 f"beyond the {self.clock_skew_s:g} s allowed for clock skew; check the clocks of the host "
                 "and the device", kind="not_yet_valid")
 
-    def _check_release(self, job: protocol.BenchmarkJob, now: float, record: bool) -> None:
+    def _check_release(self, job: wire.BenchmarkJob, now: float, record: bool) -> None:
         release = job.release
         if release is None:
             return
         last = self.ledger.last_release(release.model)
         if last is not None and release.version < last and not job.allow_downgrade:
-            raise protocol.ProtocolError(
+            raise wire.ProtocolError(
                 f"model '{release.model}' version {release.version:g} is older than version {last:g}, the last "
                 "this device accepted; deploy with --allow-downgrade to go back on purpose", kind="downgrade")
         if record:

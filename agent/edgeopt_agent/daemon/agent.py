@@ -10,11 +10,11 @@ import threading
 import time
 from typing import Any, Dict, Optional
 
-from .. import protocol, signing
+from .. import signing, wire
 from ..bench.leftovers import RECORD_FILE, ChildRecord
 from ..profiles import load_profile
 from .admission import Admission, JobLedger
-from .backoff import Backoff
+from ..wire.backoff import Backoff
 from .config import AgentConfig
 from .inbox import ADDED, FULL, Inbox
 from .jobs import JobHandler
@@ -22,8 +22,8 @@ from .outbox import Outbox
 from .sender import OutboxSender
 from .store import STATE_FILE, Store, lock_data_dir
 from .telemetry import Telemetry
-from .transfers import Transfers
-from .transport import Message, MqttSession
+from .artifact_transfer import Transfers
+from ..wire.session import Message, MqttSession
 from .worker import JobWorker
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ class Agent:
             self.device_id,
             config.data_dir,
             self.admission,
-            request=lambda body: self.outbox.add(protocol.TRANSFER, protocol.TRANSFER_TYPE, body),
+            request=lambda body: self.outbox.add(wire.TRANSFER, wire.TRANSFER_TYPE, body),
             idle_timeout_s=config.transfer_timeout_s,
         )
         self.jobs = JobHandler(self.device_id, config.data_dir, sensors, self.trusted_key, self.transfers,
@@ -76,8 +76,8 @@ class Agent:
             on_ack=self.sender.acknowledged,
             on_tick=lambda session: self.sender.tick(session.publish),
             on_new_client=self.sender.restart,
-            subscriptions=[protocol.jobs_topic(self.device_id), protocol.chunks_topic(self.device_id)]
-            + ([protocol.confirm_topic(self.device_id)] if self.confirms else []),
+            subscriptions=[wire.jobs_topic(self.device_id), wire.chunks_topic(self.device_id)]
+            + ([wire.confirm_topic(self.device_id)] if self.confirms else []),
             backoff=Backoff(config.reconnect_min_s, config.reconnect_max_s),
         )
         self._started_at = round(time.time(), 3)
@@ -91,7 +91,7 @@ class Agent:
         if self.trusted_key is None:
             log.warning("NO TRUSTED KEY: this agent runs any job that anyone who can publish on %s sends, "
                         "unsigned, with no expiry, replay, target or downgrade checks; give it the fleet's "
-                        "public key (--trusted-key, or trusted_key in its config)", protocol.jobs_topic(self.device_id))
+                        "public key (--trusted-key, or trusted_key in its config)", wire.jobs_topic(self.device_id))
         self.worker.start()
         self.session.start()
         interval = self.config.telemetry_interval_s
@@ -113,14 +113,14 @@ class Agent:
             log.exception("collecting telemetry failed")
             return
         try:
-            self.outbox.add(protocol.TELEMETRY, protocol.TELEMETRY_TYPE, body)
+            self.outbox.add(wire.TELEMETRY, wire.TELEMETRY_TYPE, body)
         except Exception:  # e.g. the disk is full: skip this reading, the next tick tries again
             log.exception("could not queue telemetry")
 
     def shutdown(self) -> None:
         log.info("shutting down")
         self.worker.stop()  # from here on `worker.busy` says whether a job still uses the store
-        offline = self._status(protocol.OFFLINE, "shutdown", self.store.next_seq(protocol.STATUS))
+        offline = self._status(wire.OFFLINE, "shutdown", self.store.next_seq(wire.STATUS))
         self.session.stop(final=offline, drained=self.sender.idle, timeout_s=SHUTDOWN_TIMEOUT_S)
         self.sender.flush()
         if self.worker.busy:
@@ -134,31 +134,31 @@ class Agent:
     def _before_connect(self) -> Message:
         # The online message gets its number now, before the Will's, so that a Will fired later
         # in this connection always carries a higher seq than the online it contradicts.
-        self._online_seq = self.store.next_seq(protocol.STATUS)
-        return self._status(protocol.OFFLINE, "connection_lost", self.store.next_seq(protocol.STATUS))
+        self._online_seq = self.store.next_seq(wire.STATUS)
+        return self._status(wire.OFFLINE, "connection_lost", self.store.next_seq(wire.STATUS))
 
     def _on_connect(self, session: MqttSession) -> None:
         assert self._online_seq is not None, "_before_connect runs before every connection"
         self.sender.reconnected()
-        online = self._status(protocol.ONLINE, "connected", self._online_seq)
+        online = self._status(wire.ONLINE, "connected", self._online_seq)
         session.publish(online.topic, online.payload, online.retain)
 
     def _on_message(self, topic: str, payload: bytes) -> None:
-        if topic == protocol.chunks_topic(self.device_id):
+        if topic == wire.chunks_topic(self.device_id):
             self.transfers.chunk_arrived(payload)  # on disk before the broker gets its PUBACK
             return
-        if topic == protocol.confirm_topic(self.device_id):
+        if topic == wire.confirm_topic(self.device_id):
             self._confirmed(payload)
             return
-        if topic != protocol.jobs_topic(self.device_id):
+        if topic != wire.jobs_topic(self.device_id):
             log.warning("ignoring a message on unexpected topic %s", topic)
             return
         # An oversized job is kept only as far as needed to answer that it is oversized.
-        payload = payload[: protocol.MAX_MESSAGE_BYTES + 1]
+        payload = payload[: wire.MAX_MESSAGE_BYTES + 1]
         with self.store.transaction():  # a refused job is remembered and answered together
             outcome = self.inbox.add(payload)
             if outcome == FULL:
-                self.outbox.add(protocol.RESULTS, protocol.RESULT_TYPE, self._inbox_full(payload))
+                self.outbox.add(wire.RESULTS, wire.RESULT_TYPE, self._inbox_full(payload))
         if outcome == ADDED:
             try:
                 self.transfers.job_arrived(payload)
@@ -170,8 +170,8 @@ class Agent:
 
     def _confirmed(self, payload: bytes) -> None:
         try:
-            confirmation = protocol.parse_confirm(protocol.Envelope.decode(payload, expect_device=self.device_id))
-        except protocol.ProtocolError as exc:
+            confirmation = wire.parse_confirm(wire.Envelope.decode(payload, expect_device=self.device_id))
+        except wire.ProtocolError as exc:
             log.warning("ignoring a confirm message: %s", exc)
             return
         for message_id, reason in confirmation.rejected.items():
@@ -187,23 +187,23 @@ class Agent:
     def _inbox_full(self, payload: bytes) -> Dict[str, Any]:
         """The answer to a job refused because the unanswered jobs already fill the inbox cap."""
         try:
-            envelope = protocol.Envelope.decode(payload, expect_device=self.device_id)
+            envelope = wire.Envelope.decode(payload, expect_device=self.device_id)
             job_id = envelope.body.get("job_id")
             job_id = job_id if isinstance(job_id, str) and len(job_id) <= 128 else None
             request_id, job_type = envelope.id, envelope.type
-        except protocol.ProtocolError as exc:
+        except wire.ProtocolError as exc:
             request_id, job_type, job_id = None, None, exc.job_id
         message = (f"the agent's queue of unanswered jobs is full ({self.inbox.size_bytes()} bytes waiting, "
                    f"inbox_max_bytes {self.inbox.max_bytes}, this job {len(payload)} bytes); send the job again "
                    "once earlier ones are answered, or raise inbox_max_bytes")
         log.warning("refused job %s: %s", job_id or request_id or "?", message)
         self.store.count("jobs_refused:inbox_full")
-        return protocol.result_body(job_id, job_type, request_id, error=protocol.error_info("inbox_full", message))
+        return wire.result_body(job_id, job_type, request_id, error=wire.error_info("inbox_full", message))
 
     # ---------------------------------------------------------------------------------------------
 
     def _status(self, state: str, reason: str, seq: int) -> Message:
-        body = protocol.status_body(
+        body = wire.status_body(
             state,
             reason,
             agent_version=self.telemetry.agent_version,
@@ -212,8 +212,8 @@ class Agent:
             mqtt_protocol=self.session.protocol,
             **self._signature_state(),
         )
-        envelope = protocol.Envelope(device_id=self.device_id, seq=seq, type=protocol.STATUS_TYPE, body=body)
-        return Message(protocol.status_topic(self.device_id), envelope.encode(), retain=True)
+        envelope = wire.Envelope(device_id=self.device_id, seq=seq, type=wire.STATUS_TYPE, body=body)
+        return Message(wire.status_topic(self.device_id), envelope.encode(), retain=True)
 
     def _agent_state(self) -> Dict[str, Any]:
         return {

@@ -9,16 +9,14 @@ copy is reused when the same file comes again.
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from pathlib import Path
 from typing import Iterable
 
-from ..protocol import ArtifactRef, ProtocolError
+from ..files import READ_BYTES, atomic_writer, sha256_file
+from ..wire import ArtifactRef, ProtocolError
 
 INLINE_DIR = "artifacts"
 MODELS_DIR = "models"  # the only place jobs may name files by path
-_CHUNK = 1 << 20
 
 
 class ArtifactError(ProtocolError):
@@ -53,31 +51,27 @@ def model_path(data_dir: Path, relative: str, what: str = "artifact") -> Path:
     return resolved
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+def artifact_path(data_dir: Path, ref: ArtifactRef) -> Path:
+    """Where the worker keeps its own copy of `ref`, however it arrived."""
+    return Path(data_dir) / INLINE_DIR / f"{ref.sha256}.{ref.format}"
+
+
+def held(target: Path, sha256: str) -> bool:
+    """Whether `target` is already there with the expected contents."""
+    return target.is_file() and sha256_file(target) == sha256
 
 
 def materialize(ref: ArtifactRef, data_dir: Path) -> Path:
     """The verified local copy of `ref` (copied or written first unless already held)."""
-    target = Path(data_dir) / INLINE_DIR / f"{ref.sha256}.{ref.format}"
+    target = artifact_path(data_dir, ref)
     if ref.path is not None:
         source = model_path(data_dir, ref.path)
         if not source.is_file():
             raise ArtifactError(f"artifact '{ref.path}' does not exist in the agent's data dir", kind="missing_artifact")
-        if _held(target, ref.sha256):
+        if held(target, ref.sha256):
             return target
         with open(source, "rb") as handle:
-            actual = _store(iter(lambda: handle.read(_CHUNK), b""), target, ref.sha256)
-        if actual != ref.sha256:
-            raise ArtifactError(
-                f"artifact '{ref.path}' has sha256 {actual}, the job expects {ref.sha256}; "
-                "the file is corrupt or not the one the job names",
-                kind="artifact_mismatch",
-            )
+            _store(iter(lambda: handle.read(READ_BYTES), b""), target, ref)
         return target
     data = ref.inline_bytes()
     actual = hashlib.sha256(data).hexdigest()
@@ -86,29 +80,22 @@ def materialize(ref: ArtifactRef, data_dir: Path) -> Path:
             f"inline artifact has sha256 {actual}, the job expects {ref.sha256}; it was damaged on the way",
             kind="artifact_mismatch",
         )
-    if not _held(target, ref.sha256):
-        _store([data], target, ref.sha256)
+    if not held(target, ref.sha256):
+        _store([data], target, ref)
     return target
 
 
-def _held(target: Path, sha256: str) -> bool:
-    return target.is_file() and sha256_file(target) == sha256
-
-
-def _store(blocks: Iterable[bytes], target: Path, sha256: str) -> str:
-    """Write `blocks` to a temp file, renamed to `target` only if their sha256 is `sha256`; returns theirs."""
+def _store(blocks: Iterable[bytes], target: Path, ref: ArtifactRef) -> None:
+    """Write `blocks` to `target` through a temp file, renamed only if their sha256 is the job's."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(dir=target.parent, prefix=".incoming-")
     digest = hashlib.sha256()
-    try:
-        with os.fdopen(handle, "wb") as out:
-            for block in blocks:
-                digest.update(block)
-                out.write(block)
-            out.flush()
-            os.fsync(out.fileno())
-        if digest.hexdigest() == sha256:
-            os.replace(temp, target)
-    finally:
-        Path(temp).unlink(missing_ok=True)
-    return digest.hexdigest()
+    with atomic_writer(target, mode=0o600, durable=True) as out:
+        for block in blocks:
+            digest.update(block)
+            out.write(block)
+        if digest.hexdigest() != ref.sha256:
+            raise ArtifactError(
+                f"artifact '{ref.path}' has sha256 {digest.hexdigest()}, the job expects {ref.sha256}; "
+                "the file is corrupt or not the one the job names",
+                kind="artifact_mismatch",
+            )

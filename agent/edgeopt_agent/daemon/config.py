@@ -9,26 +9,20 @@ import difflib
 import os
 import re
 import socket
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Mapping, Optional, Tuple
 
-from .. import protocol
+from .. import wire
 from ..errors import UserError
+from ..files import read_toml
+from ..wire.broker import BrokerSettings, default_port, existing_file, parse_broker
 from .admission import DEFAULT_CLOCK_SKEW_S
 from .inbox import DEFAULT_MAX_BYTES as DEFAULT_INBOX_MAX_BYTES
 from .jobs import BenchLimits
 from .outbox import DEFAULT_MAX_BYTES as DEFAULT_OUTBOX_MAX_BYTES
 from .sender import CONFIRM_TIMEOUT_S
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on boards with Python < 3.11
-    import tomli as tomllib
-
-DEFAULT_PORT = 1883
-DEFAULT_TLS_PORT = 8883
 DEFAULT_TELEMETRY_INTERVAL_S = 30.0
 DEFAULT_DATA_DIR = "~/.local/state/edgeopt-agent"
 DEFAULT_TRANSFER_TIMEOUT_S = 120.0
@@ -76,24 +70,6 @@ _PATH_KEYS = ("data_dir", "tls_ca", "tls_cert", "tls_key", "password_file", "tru
 
 
 @dataclass(frozen=True)
-class BrokerSettings:
-    host: str
-    port: int
-    tls: bool = False
-    tls_ca: Optional[Path] = None
-    tls_cert: Optional[Path] = None
-    tls_key: Optional[Path] = None
-    tls_insecure: bool = False
-    username: Optional[str] = None
-    password: Optional[str] = None
-    keepalive_s: int = 30
-
-    @property
-    def address(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-
-
-@dataclass(frozen=True)
 class AgentConfig:
     broker: BrokerSettings
     device_id: str
@@ -122,12 +98,7 @@ class AgentConfig:
 
 def read_config_file(path: Path) -> Dict[str, Any]:
     """The settings in a TOML file, with relative paths made relative to the file."""
-    try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UserError(f"cannot read config file {path}: {exc.strerror}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise UserError(f"config file {path} is not valid TOML: {exc}") from exc
+    data = read_toml(path, "config file")
     for key in data:
         if key not in KEYS:
             close = difflib.get_close_matches(key.replace("-", "_"), KEYS, n=1)
@@ -152,7 +123,7 @@ def build_config(flags: Mapping[str, Any], config_file: Optional[Path] = None) -
     host, port = parse_broker(values["broker"])
     tls = bool(values["tls"] or values["tls_ca"] or values["tls_cert"] or values["tls_insecure"])
     if port is None:
-        port = DEFAULT_TLS_PORT if tls else DEFAULT_PORT
+        port = default_port(tls)
     if bool(values["tls_cert"]) != bool(values["tls_key"]):
         raise UserError("a TLS client certificate needs both tls_cert and tls_key")
     if values["password"] is not None and values["password_file"] is not None:
@@ -188,9 +159,9 @@ def build_config(flags: Mapping[str, Any], config_file: Optional[Path] = None) -
         host=host,
         port=port,
         tls=tls,
-        tls_ca=_existing_file(values["tls_ca"], "tls_ca"),
-        tls_cert=_existing_file(values["tls_cert"], "tls_cert"),
-        tls_key=_existing_file(values["tls_key"], "tls_key"),
+        tls_ca=existing_file(values["tls_ca"], "tls_ca"),
+        tls_cert=existing_file(values["tls_cert"], "tls_cert"),
+        tls_key=existing_file(values["tls_key"], "tls_key"),
         tls_insecure=values["tls_insecure"],
         username=values["username"],
         password=password,
@@ -205,7 +176,7 @@ def build_config(flags: Mapping[str, Any], config_file: Optional[Path] = None) -
         reconnect_min_s=values["reconnect_min"],
         reconnect_max_s=values["reconnect_max"],
         log_level=values["log_level"].lower(),
-        trusted_key=_existing_file(values["trusted_key"], "trusted_key"),
+        trusted_key=existing_file(values["trusted_key"], "trusted_key"),
         clock_skew_s=values["clock_skew"],
         transfer_timeout_s=values["transfer_timeout"],
         bench_limits=BenchLimits(values["max_job_timeout"], values["max_job_duration"], values["max_job_idle"]),
@@ -214,43 +185,6 @@ def build_config(flags: Mapping[str, Any], config_file: Optional[Path] = None) -
         delivery=values["delivery"],
         confirm_timeout_s=values["confirm_timeout"],
     )
-
-
-def parse_broker(text: str) -> Tuple[str, Optional[int]]:
-    """'host', 'host:port', '[v6addr]' or '[v6addr]:port' -> (host, port or None)."""
-    match = re.match(r"^\[([^\]]+)\](?::(\d+))?$", text) or re.match(r"^([^:\[\]]+)(?::(\d+))?$", text)
-    if not match or not match.group(1).strip():
-        raise UserError(f"broker '{text}' is not HOST or HOST:PORT (IPv6 as [ADDR]:PORT)")
-    port = int(match.group(2)) if match.group(2) else None
-    if port is not None and not 0 < port < 65536:
-        raise UserError(f"broker port {port} is out of range 1-65535")
-    return match.group(1), port
-
-
-def broker_settings(address: str, tls: bool = False, tls_ca: Optional[Union[str, Path]] = None,
-                    username: Optional[str] = None, password: Optional[str] = None,
-                    tls_cert: Optional[Union[str, Path]] = None, tls_key: Optional[Union[str, Path]] = None,
-                    tls_insecure: bool = False) -> BrokerSettings:
-    """Settings for a client of the broker at `address` ('host', 'host:port', '[v6]:port').
-
-    The same rules as the agent's config: any TLS file (or `tls_insecure`) turns TLS on, a client
-    certificate needs its key, and a password needs a username.
-    """
-    host, port = parse_broker(address)
-    if password and not username:
-        raise UserError("a broker password needs a username too")
-    if bool(tls_cert) != bool(tls_key):
-        raise UserError("a TLS client certificate needs both --tls-cert and --tls-key")
-    tls = bool(tls or tls_ca or tls_cert or tls_insecure)
-    return BrokerSettings(host=host, port=port or (DEFAULT_TLS_PORT if tls else DEFAULT_PORT), tls=tls,
-                          tls_ca=_existing_file(_text(tls_ca), "tls_ca"),
-                          tls_cert=_existing_file(_text(tls_cert), "tls_cert"),
-                          tls_key=_existing_file(_text(tls_key), "tls_key"),
-                          tls_insecure=bool(tls_insecure), username=username, password=password)
-
-
-def _text(path: Optional[Union[str, Path]]) -> Optional[str]:
-    return str(path) if path is not None else None
 
 
 def default_device_id() -> str:
@@ -262,13 +196,13 @@ def default_device_id() -> str:
 def _device_id(value: Optional[str]) -> str:
     """The id given (checked as a topic level), or the host name when none was given at all."""
     if value is None:
-        return protocol.validate_device_id(default_device_id())
+        return wire.validate_device_id(default_device_id())
     if not value.strip():
         raise UserError("device id is empty: give --device-id ID (device_id in the config file), 1-64 letters, "
                         "digits, '.', '_' or '-', or leave it out to use the host name")
     try:
-        return protocol.validate_device_id(value)
-    except protocol.ProtocolError as exc:
+        return wire.validate_device_id(value)
+    except wire.ProtocolError as exc:
         raise UserError(f"{exc}; it names this board's MQTT topics (edgeopt/v1/<device_id>/...)") from None
 
 
@@ -280,15 +214,6 @@ def _coerce(key: str, kind: type, value: Any) -> Any:
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         raise UserError(f"setting '{key}' must be {kind.__name__}, got {value!r}")
     return value
-
-
-def _existing_file(value: Optional[str], key: str) -> Optional[Path]:
-    if value is None:
-        return None
-    path = Path(value).expanduser()
-    if not path.is_file():
-        raise UserError(f"{key}: no such file {path}")
-    return path
 
 
 def _read_password(path: Optional[str]) -> Optional[str]:

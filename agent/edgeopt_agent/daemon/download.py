@@ -9,16 +9,15 @@ from __future__ import annotations
 import hashlib
 import http.client
 import logging
-import os
 import socket
-import tempfile
 import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import List
 
-from ..protocol import ArtifactRef
+from ..files import READ_BYTES, atomic_writer
+from ..wire import ArtifactRef
 from .artifacts import ArtifactError
 
 log = logging.getLogger(__name__)
@@ -26,7 +25,6 @@ log = logging.getLogger(__name__)
 TIMEOUT_S = 30.0  # per connection attempt and per read
 MIN_DEADLINE_S = 60.0  # for the whole file: this, or one second per MB, whichever is longer
 MIN_RATE_BYTES_S = 1_000_000
-_READ_BYTES = 1 << 20
 
 
 def download_deadline_s(size: int) -> float:
@@ -39,7 +37,6 @@ def download(ref: ArtifactRef, target: Path, timeout_s: float = TIMEOUT_S, user_
     if ref.url is None or ref.size is None:
         raise ValueError("the artifact has no url and size")
     target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(dir=target.parent, prefix=".download-")
     digest = hashlib.sha256()
     received = 0
     deadline = _Deadline(deadline_s)
@@ -49,12 +46,12 @@ def download(ref: ArtifactRef, target: Path, timeout_s: float = TIMEOUT_S, user_
                              kind="download_failed")
 
     try:
-        with os.fdopen(handle, "wb") as out:
+        with atomic_writer(target, mode=0o600, durable=True) as out:
             request = urllib.request.Request(ref.url, headers={"User-Agent": user_agent})
             try:
                 with _opener(deadline).open(request, timeout=timeout_s) as response:
                     # read1: whatever has arrived, so a server that trickles bytes cannot outlast the deadline
-                    for data in iter(lambda: response.read1(_READ_BYTES), b""):
+                    for data in iter(lambda: response.read1(READ_BYTES), b""):
                         if deadline.expired:
                             break
                         received += len(data)
@@ -71,15 +68,12 @@ def download(ref: ArtifactRef, target: Path, timeout_s: float = TIMEOUT_S, user_
                 raise
             if deadline.expired:
                 raise too_slow()
-            out.flush()
-            os.fsync(out.fileno())
-        if received != ref.size or digest.hexdigest() != ref.sha256:
-            raise ArtifactError(
-                f"{ref.url} gave {received} bytes with sha256 {digest.hexdigest()}; the job expects {ref.size} "
-                f"bytes with sha256 {ref.sha256}",
-                kind="artifact_mismatch",
-            )
-        os.replace(temp, target)
+            if received != ref.size or digest.hexdigest() != ref.sha256:
+                raise ArtifactError(
+                    f"{ref.url} gave {received} bytes with sha256 {digest.hexdigest()}; the job expects {ref.size} "
+                    f"bytes with sha256 {ref.sha256}",
+                    kind="artifact_mismatch",
+                )
     except urllib.error.HTTPError as exc:
         raise ArtifactError(f"downloading {ref.url} failed: HTTP {exc.code} {exc.reason}", kind="download_failed") from None
     except (urllib.error.URLError, socket.timeout, ConnectionError, http.client.HTTPException) as exc:
@@ -87,7 +81,6 @@ def download(ref: ArtifactRef, target: Path, timeout_s: float = TIMEOUT_S, user_
         raise ArtifactError(f"downloading {ref.url} failed: {reason}", kind="download_failed") from None
     finally:
         deadline.cancel()
-        Path(temp).unlink(missing_ok=True)
     log.info("downloaded %s (%d bytes)", ref.url, received)
     return target
 

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-from .. import protocol
+from .. import wire
 from ..errors import UserError
 from ..signing import TrustedKey
 from .admission import Admission
-from .artifacts import INLINE_DIR, materialize, model_path, sha256_file
+from .artifact_transfer import Transfers
+from .artifacts import artifact_path, held, materialize, model_path
 from .download import download, download_deadline_s
-from .transfers import Transfers
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class BenchLimits:
                             ("idle_s", self.idle_s)):
             value = options.get(name)
             if value is not None and value > limit:
-                raise protocol.ProtocolError(
+                raise wire.ProtocolError(
                     f"bench option '{name}' is {value:g} s, over this agent's limit of {limit:g} s",
                     kind="invalid_job",
                 )
@@ -69,11 +69,11 @@ class JobHandler:
         meta: Optional[Dict[str, Any]] = None
         try:
             request_id, job_type = _peek(payload)
-            envelope = protocol.Envelope.decode(payload, expect_device=self.device_id)
-            job = protocol.parse_job(envelope)
+            envelope = wire.Envelope.decode(payload, expect_device=self.device_id)
+            job = wire.parse_job(envelope)
             job_id, meta = job.job_id, job.meta
             if attempts > MAX_ATTEMPTS:
-                raise protocol.ProtocolError(
+                raise wire.ProtocolError(
                     f"job was interrupted {attempts - 1} times (agent restart or crash while it ran); "
                     "not trying it again",
                     kind="interrupted",
@@ -81,23 +81,23 @@ class JobHandler:
             self.admission.admit(job, attempts)  # before a single byte of the artifact is touched
             log.info("running job %s (%s)", job_id, job.artifact.describe())
             result = self._run_benchmark(job)
-            return protocol.result_body(job_id, job_type, request_id, result=result, meta=meta)
-        except protocol.ProtocolError as exc:
-            error = protocol.error_info(exc.kind, str(exc))
+            return wire.result_body(job_id, job_type, request_id, result=result, meta=meta)
+        except wire.ProtocolError as exc:
+            error = wire.error_info(exc.kind, str(exc))
             job_id = exc.job_id or job_id
         except UserError as exc:  # refused by the engine before its child process started
             from ..bench.failures import classify
 
             error = classify(exc)
         except OSError as exc:
-            error = protocol.error_info("io_error", f"{exc.strerror or exc}: {exc.filename}")
+            error = wire.error_info("io_error", f"{exc.strerror or exc}: {exc.filename}")
         except Exception as exc:  # a bug in the agent: answer, log the traceback, keep running
             log.exception("job %s failed inside the agent", job_id)
-            error = protocol.error_info("internal_error", f"{type(exc).__name__}: {exc}")
+            error = wire.error_info("internal_error", f"{type(exc).__name__}: {exc}")
         log.warning("job %s answered with error %s: %s", job_id or request_id or "?", error["kind"], error["message"])
-        return protocol.result_body(job_id, job_type, request_id, error=error, meta=meta)
+        return wire.result_body(job_id, job_type, request_id, error=error, meta=meta)
 
-    def _run_benchmark(self, job: protocol.BenchmarkJob) -> Dict[str, Any]:
+    def _run_benchmark(self, job: wire.BenchmarkJob) -> Dict[str, Any]:
         self.limits.check(job.bench)
         options = dict(job.bench)
         if options.get("input_file"):
@@ -110,17 +110,17 @@ class JobHandler:
         try:
             spec = BenchmarkSpec.from_dict(dict(options, artifact=str(artifact)))
         except UserError as exc:
-            raise protocol.ProtocolError(str(exc), kind="invalid_job") from None
+            raise wire.ProtocolError(str(exc), kind="invalid_job") from None
         return run_benchmark(spec, sensors=self.sensors)
 
-    def _artifact_file(self, job: protocol.BenchmarkJob) -> Path:
+    def _artifact_file(self, job: wire.BenchmarkJob) -> Path:
         """The job's artifact as a worker-owned local file whose sha256 has been checked."""
         ref = job.artifact
         if ref.chunks is not None:
             return self.transfers.fetch(job)
         if ref.url is not None:
-            target = self.data_dir / INLINE_DIR / f"{ref.sha256}.{ref.format}"
-            if target.is_file() and sha256_file(target) == ref.sha256:
+            target = artifact_path(self.data_dir, ref)
+            if held(target, ref.sha256):
                 return target
             return download(ref, target, deadline_s=download_deadline_s(ref.size))
         return materialize(ref, self.data_dir)
@@ -129,7 +129,7 @@ class JobHandler:
 def _peek(payload: bytes) -> Tuple[Optional[str], Optional[str]]:
     """The message id and type of a job, if it is readable at all (to address an error answer)."""
     try:
-        data = json.loads(payload[: protocol.MAX_MESSAGE_BYTES].decode("utf-8"))
+        data = json.loads(payload[: wire.MAX_MESSAGE_BYTES].decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
         return None, None
     if not isinstance(data, dict):

@@ -1,7 +1,7 @@
 """The disk-backed outbox: every message the agent measures waits here until it is safe to forget.
 
 A message is written (with its sequence number, in the same transaction) before any attempt to
-send it. Telemetry and results (protocol.CONFIRMED_KINDS) are deleted only once the collector
+send it. Telemetry and results (wire.CONFIRMED_KINDS) are deleted only once the collector
 confirms it committed them; other messages once the broker acknowledged them (PUBACK). Across a
 broker outage, a broker crash or an agent restart the outbox keeps its rows and the sender
 sends them (again) when it can.
@@ -19,14 +19,14 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List
 
-from .. import protocol
+from .. import wire
 from .store import Store
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024  # weeks of telemetry at the default interval
 # What goes first when the outbox is full: telemetry, then transfer requests, results last.
-DROP_ORDER = (protocol.TELEMETRY, protocol.TRANSFER, protocol.RESULTS)
+DROP_ORDER = (wire.TELEMETRY, wire.TRANSFER, wire.RESULTS)
 _DROPPED = "outbox_dropped:"
 _SQL_BATCH = 500  # SQLite before 3.32 takes at most 999 parameters
 
@@ -37,18 +37,18 @@ class OutgoingMessage:
     topic: str
     payload: bytes
     retain: bool
-    kind: str = protocol.TELEMETRY
+    kind: str = wire.TELEMETRY
     message_id: str = ""
 
     @property
     def needs_confirmation(self) -> bool:
-        return self.kind in protocol.CONFIRMED_KINDS
+        return self.kind in wire.CONFIRMED_KINDS
 
 
 class Outbox:
     def __init__(self, store: Store, device_id: str, max_bytes: int = DEFAULT_MAX_BYTES):
         self._store = store
-        self._device_id = protocol.validate_device_id(device_id)
+        self._device_id = wire.validate_device_id(device_id)
         self.max_bytes = max_bytes
         self._last_id_lock = threading.Lock()
         with store.transaction() as db:
@@ -60,11 +60,11 @@ class Outbox:
         with self._last_id_lock:
             return self._last_id
 
-    def add(self, kind: str, message_type: str, body: Dict[str, Any], retain: bool = False) -> protocol.Envelope:
+    def add(self, kind: str, message_type: str, body: Dict[str, Any], retain: bool = False) -> wire.Envelope:
         """Queue one message on this device's `kind` topic; returns the envelope as stored."""
-        topic = protocol.topic(self._device_id, kind)
+        topic = wire.topic(self._device_id, kind)
         with self._store.transaction() as db:
-            envelope = protocol.Envelope(
+            envelope = wire.Envelope(
                 device_id=self._device_id, seq=self._store.next_seq(kind), type=message_type, body=body
             )
             payload = envelope.encode()

@@ -28,7 +28,7 @@ import time
 from collections import deque
 from typing import Callable, Deque, Dict, Iterable, List, Tuple
 
-from .backoff import Backoff
+from ..wire.backoff import Backoff
 from .outbox import OutgoingMessage, Outbox
 
 log = logging.getLogger(__name__)

@@ -8,10 +8,10 @@ import logging
 import threading
 from typing import Any, Dict, Optional
 
-from .. import protocol
+from .. import wire
 from ..bench.isolation import recording_children
 from ..bench.leftovers import ChildRecord
-from .backoff import Backoff
+from ..wire.backoff import Backoff
 from .inbox import Inbox
 from .jobs import JobHandler
 from .outbox import Outbox
@@ -92,7 +92,7 @@ class JobWorker:
         while True:
             try:
                 with self._store.transaction():
-                    self._outbox.add(protocol.RESULTS, protocol.RESULT_TYPE, body)
+                    self._outbox.add(wire.RESULTS, wire.RESULT_TYPE, body)
                     self._inbox.done(inbox_id)
                 self._backoff.reset()
                 return

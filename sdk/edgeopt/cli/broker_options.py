@@ -36,7 +36,7 @@ def broker_settings_from(password_env: str, broker: str, tls: bool, tls_ca: Opti
                          tls_key: Optional[str], tls_insecure: bool, username: Optional[str],
                          password_file: Optional[str]) -> Any:
     """The BrokerSettings the options of `broker_options` describe."""
-    from edgeopt_agent.daemon.config import broker_settings
+    from edgeopt_agent.wire.broker import broker_settings
 
     password = (Path(password_file).read_text(encoding="utf-8").strip() if password_file
                 else os.environ.get(password_env))

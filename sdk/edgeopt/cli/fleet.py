@@ -43,7 +43,7 @@ def fleet():
               help="Delete telemetry and rejected messages older than this many days, at start and every hour.")
 def serve(db_url, group, client_id, max_batch, retain_days, **broker):
     """Store every device's status, telemetry and results until Ctrl-C or SIGTERM."""
-    from edgeopt_agent.protocol import shared_subscription
+    from edgeopt_agent.wire import shared_subscription
 
     from ..fleet.collector import Collector
     from ..fleet.retention import Retention

@@ -6,8 +6,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
-from edgeopt_agent import protocol
-from edgeopt_agent.daemon.config import BrokerSettings, broker_settings
+from edgeopt_agent import wire
+from edgeopt_agent.wire.broker import BrokerSettings, broker_settings
 
 from ..errors import UserError
 from .artifact import choose_artifact
@@ -38,8 +38,8 @@ def deploy(
     unsigned: bool = False,
     url: Optional[str] = None,
     bench: Optional[Mapping[str, Any]] = None,
-    chunk_size: int = protocol.DEFAULT_CHUNK_BYTES,
-    expires_s: float = protocol.DEFAULT_JOB_LIFETIME_S,
+    chunk_size: int = wire.DEFAULT_CHUNK_BYTES,
+    expires_s: float = wire.DEFAULT_JOB_LIFETIME_S,
     allow_downgrade: bool = False,
 ) -> List[Dict[str, Any]]:
     """Send a benchmark job for an artifact of OUTDIR (the recommended one, or `artifact`) to one
@@ -52,7 +52,7 @@ def deploy(
     them and no other device. Devices refuse it `expires_s` seconds after now, and refuse an
     older build of the same model than the last they accepted unless `allow_downgrade`.
     `bench` holds benchmark options (runs, duration_s, threads...; see
-    edgeopt_agent.protocol.BENCH_OPTIONS).
+    edgeopt_agent.wire.BENCH_OPTIONS).
 
     Returns one dict per device: device_id, job_id, artifact_key, state ("answered", "delivered",
     "timeout"), ok (None while unanswered), error {kind, message}, result (the measurement), meta,
@@ -63,8 +63,8 @@ def deploy(
         raise UserError("say where to deploy: exactly one of device, profile or all_devices")
     if timeout_s <= 0:
         raise UserError(f"timeout must be positive seconds, got {timeout_s}")
-    if not 0 < expires_s <= protocol.MAX_JOB_LIFETIME_S:
-        raise UserError(f"a job may be valid for 1 s to {protocol.MAX_JOB_LIFETIME_S / 86400:g} days, "
+    if not 0 < expires_s <= wire.MAX_JOB_LIFETIME_S:
+        raise UserError(f"a job may be valid for 1 s to {wire.MAX_JOB_LIFETIME_S / 86400:g} days, "
                         f"got {expires_s:g} s")
     chosen = choose_artifact(Path(outdir), artifact, chunk_size)
     key = signing_key(private_key, unsigned)
@@ -77,13 +77,13 @@ def deploy(
         targets = select_targets(read_statuses(client), device, profile, all_devices)
         _warn_about_signatures(targets, key)
         # One body, signed once, for every device picked: it names them all.
-        body = protocol.benchmark_body(
+        body = wire.benchmark_body(
             job_id, chosen.sha256, chosen.format, meta=chosen.meta, chunks=None if url else chosen.chunks, url=url,
-            size=chosen.size, target=protocol.JobTarget(tuple(t.device_id for t in targets), profile),
+            size=chosen.size, target=wire.JobTarget(tuple(t.device_id for t in targets), profile),
             lifetime_s=expires_s, release=chosen.release, allow_downgrade=allow_downgrade,
             signer=key.sign_job if key else None, **_with_reference(outdir, chosen, _with_inputs(bench, chosen.inputs)),
         )
-        jobs = {target.device_id: protocol.job_message(target.device_id, 1, body) for target in targets}
+        jobs = {target.device_id: wire.job_message(target.device_id, 1, body) for target in targets}
         return Rollout(client, chosen, jobs, progress).run(wait, timeout_s)
     finally:
         client.close()

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from edgeopt_agent import protocol
-from edgeopt_agent.transfer import plan_chunks
+from edgeopt_agent import wire
+from edgeopt_agent.wire import plan_chunks
 
 from ..errors import UserError
 
@@ -33,14 +33,14 @@ class DeployArtifact:
     precision: Optional[str]
     sha256: str
     size: int
-    chunks: protocol.ChunkPlan
+    chunks: wire.ChunkPlan
     meta: Dict[str, Any]
-    release: Optional[protocol.Release] = None
+    release: Optional[wire.Release] = None
     inputs: Optional[List[Dict[str, Any]]] = None  # how the board feeds each input (the `inputs` bench option)
 
 
 def choose_artifact(outdir: Path, key: Optional[str] = None,
-                    chunk_size: int = protocol.DEFAULT_CHUNK_BYTES) -> DeployArtifact:
+                    chunk_size: int = wire.DEFAULT_CHUNK_BYTES) -> DeployArtifact:
     """The manifest's recommended artifact (or `key`), its file read once and checked against the manifest."""
     outdir = Path(outdir)
     manifest_path = outdir / MANIFEST
@@ -62,17 +62,17 @@ def choose_artifact(outdir: Path, key: Optional[str] = None,
     if entry is None:
         raise UserError(f"no artifact '{wanted}' in {manifest_path}; available: {', '.join(keys)}")
     fmt = entry.get("format")
-    if fmt not in protocol.ARTIFACT_FORMATS:
-        raise UserError(f"artifact '{wanted}' is {fmt!r}; agents run {', '.join(protocol.ARTIFACT_FORMATS)} "
+    if fmt not in wire.ARTIFACT_FORMATS:
+        raise UserError(f"artifact '{wanted}' is {fmt!r}; agents run {', '.join(wire.ARTIFACT_FORMATS)} "
                         f"artifacts: pick another with --artifact ({', '.join(keys)})")
     path = outdir / str(entry.get("path", ""))
     if not entry.get("path") or not path.is_file():
         raise UserError(f"artifact '{wanted}' is listed as {entry.get('path')!r} but {path} does not exist")
-    if not protocol.MIN_CHUNK_BYTES <= chunk_size <= protocol.MAX_CHUNK_BYTES:
-        raise UserError(f"chunk size must be {protocol.MIN_CHUNK_BYTES // 1024}-{protocol.MAX_CHUNK_BYTES // 1024} KiB, "
+    if not wire.MIN_CHUNK_BYTES <= chunk_size <= wire.MAX_CHUNK_BYTES:
+        raise UserError(f"chunk size must be {wire.MIN_CHUNK_BYTES // 1024}-{wire.MAX_CHUNK_BYTES // 1024} KiB, "
                         f"got {chunk_size / 1024:g} KiB")
-    if protocol.chunk_count(path.stat().st_size, chunk_size) > protocol.MAX_CHUNKS:
-        raise UserError(f"{path} needs more than {protocol.MAX_CHUNKS} chunks of {chunk_size // 1024} KiB; "
+    if wire.chunk_count(path.stat().st_size, chunk_size) > wire.MAX_CHUNKS:
+        raise UserError(f"{path} needs more than {wire.MAX_CHUNKS} chunks of {chunk_size // 1024} KiB; "
                         "use bigger chunks")
     chunks, size, sha256 = plan_chunks(path, chunk_size)
     if sha256 != entry.get("sha256") or size != entry.get("size_bytes", size):
@@ -95,7 +95,7 @@ def choose_artifact(outdir: Path, key: Optional[str] = None,
                           inputs=_inputs(entry))
 
 
-def release_of(manifest: Dict[str, Any], where: Path) -> Optional[protocol.Release]:
+def release_of(manifest: Dict[str, Any], where: Path) -> Optional[wire.Release]:
     """The model's source and the manifest's creation time: an agent refuses an older one for the same model."""
     model = manifest.get("model") if isinstance(manifest.get("model"), dict) else {}
     source, created = model.get("source"), manifest.get("created")
@@ -107,7 +107,7 @@ def release_of(manifest: Dict[str, Any], where: Path) -> Optional[protocol.Relea
         log.warning("%s has no model source or creation time: devices cannot tell this build from an older one",
                     where)
         return None
-    return protocol.Release(model=source[:1024], version=when.timestamp())
+    return wire.Release(model=source[:1024], version=when.timestamp())
 
 
 def _inputs(entry: Dict[str, Any]) -> Optional[List[Dict[str, Any]]]:
@@ -116,7 +116,7 @@ def _inputs(entry: Dict[str, Any]) -> Optional[List[Dict[str, Any]]]:
     inputs = bench_inputs(entry)
     if inputs is not None:
         try:
-            protocol.check_input_description(inputs)
+            wire.check_input_description(inputs)
         except UserError as exc:
             raise UserError(f"the manifest's inputs of artifact '{entry.get('key')}' are not usable: {exc}") from None
     return inputs

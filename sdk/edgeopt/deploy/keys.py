@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
 
-from edgeopt_agent import protocol, signing
+from edgeopt_agent import signing, wire
 from edgeopt_agent.files import write_atomically
 
 from ..errors import UserError, require
@@ -96,10 +96,10 @@ class SigningKey:
                             "jobs are signed with Ed25519 keys from `edgeopt keys init`")
         return cls(key, path)
 
-    def sign_job(self, body: Mapping[str, Any]) -> protocol.Signature:
+    def sign_job(self, body: Mapping[str, Any]) -> wire.Signature:
         """The signature of a whole job body (all of it but a `signature` already there)."""
         value = self._key.sign(signing.job_statement(body))
-        return protocol.Signature(alg=signing.ALGORITHM, key_id=self.key_id, value=base64.b64encode(value).decode("ascii"))
+        return wire.Signature(alg=signing.ALGORITHM, key_id=self.key_id, value=base64.b64encode(value).decode("ascii"))
 
 
 def _crypto(module: str):

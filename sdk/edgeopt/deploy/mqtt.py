@@ -10,26 +10,17 @@ import logging
 import queue
 import threading
 import uuid
-from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
-from edgeopt_agent.daemon.config import BrokerSettings
-from edgeopt_agent.daemon.transport import apply_credentials
+from edgeopt_agent.wire.broker import CONNECT_TIMEOUT_S, BrokerSettings, configure_client
+from edgeopt_agent.wire.session import Received
 
 from ..errors import UserError, require
 
 log = logging.getLogger(__name__)
 
 QOS = 1
-CONNECT_TIMEOUT_S = 10.0
 ACK_TIMEOUT_S = 30.0
-
-
-@dataclass(frozen=True)
-class Received:
-    topic: str
-    payload: bytes
-    retain: bool
 
 
 class HostClient:
@@ -40,8 +31,7 @@ class HostClient:
         self.client_id = client_id or f"edgeopt-deploy-{uuid.uuid4().hex[:12]}"
         self._client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.client_id,
                                    protocol=mqtt.MQTTv311, clean_session=True)
-        self._client.connect_timeout = CONNECT_TIMEOUT_S
-        apply_credentials(self._client, settings)
+        configure_client(self._client, settings)
         self._client.on_connect = self._on_connect
         self._client.on_disconnect = self._on_disconnect
         self._client.on_subscribe = self._on_subscribe
@@ -153,4 +143,4 @@ class HostClient:
             self._last_error = text
 
     def _on_message(self, client, userdata, message) -> None:
-        self.messages.put(Received(message.topic, message.payload, bool(message.retain)))
+        self.messages.put(Received.of(message))

@@ -15,12 +15,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from edgeopt_agent import protocol
-from edgeopt_agent.transfer import read_chunk
+from edgeopt_agent import wire
+from edgeopt_agent.wire import read_chunk
+from edgeopt_agent.wire.session import Received
 
 from ..errors import UserError
 from .artifact import DeployArtifact
-from .mqtt import HostClient, Received
+from .mqtt import HostClient
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +53,13 @@ ProgressCallback = Callable[[DeviceProgress], None]
 @dataclass
 class DeviceRun:
     device_id: str
-    job: protocol.Envelope
+    job: wire.Envelope
     chunks_total: int
     state: str = SENT
     chunks_sent: int = 0
     chunks_wanted: int = 0
     answer: Optional[Dict[str, Any]] = None
-    requests: List[protocol.TransferRequest] = field(default_factory=list)
+    requests: List[wire.TransferRequest] = field(default_factory=list)
 
     @property
     def job_id(self) -> str:
@@ -93,7 +94,7 @@ class Rollout:
         self,
         client: HostClient,
         artifact: DeployArtifact,
-        jobs: Dict[str, protocol.Envelope],
+        jobs: Dict[str, wire.Envelope],
         progress: Optional[ProgressCallback] = None,
         window: int = WINDOW,
     ):
@@ -110,10 +111,10 @@ class Rollout:
         self._seq = 0
 
     def run(self, wait: bool, timeout_s: float) -> List[Dict[str, Any]]:
-        self.client.subscribe([protocol.subscription(protocol.RESULTS), protocol.subscription(protocol.TRANSFER)])
+        self.client.subscribe([wire.subscription(wire.RESULTS), wire.subscription(wire.TRANSFER)])
         deadline = time.monotonic() + timeout_s
         for run in self.runs.values():
-            self.client.wait_acked(self.client.publish(protocol.jobs_topic(run.device_id), run.job.encode()))
+            self.client.wait_acked(self.client.publish(wire.jobs_topic(run.device_id), run.job.encode()))
             if not run.chunks_total and not wait:
                 run.state = DELIVERED  # fetched by URL: nothing more to send
             self._report(run)
@@ -141,7 +142,7 @@ class Rollout:
     def _handle(self, message: Received, deadline: float) -> None:
         try:
             found = self._match(message)
-        except protocol.ProtocolError as exc:
+        except wire.ProtocolError as exc:
             log.warning("ignoring a message on %s: %s", message.topic, exc)
             return
         except Exception as exc:  # RecursionError, OverflowError: a payload the JSON parser cannot take
@@ -158,24 +159,24 @@ class Rollout:
         elif run.state != ANSWERED:
             self._send_chunks(run, request, deadline)
 
-    def _match(self, message: Received) -> Optional[Tuple[DeviceRun, protocol.Envelope, Any]]:
+    def _match(self, message: Received) -> Optional[Tuple[DeviceRun, wire.Envelope, Any]]:
         """The run a message is about, its envelope and (on a transfer topic) the request; None if another job's."""
-        device_id, kind = protocol.parse_topic(message.topic)
-        if device_id not in self.runs or kind not in (protocol.RESULTS, protocol.TRANSFER):
+        device_id, kind = wire.parse_topic(message.topic)
+        if device_id not in self.runs or kind not in (wire.RESULTS, wire.TRANSFER):
             return None
-        envelope = protocol.Envelope.decode(message.payload, expect_device=device_id)
+        envelope = wire.Envelope.decode(message.payload, expect_device=device_id)
         request_id = envelope.body.get("request_id")
         run = self._by_request.get(request_id) if isinstance(request_id, str) else None
         if run is None:
             return None  # about another job
         if run.device_id != device_id:
-            raise protocol.ProtocolError(f"device '{device_id}' answered job {run.job_id} of device '{run.device_id}'")
-        if kind == protocol.TRANSFER:
-            return run, envelope, protocol.parse_transfer(envelope)
+            raise wire.ProtocolError(f"device '{device_id}' answered job {run.job_id} of device '{run.device_id}'")
+        if kind == wire.TRANSFER:
+            return run, envelope, wire.parse_transfer(envelope)
         check_answer(envelope.body)
         return run, envelope, None
 
-    def _send_chunks(self, run: DeviceRun, request: protocol.TransferRequest, deadline: float) -> None:
+    def _send_chunks(self, run: DeviceRun, request: wire.TransferRequest, deadline: float) -> None:
         if request.artifact_sha256 != self.artifact.sha256 or request.chunks != self.artifact.chunks.count:
             log.warning("%s asked for chunks of another artifact (%s); ignored", run.device_id, request.artifact_sha256)
             return
@@ -183,7 +184,7 @@ class Rollout:
         run.chunks_wanted += len(request.missing)
         run.state = TRANSFERRING
         self._report(run)
-        topic = protocol.chunks_topic(run.device_id)
+        topic = wire.chunks_topic(run.device_id)
         pending: "collections.deque[Any]" = collections.deque()
         for index in request.missing:
             if time.monotonic() > deadline:
@@ -192,7 +193,7 @@ class Rollout:
             if hashlib.sha256(data).hexdigest() != self.artifact.chunks.sha256[index]:
                 raise UserError(f"{self.artifact.path} changed while it was being deployed; convert and deploy again")
             self._seq += 1
-            envelope = protocol.chunk_message(run.device_id, self._seq, self.artifact.sha256, index, data)
+            envelope = wire.chunk_message(run.device_id, self._seq, self.artifact.sha256, index, data)
             pending.append(self.client.publish(topic, envelope.encode()))
             if len(pending) >= self.window:
                 self._acked(run, pending.popleft())
@@ -215,9 +216,9 @@ class Rollout:
 def check_answer(body: Dict[str, Any]) -> None:
     """A result body as the deploy reads it: ok true or false, error and result objects or null."""
     if not isinstance(body.get("ok"), bool):
-        raise protocol.ProtocolError(f"result 'ok' must be true or false, got {body.get('ok')!r}")
+        raise wire.ProtocolError(f"result 'ok' must be true or false, got {body.get('ok')!r}")
     for key in ("error", "result"):
         if body.get(key) is not None and not isinstance(body[key], dict):
-            raise protocol.ProtocolError(f"result '{key}' must be an object or null, got {type(body[key]).__name__}")
+            raise wire.ProtocolError(f"result '{key}' must be an object or null, got {type(body[key]).__name__}")
     if not body["ok"] and body.get("error") is None:
-        raise protocol.ProtocolError("a result with ok=false needs an 'error' object")
+        raise wire.ProtocolError("a result with ok=false needs an 'error' object")

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
-from edgeopt_agent import protocol
+from edgeopt_agent import wire
 
 from ..errors import UserError
 from .mqtt import HostClient
@@ -38,7 +38,7 @@ class DeviceStatus:
 
     @property
     def online(self) -> bool:
-        return self.state == protocol.ONLINE
+        return self.state == wire.ONLINE
 
     def describe(self) -> str:
         return f"{self.device_id} ({self.profile or 'no profile'}, {self.state})"
@@ -46,7 +46,7 @@ class DeviceStatus:
 
 def read_statuses(client: HostClient, quiet_s: float = QUIET_S, max_s: float = MAX_LISTEN_S) -> Dict[str, DeviceStatus]:
     """The latest status of every device that has one on the broker."""
-    client.subscribe([protocol.subscription(protocol.STATUS)])
+    client.subscribe([wire.subscription(wire.STATUS)])
     found: Dict[str, DeviceStatus] = {}
     deadline = time.monotonic() + max_s
     wait = FIRST_S
@@ -63,16 +63,16 @@ def read_statuses(client: HostClient, quiet_s: float = QUIET_S, max_s: float = M
 
 def parse_status(topic: str, payload: bytes) -> Optional[DeviceStatus]:
     try:
-        device_id, kind = protocol.parse_topic(topic)
-        envelope = protocol.Envelope.decode(payload, expect_device=device_id)
-    except protocol.ProtocolError as exc:
+        device_id, kind = wire.parse_topic(topic)
+        envelope = wire.Envelope.decode(payload, expect_device=device_id)
+    except wire.ProtocolError as exc:
         log.debug("ignoring a message on %s: %s", topic, exc)
         return None
     except Exception as exc:  # RecursionError, OverflowError: a payload the JSON parser cannot take
         log.warning("ignoring a message on %s: it could not be decoded (%s)", topic, type(exc).__name__)
         return None
     body = envelope.body
-    if kind != protocol.STATUS or body.get("state") not in (protocol.ONLINE, protocol.OFFLINE):
+    if kind != wire.STATUS or body.get("state") not in (wire.ONLINE, wire.OFFLINE):
         return None
     missing = [key for key, kinds in REQUIRED_STATUS_FIELDS.items()
                if not isinstance(body.get(key), kinds) or isinstance(body.get(key), bool)]
@@ -99,7 +99,7 @@ def select_targets(
     online = sorted((s for s in statuses.values() if s.online), key=lambda s: s.device_id)
     known = ", ".join(s.describe() for s in sorted(statuses.values(), key=lambda s: s.device_id)) or "none"
     if device is not None:
-        protocol.validate_device_id(device)
+        wire.validate_device_id(device)
         status = statuses.get(device)
         if status is None:
             raise UserError(f"no device '{device}' has ever connected to this broker; known devices: {known}")

@@ -1,6 +1,6 @@
 """The collector: subscribes to every device's status, telemetry and results and stores them.
 
-It rides on the agent's MQTT session (edgeopt_agent.daemon.transport: MQTT v5 with fallback to
+It rides on the agent's MQTT session (edgeopt_agent.wire.session: MQTT v5 with fallback to
 3.1.1, persistent session, reconnect with back-off) with one change: a message is acknowledged
 only after the transaction that stored it has committed. Messages are committed in batches —
 when `max_batch` are waiting, when nothing more is waiting on the socket, or after `max_wait_s`
@@ -25,10 +25,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from edgeopt_agent import protocol
-from edgeopt_agent.daemon.backoff import Backoff
-from edgeopt_agent.daemon.config import BrokerSettings
-from edgeopt_agent.daemon.transport import V5, Message, MqttSession, Received
+from edgeopt_agent import wire
+from edgeopt_agent.wire.backoff import Backoff
+from edgeopt_agent.wire.broker import BrokerSettings
+from edgeopt_agent.wire.session import V5, Message, MqttSession, Received
 
 from ..errors import UserError
 from .store import FleetStore
@@ -36,7 +36,7 @@ from .writer import DUPLICATE, REJECTED, STORED, IngestOutcome
 
 log = logging.getLogger(__name__)
 
-COLLECTED_KINDS = (protocol.STATUS, protocol.TELEMETRY, protocol.RESULTS)
+COLLECTED_KINDS = (wire.STATUS, wire.TELEMETRY, wire.RESULTS)
 PRESENCE_ROOT = "edgeopt/collectors"
 DEFAULT_MAX_BATCH = 500
 DEFAULT_MAX_WAIT_S = 0.05
@@ -50,8 +50,8 @@ def default_client_id(shared_group: Optional[str] = None) -> str:
 
 def subscriptions(shared_group: Optional[str] = None) -> List[str]:
     if shared_group is None:
-        return [protocol.subscription(kind) for kind in COLLECTED_KINDS]
-    return [protocol.shared_subscription(shared_group, kind) for kind in COLLECTED_KINDS]
+        return [wire.subscription(kind) for kind in COLLECTED_KINDS]
+    return [wire.shared_subscription(shared_group, kind) for kind in COLLECTED_KINDS]
 
 
 @dataclass(frozen=True)
@@ -224,15 +224,15 @@ class Collector:
     def _confirm(self, outcomes: Sequence[IngestOutcome]) -> None:
         """Tell each device which of its messages are committed or rejected for good (network thread)."""
         for device_id, (committed, rejected) in confirmations(outcomes).items():
-            for start in range(0, len(committed) + len(rejected), protocol.MAX_CONFIRM_IDS):
-                ids = (committed + list(rejected))[start:start + protocol.MAX_CONFIRM_IDS]
+            for start in range(0, len(committed) + len(rejected), wire.MAX_CONFIRM_IDS):
+                ids = (committed + list(rejected))[start:start + wire.MAX_CONFIRM_IDS]
                 self._confirm_seq += 1
-                envelope = protocol.confirm_message(
+                envelope = wire.confirm_message(
                     device_id, self._confirm_seq,
                     committed=[i for i in ids if i not in rejected],
                     rejected={i: rejected[i] for i in ids if i in rejected},
                 )
-                self.session.publish(protocol.confirm_topic(device_id), envelope.encode())
+                self.session.publish(wire.confirm_topic(device_id), envelope.encode())
                 self.counters.confirmed += len(ids)
 
     def _presence(self, state: str, reason: str) -> Message:
@@ -251,8 +251,8 @@ def confirmations(outcomes: Sequence[IngestOutcome]) -> Dict[str, Tuple[List[str
     """
     found: Dict[str, Tuple[Dict[str, None], Dict[str, str]]] = {}
     for outcome in outcomes:
-        if outcome.device_id is None or not protocol.is_message_id(outcome.message_id) \
-                or outcome.kind == protocol.STATUS:
+        if outcome.device_id is None or not wire.is_message_id(outcome.message_id) \
+                or outcome.kind == wire.STATUS:
             continue
         committed, rejected = found.setdefault(outcome.device_id, ({}, {}))
         if outcome.status == REJECTED:

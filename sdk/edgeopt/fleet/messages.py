@@ -1,7 +1,7 @@
 """Turn one MQTT message from a device into the row it will become, or say why it is rejected.
 
 Pure functions, no database: the envelope is checked with the wire protocol's own validator
-(edgeopt_agent.protocol), then the body with the checks below, and the figures the fleet views
+(edgeopt_agent.wire), then the body with the checks below, and the figures the fleet views
 sort and filter on are lifted into columns. The full body is kept as JSON next to them.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Union
 
-from edgeopt_agent import protocol
+from edgeopt_agent import wire
 from edgeopt_agent.values import finite, is_int, is_number
 
 EXCERPT_BYTES = 256
@@ -23,13 +23,13 @@ MAX_INT64 = 2 ** 63 - 1  # BIGINT and SQLite's INTEGER: the seq columns
 MAX_INT32 = 2 ** 31 - 1  # INTEGER on PostgreSQL: results.threads
 # The only topic kinds a device sends and the collector stores, with the envelope type each carries.
 DEVICE_KINDS = {
-    protocol.STATUS: protocol.STATUS_TYPE,
-    protocol.TELEMETRY: protocol.TELEMETRY_TYPE,
-    protocol.RESULTS: protocol.RESULT_TYPE,
+    wire.STATUS: wire.STATUS_TYPE,
+    wire.TELEMETRY: wire.TELEMETRY_TYPE,
+    wire.RESULTS: wire.RESULT_TYPE,
 }
 # Status sequence numbers have holes by design (the agent numbers a Last Will for every
 # connection, and most Wills are never sent), so only these kinds are checked for gaps.
-GAP_CHECKED_KINDS = (protocol.TELEMETRY, protocol.RESULTS)
+GAP_CHECKED_KINDS = (wire.TELEMETRY, wire.RESULTS)
 RUNTIME_DISTRIBUTIONS = ("onnxruntime", "ai-edge-litert", "tflite-runtime", "tensorrt")
 _META_TEXT = ("model", "model_sha256", "artifact_key", "format", "precision", "manifest_sha256")
 
@@ -48,7 +48,7 @@ class Rejection:
 @dataclass(frozen=True)
 class DeviceMessage:
     kind: str  # status, telemetry or results
-    envelope: protocol.Envelope
+    envelope: wire.Envelope
     row: Dict[str, Any]  # the columns of its table (status, telemetry or results), id included
 
     @property
@@ -63,7 +63,7 @@ class BodyError(ValueError):
     """The envelope is fine but its body is not what its type promises."""
 
 
-def parse(topic: str, payload: bytes, max_bytes: int = protocol.MAX_MESSAGE_BYTES) -> Parsed:
+def parse(topic: str, payload: bytes, max_bytes: int = wire.MAX_MESSAGE_BYTES) -> Parsed:
     """Validate one message. Never raises for bad input: that becomes a Rejection."""
 
     def reject(reason: str, detail: str, device_id: Optional[str] = None, message_id: Optional[str] = None):
@@ -71,15 +71,15 @@ def parse(topic: str, payload: bytes, max_bytes: int = protocol.MAX_MESSAGE_BYTE
                          clean(message_id))
 
     try:
-        device_id, kind = protocol.parse_topic(topic)
-    except protocol.ProtocolError as exc:
+        device_id, kind = wire.parse_topic(topic)
+    except wire.ProtocolError as exc:
         return reject("invalid_topic", str(exc))
     if kind not in DEVICE_KINDS:
         return reject("unexpected_topic", f"'{kind}' messages go to devices; the collector stores "
                                           f"{', '.join(DEVICE_KINDS)}", device_id)
     try:
-        envelope = protocol.Envelope.decode(payload, expect_device=device_id, max_bytes=max_bytes)
-    except protocol.ProtocolError as exc:
+        envelope = wire.Envelope.decode(payload, expect_device=device_id, max_bytes=max_bytes)
+    except wire.ProtocolError as exc:
         return reject(exc.kind, str(exc), device_id, _message_id_of(payload, max_bytes))
     except Exception as exc:  # RecursionError, OverflowError: a payload the JSON parser cannot take
         return reject("malformed_message", f"message could not be decoded: {type(exc).__name__}", device_id,
@@ -123,11 +123,11 @@ def _message_id_of(payload: bytes, max_bytes: int) -> Optional[str]:
 # --- bodies -----------------------------------------------------------------------------------
 
 
-def status_row(envelope: protocol.Envelope) -> Dict[str, Any]:
+def status_row(envelope: wire.Envelope) -> Dict[str, Any]:
     body = envelope.body
     state = body.get("state")
-    if state not in (protocol.ONLINE, protocol.OFFLINE):
-        raise BodyError(f"status 'state' must be '{protocol.ONLINE}' or '{protocol.OFFLINE}', got {state!r}")
+    if state not in (wire.ONLINE, wire.OFFLINE):
+        raise BodyError(f"status 'state' must be '{wire.ONLINE}' or '{wire.OFFLINE}', got {state!r}")
     return {
         "state": state,
         "reason": _text(body, "reason"),
@@ -135,7 +135,7 @@ def status_row(envelope: protocol.Envelope) -> Dict[str, Any]:
     }
 
 
-def telemetry_row(envelope: protocol.Envelope) -> Dict[str, Any]:
+def telemetry_row(envelope: wire.Envelope) -> Dict[str, Any]:
     body = envelope.body
     cpu, memory, power = _section(body, "cpu"), _section(body, "memory"), _section(body, "power")
     per_cpu = cpu.get("load_pct")
@@ -164,7 +164,7 @@ def runtimes(telemetry_body: Mapping[str, Any]) -> Dict[str, str]:
     return {name: versions[name] for name in RUNTIME_DISTRIBUTIONS if isinstance(versions.get(name), str)}
 
 
-def result_row(envelope: protocol.Envelope) -> Dict[str, Any]:
+def result_row(envelope: wire.Envelope) -> Dict[str, Any]:
     body = envelope.body
     ok = body.get("ok")
     if not isinstance(ok, bool):
@@ -238,7 +238,7 @@ def _meta(meta: Any) -> Dict[str, Any]:
     return meta
 
 
-_ROWS = {protocol.STATUS: status_row, protocol.TELEMETRY: telemetry_row, protocol.RESULTS: result_row}
+_ROWS = {wire.STATUS: status_row, wire.TELEMETRY: telemetry_row, wire.RESULTS: result_row}
 
 
 def _section(body: Mapping[str, Any], key: str) -> Dict[str, Any]:
@@ -268,7 +268,7 @@ def _format_of(artifact: Any) -> Optional[str]:
     if not isinstance(artifact, str) or "." not in _basename(artifact):
         return None
     suffix = _basename(artifact).rsplit(".", 1)[1].lower()
-    return suffix if suffix in protocol.ARTIFACT_FORMATS else None
+    return suffix if suffix in wire.ARTIFACT_FORMATS else None
 
 
 def _json(body: Mapping[str, Any]) -> str:
@@ -283,13 +283,13 @@ def device_facts(message: DeviceMessage) -> Dict[str, Any]:
     """What a message says about its device (profile, versions, temperature), for the devices table."""
     body = message.envelope.body
     facts: Dict[str, Any] = {}
-    if message.kind == protocol.STATUS:
+    if message.kind == wire.STATUS:
         facts["profile"] = _text(body, "profile")
         facts["agent_version"] = _text(body, "agent_version")
         facts["mqtt_protocol"] = _text(body, "mqtt_protocol")
         started = body.get("started_at")
         facts["started_at"] = float(started) if is_number(started) else 0.0
-    elif message.kind == protocol.TELEMETRY:
+    elif message.kind == wire.TELEMETRY:
         facts["profile"] = _text(body, "profile")
         versions = _section(body, "versions")
         facts["agent_version"] = _text(versions, "edgeopt")

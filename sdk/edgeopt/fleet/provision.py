@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from edgeopt_agent import protocol
+from edgeopt_agent import wire
 
 from ..errors import UserError, require
 
@@ -91,7 +91,7 @@ def provision(
     """Make `name`'s broker credentials; see the module's docstring."""
     if role not in ROLES:
         raise UserError(f"unknown role '{role}'; use one of {', '.join(ROLES)}")
-    protocol.validate_device_id(name)  # one topic level, and a safe file and user name
+    wire.validate_device_id(name)  # one topic level, and a safe file and user name
     if role == "broker":
         if password_file is not None:
             raise UserError("a broker identity is a server certificate only; drop --password-file")

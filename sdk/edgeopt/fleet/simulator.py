@@ -11,21 +11,21 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional
 
-from edgeopt_agent import protocol
+from edgeopt_agent import wire
 
 
 @dataclass(frozen=True)
 class Published:
     topic: str
     payload: bytes
-    envelope: protocol.Envelope
+    envelope: wire.Envelope
     retain: bool = False
 
 
 class SimulatedDevice:
     def __init__(self, device_id: str, profile: str = "x86-64", agent_version: str = "0.1.0",
                  seed: Optional[int] = None, clock=time.time):
-        self.device_id = protocol.validate_device_id(device_id)
+        self.device_id = wire.validate_device_id(device_id)
         self.profile = profile
         self.agent_version = agent_version
         self.started_at = round(clock(), 3)
@@ -39,19 +39,19 @@ class SimulatedDevice:
 
     def envelope(self, kind: str, message_type: str, body: Dict[str, Any], seq: Optional[int] = None,
                  retain: bool = False) -> Published:
-        envelope = protocol.Envelope(
+        envelope = wire.Envelope(
             device_id=self.device_id,
             seq=self.next_seq(kind) if seq is None else seq,
             type=message_type,
             body=body,
             ts=round(self._clock(), 3),
         )
-        return Published(protocol.topic(self.device_id, kind), envelope.encode(), envelope, retain)
+        return Published(wire.topic(self.device_id, kind), envelope.encode(), envelope, retain)
 
-    def status(self, state: str = protocol.ONLINE, reason: str = "connected", seq: Optional[int] = None) -> Published:
-        body = protocol.status_body(state, reason, agent_version=self.agent_version, profile=self.profile,
+    def status(self, state: str = wire.ONLINE, reason: str = "connected", seq: Optional[int] = None) -> Published:
+        body = wire.status_body(state, reason, agent_version=self.agent_version, profile=self.profile,
                                     started_at=self.started_at, mqtt_protocol="5")
-        return self.envelope(protocol.STATUS, protocol.STATUS_TYPE, body, seq, retain=True)
+        return self.envelope(wire.STATUS, wire.STATUS_TYPE, body, seq, retain=True)
 
     def telemetry(self, temperature_c: Optional[float] = None, power_w: Optional[float] = None,
                   seq: Optional[int] = None) -> Published:
@@ -73,7 +73,7 @@ class SimulatedDevice:
                          "tflite-runtime": None, "tensorrt": None, "python": "3.11.2"},
             "agent": {"pid": 4242, "uptime_s": round(self._clock() - self.started_at, 1), "outbox_queued": 0},
         }
-        return self.envelope(protocol.TELEMETRY, protocol.TELEMETRY_TYPE, body, seq)
+        return self.envelope(wire.TELEMETRY, wire.TELEMETRY_TYPE, body, seq)
 
     def result(self, job_id: str, p50_ms: float = 10.0, ok: bool = True, meta: Optional[Mapping[str, Any]] = None,
                error_kind: str = "failed", error_message: str = "simulated failure",
@@ -92,10 +92,10 @@ class SimulatedDevice:
                 "power_source": None if energy_mj is None else "simulated",
                 "valid": valid, "invalid_reasons": [] if valid else ["during the run: throttled"],
             }
-            body = protocol.result_body(job_id, protocol.BENCHMARK_JOB, protocol.new_message_id(), result=result)
+            body = wire.result_body(job_id, wire.BENCHMARK_JOB, wire.new_message_id(), result=result)
         else:
-            body = protocol.result_body(job_id, protocol.BENCHMARK_JOB, protocol.new_message_id(),
-                                        error=protocol.error_info(error_kind, error_message))
+            body = wire.result_body(job_id, wire.BENCHMARK_JOB, wire.new_message_id(),
+                                        error=wire.error_info(error_kind, error_message))
         if meta is not None:
             body["meta"] = dict(meta)
-        return self.envelope(protocol.RESULTS, protocol.RESULT_TYPE, body, seq)
+        return self.envelope(wire.RESULTS, wire.RESULT_TYPE, body, seq)

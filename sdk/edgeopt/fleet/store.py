@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any, Optional, Sequence
 
-from edgeopt_agent import protocol
+from edgeopt_agent import wire
 
 from .database import Database, connect
 from .migrations import MIGRATIONS, Migration, migrate
@@ -31,7 +31,7 @@ def default_db_url() -> str:
 class FleetStore(FleetWriter, FleetQueries):
     """The writer and the queries over one database, which `close()` closes."""
 
-    def __init__(self, db: Database, max_message_bytes: int = protocol.MAX_MESSAGE_BYTES):
+    def __init__(self, db: Database, max_message_bytes: int = wire.MAX_MESSAGE_BYTES):
         FleetWriter.__init__(self, db, max_message_bytes)
 
     @property
@@ -52,7 +52,7 @@ def open_store(
     url: Optional[str] = None,
     create: bool = True,
     migrations: Sequence[Migration] = MIGRATIONS,
-    max_message_bytes: int = protocol.MAX_MESSAGE_BYTES,
+    max_message_bytes: int = wire.MAX_MESSAGE_BYTES,
 ) -> FleetStore:
     """Open (and create or migrate) the fleet database at `url` (default: `default_db_url()`).
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from edgeopt_agent import protocol
+from edgeopt_agent import wire
 
 from . import messages as msg
 from .database import Database, DataError, Transaction
@@ -54,7 +54,7 @@ class BatchReport:
 class FleetWriter:
     """Stores what devices sent, and deletes or replaces rows on request."""
 
-    def __init__(self, db: Database, max_message_bytes: int = protocol.MAX_MESSAGE_BYTES):
+    def __init__(self, db: Database, max_message_bytes: int = wire.MAX_MESSAGE_BYTES):
         self.db = db
         self.max_message_bytes = max_message_bytes
 
@@ -106,7 +106,7 @@ class FleetWriter:
         good.sort(key=lambda pair: (pair[1].device_id, pair[1].kind, pair[1].envelope.seq))
         for device_id, grouped in groupby(good, key=lambda pair: pair[1].device_id):
             of_device = list(grouped)
-            self._forget_baselines_if_reset(tx, device_id, [m for _, m in of_device if m.kind == protocol.STATUS])
+            self._forget_baselines_if_reset(tx, device_id, [m for _, m in of_device if m.kind == wire.STATUS])
             stored: List[msg.DeviceMessage] = []
             for kind, of_kind in groupby(of_device, key=lambda pair: pair[1].kind):
                 seqs = []
@@ -194,7 +194,7 @@ class FleetWriter:
         device["last_seen"] = max(stamps + ([device["last_seen"]] if not new else []))
         for message in stored:
             facts = msg.device_facts(message)
-            if message.kind == protocol.STATUS:
+            if message.kind == wire.STATUS:
                 # (agent start time, seq) orders statuses even across a reset of the agent's counters.
                 key = (facts["started_at"], message.envelope.seq)
                 if device["state"] is None or key > (device["state_started_at"] or 0.0, device["state_seq"] or 0):
@@ -207,7 +207,7 @@ class FleetWriter:
                         mqtt_protocol=facts["mqtt_protocol"] or device["mqtt_protocol"],
                     )
                     _update_known(device, facts, ("profile", "agent_version"))
-            elif message.kind == protocol.TELEMETRY:
+            elif message.kind == wire.TELEMETRY:
                 key = (message.envelope.ts, message.envelope.seq)
                 if device["telemetry_ts"] is None or key > (device["telemetry_ts"], device["telemetry_seq"]):
                     device.update(
@@ -239,7 +239,7 @@ class FleetWriter:
         """
         def work(tx: Transaction) -> Dict[str, int]:
             telemetry = tx.execute("DELETE FROM telemetry WHERE ts < ?", (before,))
-            tx.execute("DELETE FROM messages WHERE kind = ? AND received_at < ?", (protocol.TELEMETRY, before))
+            tx.execute("DELETE FROM messages WHERE kind = ? AND received_at < ?", (wire.TELEMETRY, before))
             rejected = tx.execute("DELETE FROM rejected WHERE received_at < ?", (before,))
             return {"telemetry": max(telemetry, 0), "rejected": max(rejected, 0)}
 

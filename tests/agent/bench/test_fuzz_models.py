@@ -14,7 +14,7 @@ from typing import Tuple
 
 import pytest
 
-from edgeopt_agent import protocol
+from edgeopt_agent import wire
 from edgeopt_agent.bench import (BAD_ARTIFACT, BAD_INPUT, CRASH, OUT_OF_MEMORY, RUNTIME_ERROR, TIMEOUT, UNSUPPORTED,
                                  BenchmarkSpec, run_benchmark)
 from edgeopt_agent.bench.failures import classify
@@ -101,8 +101,8 @@ def fuzz(source, suffix, count, seed, tmp_path):
         if not result["ok"]:
             assert result["error"]["kind"] in KINDS, (case, result["error"])
             assert result["error"]["message"].strip(), case
-        body = protocol.result_body("fuzz", protocol.BENCHMARK_JOB, "0" * 32, result=result)
-        protocol.Envelope(device_id="fuzz-dev", seq=number + 1, type=protocol.RESULT_TYPE, body=body).encode()
+        body = wire.result_body("fuzz", wire.BENCHMARK_JOB, "0" * 32, result=result)
+        wire.Envelope(device_id="fuzz-dev", seq=number + 1, type=wire.RESULT_TYPE, body=body).encode()
         kind = "ok" if result["ok"] else result["error"]["kind"]
         kinds[kind] = kinds.get(kind, 0) + 1
         path.unlink()

@@ -11,7 +11,7 @@ from edgeopt.deploy.reference import build_reference
 from edgeopt_agent.bench import BenchmarkSpec, run_benchmark
 from edgeopt_agent.bench.reference import OUTPUT_MISMATCH, compare, reference_feeds
 from edgeopt_agent.errors import UserError
-from edgeopt_agent.protocol import check_reference
+from edgeopt_agent.wire import check_reference
 from edgeopt_agent.runners.base import TensorInfo
 import model_files
 

@@ -15,7 +15,7 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from edgeopt_agent import protocol
+from edgeopt_agent import wire
 
 WAIT_S = 20.0
 
@@ -48,7 +48,7 @@ class Listener:
         self.wait_subscribed(1)
 
     def _on_connect(self, client, userdata, flags, reason_code, properties):
-        client.subscribe(protocol.subscription(None, self.device_id), qos=1)
+        client.subscribe(wire.subscription(None, self.device_id), qos=1)
 
     def _on_subscribe(self, client, userdata, mid, reason_codes, properties):
         with self._cond:
@@ -63,7 +63,7 @@ class Listener:
     def _on_message(self, client, userdata, message):
         record = {"topic": message.topic, "retain": bool(message.retain), "raw": message.payload}
         try:
-            record["kind"] = protocol.parse_topic(message.topic)[1]
+            record["kind"] = wire.parse_topic(message.topic)[1]
             record["envelope"] = json.loads(message.payload)
         except (ValueError, RecursionError):  # a hostile payload on a topic it listens to
             record["kind"] = None
@@ -92,7 +92,7 @@ class Listener:
                 self._cond.wait(left)
 
     def send_job(self, payload: bytes) -> None:
-        info = self._client.publish(protocol.jobs_topic(self.device_id), payload, qos=1)
+        info = self._client.publish(wire.jobs_topic(self.device_id), payload, qos=1)
         info.wait_for_publish(WAIT_S)
 
     def close(self) -> None:
@@ -151,9 +151,9 @@ class AgentProcess:
             self.kill()
 
 
-def job(device_id: str, body: Dict[str, Any], job_type: str = protocol.BENCHMARK_JOB, seq: int = 1) -> protocol.Envelope:
+def job(device_id: str, body: Dict[str, Any], job_type: str = wire.BENCHMARK_JOB, seq: int = 1) -> wire.Envelope:
     """A job envelope exactly as given (no client-side validation, to send broken ones too)."""
-    return protocol.Envelope(device_id=device_id, seq=seq, type=job_type, body=body)
+    return wire.Envelope(device_id=device_id, seq=seq, type=job_type, body=body)
 
 
 def write_tiny_onnx(path: Path) -> str:

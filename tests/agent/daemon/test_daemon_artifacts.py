@@ -5,7 +5,7 @@ import os
 import pytest
 
 from edgeopt_agent.daemon.artifacts import ArtifactError, confined_path, materialize
-from edgeopt_agent.protocol import ArtifactRef
+from edgeopt_agent.wire import ArtifactRef
 
 
 def sha(data: bytes) -> str:

@@ -1,6 +1,6 @@
 import pytest
 
-from edgeopt_agent.daemon.backoff import Backoff
+from edgeopt_agent.wire.backoff import Backoff
 
 
 def test_delays_grow_exponentially_up_to_the_cap_without_jitter():

@@ -7,7 +7,7 @@ import time
 import pytest
 from agent_harness import AgentProcess, Listener, write_tiny_onnx
 
-from edgeopt_agent import protocol
+from edgeopt_agent import wire
 from edgeopt_agent.bench.leftovers import RECORD_FILE, process_start
 
 pytestmark = [pytest.mark.slow,
@@ -52,7 +52,7 @@ def test_killed_agent_takes_its_benchmark_child_along(mqtt_broker, tmp_path):
     try:
         listener.wait_for("status", lambda e: e["body"]["state"] == "online")
         already = set(benchmark_children())  # another test's children are not this test's business
-        job = protocol.benchmark_job(DEVICE, 1, "long", sha, "onnx", path="models/tiny.onnx", runs=10 ** 9,
+        job = wire.benchmark_job(DEVICE, 1, "long", sha, "onnx", path="models/tiny.onnx", runs=10 ** 9,
                                      duration_s=4, max_duration_s=4, warmup_runs=1, warmup_s=0, idle_s=0,
                                      timeout_s=120)
         listener.send_job(job.encode())

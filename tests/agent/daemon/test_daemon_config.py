@@ -2,7 +2,8 @@
 import pytest
 
 from edgeopt_agent.daemon import cli
-from edgeopt_agent.daemon.config import build_config, parse_broker
+from edgeopt_agent.daemon.config import build_config
+from edgeopt_agent.wire.broker import parse_broker
 from edgeopt_agent.errors import UserError
 
 

@@ -6,7 +6,7 @@ import pytest
 from agent_harness import QUICK_BENCH, AgentProcess, Listener, job, write_tiny_onnx
 from mqtt_broker import MqttBroker
 
-from edgeopt_agent import protocol
+from edgeopt_agent import wire
 
 pytestmark = pytest.mark.slow
 
@@ -66,7 +66,7 @@ def test_online_status_then_offline_on_sigterm_without_a_will(mqtt_broker, data_
     listener = listen(listeners, mqtt_broker)
     agent = start_agent(agents, mqtt_broker, data_dir)
     online = listener.wait_for("status", is_state("online"))
-    assert online["device_id"] == DEVICE and online["schema"] == protocol.SCHEMA_VERSION
+    assert online["device_id"] == DEVICE and online["schema"] == wire.SCHEMA_VERSION
     assert online["body"]["mqtt_protocol"] == ("5" if mqtt_broker.mqtt_v5 else "3.1.1")
 
     assert agent.terminate() == 0
@@ -112,8 +112,8 @@ def test_benchmark_jobs_round_trip_and_bad_input_leaves_the_agent_running(mqtt_b
     agent = start_agent(agents, mqtt_broker, data_dir)
     listener.wait_for("status", is_state("online"))
 
-    good = protocol.benchmark_job(DEVICE, 1, "good", sha, "onnx", path="models/tiny.onnx", **QUICK_BENCH)
-    inline = protocol.benchmark_job(DEVICE, 2, "inline", sha, "onnx",
+    good = wire.benchmark_job(DEVICE, 1, "good", sha, "onnx", path="models/tiny.onnx", **QUICK_BENCH)
+    inline = wire.benchmark_job(DEVICE, 2, "inline", sha, "onnx",
                                     data=(data_dir / "models" / "tiny.onnx").read_bytes(), **QUICK_BENCH)
     listener.send_job(b"{broken json")
     listener.send_job(job(DEVICE, {"job_id": "odd"}, job_type="reboot").encode())
@@ -229,19 +229,19 @@ def test_a_signed_job_runs_once_even_across_a_restart_and_only_on_the_device_it_
     key_id = signing.load_public_key(public).key_id
 
     def sign(body):
-        return protocol.Signature("ed25519", key_id, base64.b64encode(private.sign(signing.job_statement(body))).decode())
+        return wire.Signature("ed25519", key_id, base64.b64encode(private.sign(signing.job_statement(body))).decode())
 
     sha = write_tiny_onnx(data_dir / "models" / "tiny.onnx")
-    body = protocol.benchmark_body("signed-1", sha, "onnx", path="models/tiny.onnx",
-                                   target=protocol.JobTarget((DEVICE,)), signer=sign, **QUICK_BENCH)
-    for_b = protocol.benchmark_body("for-b", sha, "onnx", path="models/tiny.onnx",
-                                    target=protocol.JobTarget(("other-dev",)), signer=sign, **QUICK_BENCH)
+    body = wire.benchmark_body("signed-1", sha, "onnx", path="models/tiny.onnx",
+                                   target=wire.JobTarget((DEVICE,)), signer=sign, **QUICK_BENCH)
+    for_b = wire.benchmark_body("for-b", sha, "onnx", path="models/tiny.onnx",
+                                    target=wire.JobTarget(("other-dev",)), signer=sign, **QUICK_BENCH)
     listener = listen(listeners, mqtt_broker)
     agent = start_agent(agents, mqtt_broker, data_dir, extra_args=["--trusted-key", str(public)])
     listener.wait_for("status", is_state("online"))
 
     def send(body):
-        envelope = protocol.Envelope(DEVICE, 1, protocol.BENCHMARK_JOB, body)  # a new message each time
+        envelope = wire.Envelope(DEVICE, 1, wire.BENCHMARK_JOB, body)  # a new message each time
         listener.send_job(envelope.encode())
         return listener.wait_for("results", lambda e: e["body"]["request_id"] == envelope.id, timeout=60)["body"]
 

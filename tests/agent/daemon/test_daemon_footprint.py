@@ -8,7 +8,7 @@ import sys
 
 from agent_harness import QUICK_BENCH, write_tiny_onnx
 
-from edgeopt_agent import protocol
+from edgeopt_agent import wire
 
 HEAVY = ("numpy", "onnxruntime", "ai_edge_litert", "tflite_runtime", "tensorflow", "torch", "onnx")
 
@@ -31,7 +31,7 @@ def test_the_agent_process_never_imports_a_runtime(tmp_path):
     data_dir = tmp_path / "data"
     sha = write_tiny_onnx(data_dir / "models" / "tiny.onnx")
     job = tmp_path / "job.json"
-    job.write_bytes(protocol.benchmark_job("probe", 1, "j", sha, "onnx", path="models/tiny.onnx", **QUICK_BENCH).encode())
+    job.write_bytes(wire.benchmark_job("probe", 1, "j", sha, "onnx", path="models/tiny.onnx", **QUICK_BENCH).encode())
     out = subprocess.run([sys.executable, "-c", PROBE % (HEAVY,), str(data_dir), str(job)],
                          capture_output=True, text=True, check=True).stdout
     report = json.loads(out)

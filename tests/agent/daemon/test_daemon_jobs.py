@@ -6,7 +6,7 @@ import json
 import pytest
 from agent_harness import QUICK_BENCH, job, write_tiny_onnx
 
-from edgeopt_agent import protocol
+from edgeopt_agent import wire
 from edgeopt_agent.daemon.config import build_config
 from edgeopt_agent.daemon.jobs import MAX_ATTEMPTS, JobHandler
 
@@ -33,7 +33,7 @@ def sha_of(path) -> str:
 
 def benchmark(data_dir, name="tiny.onnx", **bench):
     path = data_dir / "models" / name
-    return protocol.benchmark_job(DEVICE, 1, f"job-{name}", sha_of(path), "onnx", path=f"models/{name}",
+    return wire.benchmark_job(DEVICE, 1, f"job-{name}", sha_of(path), "onnx", path=f"models/{name}",
                                   **dict(QUICK_BENCH, **bench))
 
 
@@ -50,17 +50,17 @@ def test_a_job_by_path_runs_the_engine(handler, data_dir):
 def test_meta_is_echoed_in_results_and_errors(handler, data_dir):
     meta = {"model": "tiny", "precision": "fp32", "accuracy_drop_points": 0.0}
     path = data_dir / "models" / "tiny.onnx"
-    good = protocol.benchmark_job(DEVICE, 1, "m1", sha_of(path), "onnx", path="models/tiny.onnx", meta=meta,
+    good = wire.benchmark_job(DEVICE, 1, "m1", sha_of(path), "onnx", path="models/tiny.onnx", meta=meta,
                                   **QUICK_BENCH)
     assert handler.handle(good.encode())["meta"] == meta
-    refused = protocol.benchmark_job(DEVICE, 2, "m2", "0" * 64, "onnx", path="models/tiny.onnx", meta=meta)
+    refused = wire.benchmark_job(DEVICE, 2, "m2", "0" * 64, "onnx", path="models/tiny.onnx", meta=meta)
     body = handler.handle(refused.encode())
     assert body["ok"] is False and body["meta"] == meta
 
 
 def test_an_inline_job_is_written_then_run(handler, data_dir):
     data = (data_dir / "models" / "tiny.onnx").read_bytes()
-    envelope = protocol.benchmark_job(DEVICE, 2, "inline", hashlib.sha256(data).hexdigest(), "onnx", data=data,
+    envelope = wire.benchmark_job(DEVICE, 2, "inline", hashlib.sha256(data).hexdigest(), "onnx", data=data,
                                       **QUICK_BENCH)
     body = handler.handle(envelope.encode())
     assert body["ok"] is True, body["error"]
@@ -162,7 +162,7 @@ def test_the_limits_come_from_the_config(tmp_path):
 
 def benchmark_for(data_dir, **bench) -> bytes:
     sha = write_tiny_onnx(data_dir / "models" / "tiny.onnx")
-    return protocol.benchmark_job(DEVICE, 1, "j", sha, "onnx", path="models/tiny.onnx",
+    return wire.benchmark_job(DEVICE, 1, "j", sha, "onnx", path="models/tiny.onnx",
                                   **dict(QUICK_BENCH, **bench)).encode()
 
 
@@ -190,7 +190,7 @@ def test_a_job_interrupted_too_often_is_not_run_again(handler, data_dir):
 
 def test_every_answer_is_valid_json_in_an_envelope(handler):
     body = handler.handle(b"\xff")
-    envelope = protocol.Envelope(device_id=DEVICE, seq=1, type=protocol.RESULT_TYPE, body=body)
+    envelope = wire.Envelope(device_id=DEVICE, seq=1, type=wire.RESULT_TYPE, body=body)
     assert json.loads(envelope.encode())["body"]["error"]["kind"] == "malformed_message"
 
 
@@ -204,7 +204,7 @@ def test_a_job_received_before_a_restart_is_answered_after_it(tmp_path):
 
     data_dir = tmp_path / "data"
     sha = write_tiny_onnx(data_dir / "models" / "tiny.onnx")
-    job_message = protocol.benchmark_job(DEVICE, 1, "before-restart", sha, "onnx", path="models/tiny.onnx",
+    job_message = wire.benchmark_job(DEVICE, 1, "before-restart", sha, "onnx", path="models/tiny.onnx",
                                          **QUICK_BENCH)
     store = Store(data_dir / STATE_FILE)
     Inbox(store).add(job_message.encode())  # received, then the agent stopped
@@ -218,6 +218,6 @@ def test_a_job_received_before_a_restart_is_answered_after_it(tmp_path):
     agent.worker.stop()
     [message] = agent.outbox.pending()
     answer = json.loads(message.payload)
-    assert message.topic == protocol.results_topic(DEVICE)
+    assert message.topic == wire.results_topic(DEVICE)
     assert answer["body"]["job_id"] == "before-restart" and answer["body"]["ok"] is True
     assert agent.inbox.open_count() == 0

@@ -5,7 +5,7 @@ import sqlite3
 
 import pytest
 
-from edgeopt_agent import protocol
+from edgeopt_agent import wire
 from edgeopt_agent.daemon.agent import Agent
 from edgeopt_agent.daemon.config import build_config
 from edgeopt_agent.daemon.inbox import ADDED, DUPLICATE, FULL, Inbox
@@ -89,13 +89,13 @@ def make_agent(tmp_path, **settings):
 def test_a_job_refused_for_the_inbox_cap_is_answered_with_an_inbox_full_error(tmp_path):
     agent = make_agent(tmp_path, inbox_max_bytes=MiB)
     inline = b"\0" * (MiB // 2)
-    first = protocol.benchmark_job(DEVICE, 1, "big-1", "a" * 64, "onnx", data=inline)
-    second = protocol.benchmark_job(DEVICE, 2, "big-2", "b" * 64, "onnx", data=inline)
-    agent._on_message(protocol.jobs_topic(DEVICE), first.encode())
-    agent._on_message(protocol.jobs_topic(DEVICE), second.encode())
-    agent._on_message(protocol.jobs_topic(DEVICE), second.encode())  # QoS 1 redelivery: one answer only
+    first = wire.benchmark_job(DEVICE, 1, "big-1", "a" * 64, "onnx", data=inline)
+    second = wire.benchmark_job(DEVICE, 2, "big-2", "b" * 64, "onnx", data=inline)
+    agent._on_message(wire.jobs_topic(DEVICE), first.encode())
+    agent._on_message(wire.jobs_topic(DEVICE), second.encode())
+    agent._on_message(wire.jobs_topic(DEVICE), second.encode())  # QoS 1 redelivery: one answer only
     assert agent.inbox.open_count() == 1
-    [answer] = [m for m in agent.outbox.pending() if m.kind == protocol.RESULTS]
+    [answer] = [m for m in agent.outbox.pending() if m.kind == wire.RESULTS]
     body = json.loads(answer.payload)["body"]
     assert body["ok"] is False and body["error"]["kind"] == "inbox_full"
     assert (body["job_id"], body["request_id"], body["job_type"]) == ("big-2", second.id, "benchmark")
@@ -111,17 +111,17 @@ def test_a_job_refused_for_the_inbox_cap_is_answered_with_an_inbox_full_error(tm
 
 def test_the_agent_forgets_what_the_collector_confirms_and_logs_rejections(tmp_path, caplog):
     agent = make_agent(tmp_path)
-    kept = agent.outbox.add(protocol.RESULTS, protocol.RESULT_TYPE, {"job_id": "kept"})
-    stored = agent.outbox.add(protocol.RESULTS, protocol.RESULT_TYPE, {"job_id": "stored"})
-    bad = agent.outbox.add(protocol.TELEMETRY, protocol.TELEMETRY_TYPE, {"bad": True})
-    confirm = protocol.confirm_message(DEVICE, 1, committed=[stored.id], rejected={bad.id: "invalid_body"})
-    agent._on_message(protocol.confirm_topic(DEVICE), confirm.encode())
+    kept = agent.outbox.add(wire.RESULTS, wire.RESULT_TYPE, {"job_id": "kept"})
+    stored = agent.outbox.add(wire.RESULTS, wire.RESULT_TYPE, {"job_id": "stored"})
+    bad = agent.outbox.add(wire.TELEMETRY, wire.TELEMETRY_TYPE, {"bad": True})
+    confirm = wire.confirm_message(DEVICE, 1, committed=[stored.id], rejected={bad.id: "invalid_body"})
+    agent._on_message(wire.confirm_topic(DEVICE), confirm.encode())
     assert [json.loads(m.payload)["id"] for m in agent.outbox.pending()] == [kept.id]
     assert "rejected message %s (invalid_body)" % bad.id in caplog.text
 
-    other = protocol.confirm_message("another-dev", 2, committed=[kept.id])
-    agent._on_message(protocol.confirm_topic(DEVICE), other.encode())  # addressed to someone else
-    agent._on_message(protocol.confirm_topic(DEVICE), b"{not json")
+    other = wire.confirm_message("another-dev", 2, committed=[kept.id])
+    agent._on_message(wire.confirm_topic(DEVICE), other.encode())  # addressed to someone else
+    agent._on_message(wire.confirm_topic(DEVICE), b"{not json")
     assert len(agent.outbox) == 1 and "ignoring a confirm message" in caplog.text
     agent.send_telemetry()
     assert json.loads(agent.outbox.pending()[-1].payload)["body"]["agent"]["rejected_by_collector"] == 1
@@ -129,8 +129,8 @@ def test_the_agent_forgets_what_the_collector_confirms_and_logs_rejections(tmp_p
 
 def test_broker_delivery_does_not_subscribe_to_confirmations(tmp_path):
     agent = make_agent(tmp_path, delivery="broker")
-    assert protocol.confirm_topic(DEVICE) not in agent.session._subscriptions
-    assert protocol.confirm_topic(DEVICE) in make_agent(tmp_path / "b").session._subscriptions
+    assert wire.confirm_topic(DEVICE) not in agent.session._subscriptions
+    assert wire.confirm_topic(DEVICE) in make_agent(tmp_path / "b").session._subscriptions
 
 
 @pytest.mark.parametrize("settings, message", [
@@ -146,12 +146,12 @@ def test_bad_queue_settings_are_user_errors(settings, message):
 
 def test_a_state_file_of_an_older_agent_keeps_its_queue_and_can_be_confirmed(tmp_path):
     path = tmp_path / STATE_FILE
-    envelope = protocol.Envelope(device_id=DEVICE, seq=7, type="result", body={"job_id": "old"})
+    envelope = wire.Envelope(device_id=DEVICE, seq=7, type="result", body={"job_id": "old"})
     with sqlite3.connect(str(path)) as db:  # the outbox as the first release made it
         db.execute("CREATE TABLE outbox (id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, "
                    "topic TEXT NOT NULL, payload BLOB NOT NULL, retain INTEGER NOT NULL, created REAL NOT NULL)")
         db.execute("INSERT INTO outbox (kind, topic, payload, retain, created) VALUES (?, ?, ?, 0, 0)",
-                   ("results", protocol.results_topic(DEVICE), envelope.encode()))
+                   ("results", wire.results_topic(DEVICE), envelope.encode()))
     outbox = Outbox(Store(path), DEVICE)
     [message] = outbox.pending()
     assert message.message_id == envelope.id and outbox.size_bytes() == len(envelope.encode())

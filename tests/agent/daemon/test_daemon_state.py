@@ -4,7 +4,7 @@ import sqlite3
 
 import pytest
 
-from edgeopt_agent import protocol
+from edgeopt_agent import wire
 from edgeopt_agent.daemon.inbox import ADDED, DUPLICATE, Inbox
 from edgeopt_agent.daemon.outbox import Outbox
 from edgeopt_agent.daemon.store import STATE_FILE, Store
@@ -99,6 +99,6 @@ def test_an_unwritable_data_dir_is_a_user_error(tmp_path):
 
 def test_the_state_file_is_plain_sqlite(state_path):
     outbox = Outbox(Store(state_path), "dev-1")
-    outbox.add(protocol.TELEMETRY, protocol.TELEMETRY_TYPE, {})
+    outbox.add(wire.TELEMETRY, wire.TELEMETRY_TYPE, {})
     with sqlite3.connect(str(state_path)) as db:
         assert db.execute("SELECT COUNT(*) FROM outbox").fetchone() == (1,)

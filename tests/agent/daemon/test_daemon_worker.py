@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from agent_harness import QUICK_BENCH, write_tiny_onnx
 
-from edgeopt_agent import protocol
-from edgeopt_agent.daemon.backoff import Backoff
+from edgeopt_agent import wire
+from edgeopt_agent.wire.backoff import Backoff
 from edgeopt_agent.daemon.inbox import Inbox
 from edgeopt_agent.daemon.jobs import JobHandler
 from edgeopt_agent.daemon.outbox import Outbox
@@ -93,7 +93,7 @@ def test_the_worker_survives_a_state_file_that_fails_to_give_the_next_job(store,
 def test_a_measurement_is_kept_while_storing_it_fails(store, tmp_path):
     sha = write_tiny_onnx(tmp_path / "models" / "tiny.onnx")
     inbox = Inbox(store)
-    inbox.add(protocol.benchmark_job(DEVICE, 1, "j", sha, "onnx", path="models/tiny.onnx", **QUICK_BENCH).encode())
+    inbox.add(wire.benchmark_job(DEVICE, 1, "j", sha, "onnx", path="models/tiny.onnx", **QUICK_BENCH).encode())
     outbox = FailingOutbox(store, DEVICE, failures=3)
     _, answer = run_worker(store, inbox, outbox, tmp_path)
     assert answer["ok"] is True, answer["error"]  # not "interrupted": the job ran once, its write was retried
@@ -142,8 +142,8 @@ def test_telemetry_that_cannot_be_stored_does_not_end_the_agent(tmp_path):
 
 
 def test_a_tls_file_gone_before_the_mqtt_311_fallback_does_not_end_the_session(tmp_path):
-    from edgeopt_agent.daemon.config import BrokerSettings
-    from edgeopt_agent.daemon.transport import V5, V311, MqttSession
+    from edgeopt_agent.wire.broker import BrokerSettings
+    from edgeopt_agent.wire.session import V5, V311, MqttSession
 
     bundle = Path(ssl.get_default_verify_paths().cafile or "")
     if not bundle.is_file():

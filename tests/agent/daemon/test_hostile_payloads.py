@@ -17,9 +17,9 @@ import pytest
 from agent_harness import QUICK_BENCH, AgentProcess, Listener, write_tiny_onnx
 from hostile_payloads import hostile_payloads, oversized
 
-from edgeopt_agent import protocol
+from edgeopt_agent import wire
 from edgeopt_agent.daemon.jobs import JobHandler
-from edgeopt_agent.daemon.transfers import Transfers
+from edgeopt_agent.daemon.artifact_transfer import Transfers
 
 DEVICE = "fuzz-dev"
 # A job that survives its mutation runs for real: huge run counts are capped by max_duration_s.
@@ -37,17 +37,17 @@ def agent_parts(tmp_path):
 
 
 def job_template(sha, meta=None):
-    job = protocol.benchmark_job(DEVICE, 1, "fuzz", sha, "onnx", path="models/tiny.onnx", meta=meta, **FUZZ_BENCH)
+    job = wire.benchmark_job(DEVICE, 1, "fuzz", sha, "onnx", path="models/tiny.onnx", meta=meta, **FUZZ_BENCH)
     return json.loads(job.encode())
 
 
 def chunk_template(sha):
-    return json.loads(protocol.chunk_message(DEVICE, 1, sha, 0, b"\x00" * 1024).encode())
+    return json.loads(wire.chunk_message(DEVICE, 1, sha, 0, b"\x00" * 1024).encode())
 
 
 def chunked_job_template(sha):
-    plan = protocol.ChunkPlan(chunk_size=1024, sha256=("0" * 64, "1" * 64))
-    job = protocol.benchmark_job(DEVICE, 1, "fuzz-chunks", sha, "onnx", chunks=plan, size=2048, **FUZZ_BENCH)
+    plan = wire.ChunkPlan(chunk_size=1024, sha256=("0" * 64, "1" * 64))
+    job = wire.benchmark_job(DEVICE, 1, "fuzz-chunks", sha, "onnx", chunks=plan, size=2048, **FUZZ_BENCH)
     return json.loads(job.encode())
 
 
@@ -61,7 +61,7 @@ def assert_answered(label, body):
     if not body["ok"]:
         assert body["error"]["kind"] != "internal_error", (label, body["error"])
         assert body["error"]["message"].strip(), label
-    protocol.Envelope(device_id=DEVICE, seq=1, type=protocol.RESULT_TYPE, body=body).encode()
+    wire.Envelope(device_id=DEVICE, seq=1, type=wire.RESULT_TYPE, body=body).encode()
 
 
 def run_job_cases(handler, transfers, template, count, seed):
@@ -70,7 +70,7 @@ def run_job_cases(handler, transfers, template, count, seed):
     cases = list(hostile_payloads(random.Random(seed), template, count))
     cases.append(("oversized", oversized(template, f"seed {seed}")))
     for label, payload in cases:
-        stored = payload[: protocol.MAX_MESSAGE_BYTES + 1]  # as the agent keeps it in its inbox
+        stored = payload[: wire.MAX_MESSAGE_BYTES + 1]  # as the agent keeps it in its inbox
         transfers.job_arrived(payload)
         body = handler.handle(stored)
         assert_answered(label, body)
@@ -126,16 +126,16 @@ def test_a_real_agent_answers_hostile_messages_and_keeps_serving(mqtt_broker, tm
         jobs.append(oversized(job_template(sha), "real agent"))
         chunks = [payload for _, payload in hostile_payloads(rng, chunk_template(sha), 60)]
         for payload in chunks:
-            listener._client.publish(protocol.chunks_topic(DEVICE), payload, qos=1).wait_for_publish(20)
+            listener._client.publish(wire.chunks_topic(DEVICE), payload, qos=1).wait_for_publish(20)
         for payload in jobs:
             listener.send_job(payload)
-        valid = protocol.benchmark_job(DEVICE, 999, "after-the-storm", sha, "onnx", path="models/tiny.onnx",
+        valid = wire.benchmark_job(DEVICE, 999, "after-the-storm", sha, "onnx", path="models/tiny.onnx",
                                        **QUICK_BENCH)
         listener.send_job(valid.encode())
         body = listener.wait_for("results", lambda e: e["body"].get("job_id") == "after-the-storm", timeout=120)["body"]
         assert body["ok"] is True, body["error"]
         # Each distinct job message (as the agent stores it) got exactly one answer, none of them a bug's.
-        distinct = len({payload[: protocol.MAX_MESSAGE_BYTES + 1] for payload in jobs}) + 1
+        distinct = len({payload[: wire.MAX_MESSAGE_BYTES + 1] for payload in jobs}) + 1
         answers = listener.of("results")
         assert len(answers) == distinct, (len(answers), distinct)
         assert not [a for a in answers if (a["body"].get("error") or {}).get("kind") == "internal_error"]

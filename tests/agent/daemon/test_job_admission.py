@@ -11,7 +11,7 @@ import time
 import pytest
 from agent_harness import QUICK_BENCH, write_tiny_onnx
 
-from edgeopt_agent import protocol, signing
+from edgeopt_agent import signing, wire
 from edgeopt_agent.daemon.admission import Admission, JobLedger
 from edgeopt_agent.daemon.jobs import JobHandler
 from edgeopt_agent.daemon.store import STATE_FILE, Store
@@ -35,9 +35,9 @@ class Fleet:
                                                                 serialization.PublicFormat.SubjectPublicKeyInfo))
         self.trusted = signing.load_public_key(path)
 
-    def sign_job(self, body) -> protocol.Signature:
+    def sign_job(self, body) -> wire.Signature:
         value = self.private.sign(signing.job_statement(body))
-        return protocol.Signature("ed25519", self.trusted.key_id, base64.b64encode(value).decode())
+        return wire.Signature("ed25519", self.trusted.key_id, base64.b64encode(value).decode())
 
 
 @pytest.fixture(scope="module")
@@ -61,15 +61,15 @@ class Board:
 
     def send(self, body, attempts=1, device_id=None):
         """The job as it arrives on this board's jobs topic, in a new message; the answer's error kind."""
-        envelope = protocol.Envelope(device_id or self.device_id, 1, protocol.BENCHMARK_JOB, body)
+        envelope = wire.Envelope(device_id or self.device_id, 1, wire.BENCHMARK_JOB, body)
         answer = self.handler.handle(envelope.encode(), attempts)
         return answer["error"]["kind"] if answer["error"] else "ok", answer
 
 
 def job(fleet, job_id="j1", devices=(DEVICE,), profile=None, signed=True, path="models/none.onnx", **options):
     options = dict(dict(QUICK_BENCH), **options)
-    return protocol.benchmark_body(job_id, SHA, "onnx", path=path, size=10,
-                                   target=protocol.JobTarget(tuple(devices) if devices else None, profile),
+    return wire.benchmark_body(job_id, SHA, "onnx", path=path, size=10,
+                                   target=wire.JobTarget(tuple(devices) if devices else None, profile),
                                    signer=fleet.sign_job if signed else None, **options)
 
 
@@ -81,7 +81,7 @@ def board(tmp_path, fleet):
 def test_a_signed_job_for_this_device_runs_end_to_end(tmp_path, fleet):
     board = Board(tmp_path / "data", fleet.trusted)
     sha = write_tiny_onnx(board.data_dir / "models" / "tiny.onnx")
-    body = protocol.benchmark_body("run", sha, "onnx", path="models/tiny.onnx", target=protocol.JobTarget((DEVICE,)),
+    body = wire.benchmark_body("run", sha, "onnx", path="models/tiny.onnx", target=wire.JobTarget((DEVICE,)),
                                    signer=fleet.sign_job, **QUICK_BENCH)
     kind, answer = board.send(body)
     assert kind == "ok" and answer["result"]["latency_ms"]["p50"] > 0
@@ -118,7 +118,7 @@ def test_the_same_job_sent_again_is_a_replay_also_after_a_restart(board, fleet):
 
 def test_a_job_started_again_after_an_interruption_is_not_a_replay(board, fleet):
     body = job(fleet)
-    envelope = protocol.job_message(DEVICE, 1, body).encode()
+    envelope = wire.job_message(DEVICE, 1, body).encode()
     assert board.handler.handle(envelope, 1)["error"]["kind"] == ADMITTED
     board.restart()  # the agent died mid-job: the worker takes the same inbox entry again
     assert board.handler.handle(envelope, 2)["error"]["kind"] == ADMITTED
@@ -167,12 +167,12 @@ def test_one_signed_job_serves_the_devices_of_a_profile_and_no_other_profile(tmp
 
 def test_an_older_build_of_a_model_is_refused_unless_the_signed_job_allows_it(board, fleet):
     def release(version, job_id, **options):
-        return job(fleet, job_id=job_id, release=protocol.Release("resnet.py:net", version), **options)
+        return job(fleet, job_id=job_id, release=wire.Release("resnet.py:net", version), **options)
 
     assert board.send(release(2000.0, "v2"))[0] == ADMITTED
     kind, answer = board.send(release(1000.0, "v1"))
     assert kind == "downgrade" and "--allow-downgrade" in answer["error"]["message"]
-    assert board.send(job(fleet, job_id="other-model", release=protocol.Release("other.py:net", 1.0)))[0] == ADMITTED
+    assert board.send(job(fleet, job_id="other-model", release=wire.Release("other.py:net", 1.0)))[0] == ADMITTED
     assert board.send(release(2000.0, "v2-again"))[0] == ADMITTED  # the same build again is fine
     unsigned_allow = dict(release(1000.0, "v1-b"), allow_downgrade=True)  # added after signing
     assert board.send(unsigned_allow)[0] == "signature_invalid"
@@ -199,9 +199,9 @@ def test_without_a_trusted_key_jobs_run_unchecked_and_the_agent_says_so(tmp_path
 def test_the_statement_is_what_the_agent_parsed(fleet):
     """A key repeated in the JSON: the agent checks the signature over the value it will use."""
     body = job(fleet)
-    raw = json.dumps(protocol.job_message(DEVICE, 1, body).to_dict())
+    raw = json.dumps(wire.job_message(DEVICE, 1, body).to_dict())
     doubled = raw.replace('"bench": {', '"bench": {"runs": 99999, ', 1).replace('"bench":{', '"bench":{"runs":99999,', 1)
     assert doubled != raw
-    parsed = protocol.parse_job(protocol.Envelope.decode(doubled.encode()))
+    parsed = wire.parse_job(wire.Envelope.decode(doubled.encode()))
     signing.check_signature(fleet.trusted, parsed)  # the later key wins in the parse, as when signed
     assert parsed.bench["runs"] == QUICK_BENCH["runs"]

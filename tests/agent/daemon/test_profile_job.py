@@ -6,7 +6,7 @@ import hashlib
 import pytest
 from agent_harness import QUICK_BENCH, write_tiny_onnx
 
-from edgeopt_agent import protocol
+from edgeopt_agent import wire
 from edgeopt_agent.bench import BenchmarkSpec
 from edgeopt_agent.daemon.jobs import JobHandler
 from edgeopt_agent.errors import UserError
@@ -23,7 +23,7 @@ def data_dir(tmp_path_factory):
 
 def _job(data_dir, **bench):
     sha = hashlib.sha256((data_dir / "models" / "tiny.onnx").read_bytes()).hexdigest()
-    return protocol.benchmark_job(DEVICE, 1, "job-profile", sha, "onnx", path="models/tiny.onnx",
+    return wire.benchmark_job(DEVICE, 1, "job-profile", sha, "onnx", path="models/tiny.onnx",
                                   **dict(QUICK_BENCH, **bench))
 
 
@@ -43,7 +43,7 @@ def test_without_the_option_there_is_no_profile(data_dir):
 
 
 def test_the_option_must_be_a_boolean(data_dir):
-    with pytest.raises(protocol.ProtocolError, match="true or false"):
+    with pytest.raises(wire.ProtocolError, match="true or false"):
         _job(data_dir, profile="yes")
     with pytest.raises(UserError, match="true or false"):
         BenchmarkSpec(artifact="m.onnx", profile=1)

@@ -13,12 +13,12 @@ import time
 import pytest
 from agent_harness import QUICK_BENCH
 
-from edgeopt_agent import protocol, signing
+from edgeopt_agent import signing, wire
 from edgeopt_agent.daemon.admission import Admission
 from edgeopt_agent.daemon.jobs import JobHandler
-from edgeopt_agent.daemon.transfers import Transfers
+from edgeopt_agent.daemon.artifact_transfer import Transfers
 from edgeopt_agent.errors import UserError
-from edgeopt_agent.transfer import plan_chunks, read_chunk
+from edgeopt_agent.wire import plan_chunks, read_chunk
 
 
 def crypto(module):
@@ -75,9 +75,9 @@ class Keys:
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
         self.trusted = signing.load_public_key(self.public_path)
 
-    def sign_job(self, body) -> protocol.Signature:
+    def sign_job(self, body) -> wire.Signature:
         value = self.private.sign(signing.job_statement(body))
-        return protocol.Signature("ed25519", self.trusted.key_id, base64.b64encode(value).decode())
+        return wire.Signature("ed25519", self.trusted.key_id, base64.b64encode(value).decode())
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +88,7 @@ def keys(tmp_path_factory):
 
 def chunked_job(model, job_id="j1", signer=None, meta=META, **bench):
     _, plan, size, sha = model
-    return protocol.benchmark_job(DEVICE, 1, job_id, sha, "onnx", chunks=plan, size=size, signer=signer,
+    return wire.benchmark_job(DEVICE, 1, job_id, sha, "onnx", chunks=plan, size=size, signer=signer,
                                   meta=meta, **dict(QUICK_BENCH, **bench))
 
 
@@ -96,13 +96,13 @@ def tampered(job, **changes):
     """The same job message with some fields of its body changed after it was signed."""
     body = json.loads(json.dumps(job.body))
     body.update(changes)
-    return protocol.Envelope(job.device_id, job.seq, job.type, body)
+    return wire.Envelope(job.device_id, job.seq, job.type, body)
 
 
 def chunk_payload(model, index, data=None):
     path, plan, _, sha = model
     data = read_chunk(path, plan, index) if data is None else data
-    return protocol.chunk_message(DEVICE, index + 1, sha, index, data).encode()
+    return wire.chunk_message(DEVICE, index + 1, sha, index, data).encode()
 
 
 class Agent:
@@ -152,7 +152,7 @@ def test_a_chunked_job_asks_once_for_its_chunks_then_runs(model, data_dir):
     job = chunked_job(model)
     agent.transfers.job_arrived(job.encode())
     _, plan, _, sha = model
-    assert agent.requests == [protocol.transfer_body("j1", job.id, sha, plan.count, range(plan.count))]
+    assert agent.requests == [wire.transfer_body("j1", job.id, sha, plan.count, range(plan.count))]
     agent.start_job(job)  # the worker waits for the chunks
     for index in reversed(range(plan.count)):
         agent.transfers.chunk_arrived(chunk_payload(model, index))
@@ -232,7 +232,7 @@ def test_a_chunk_that_is_not_the_listed_one_is_dropped_and_asked_for_again(model
 def test_chunks_for_another_device_or_garbage_are_dropped(model, data_dir):
     agent = Agent(data_dir)
     agent.transfers.job_arrived(chunked_job(model).encode())
-    other = protocol.chunk_message("dev-2", 1, model[3], 0, read_chunk(model[0], model[1], 0)).encode()
+    other = wire.chunk_message("dev-2", 1, model[3], 0, read_chunk(model[0], model[1], 0)).encode()
     too_big = json.dumps(dict(json.loads(chunk_payload(model, 0)), ts=10 ** 400)).encode()
     for payload in (other, b"{not json", json.dumps({"hello": 1}).encode(), b"[" * 5000, too_big):
         agent.transfers.chunk_arrived(payload)  # dropped, never raised: a raise would leave it unacknowledged
@@ -267,7 +267,7 @@ def test_unsigned_or_wrongly_signed_artifacts_are_refused_before_any_byte_is_fet
     trusted, other = keys
     signer = {"unsigned": None, "other key": other.sign_job}.get(case, trusted.sign_job)
     if case == "forged key id":  # signed by another key that claims to be the trusted one
-        signer = lambda body: protocol.Signature("ed25519", trusted.trusted.key_id, other.sign_job(body).value)  # noqa: E731
+        signer = lambda body: wire.Signature("ed25519", trusted.trusted.key_id, other.sign_job(body).value)  # noqa: E731
     job = chunked_job(model, signer=signer)
     if case == "meta changed":
         job = tampered(job, meta=dict(META, precision="int8"))
@@ -288,13 +288,13 @@ def test_signatures_cover_artifacts_by_path_and_inline_too(model, data_dir, keys
     (data_dir / "models").mkdir(parents=True)
     (data_dir / "models" / "m.onnx").write_bytes(path.read_bytes())
     handler = JobHandler(DEVICE, data_dir, trusted_key=trusted.trusted)
-    by_path = protocol.benchmark_job(DEVICE, 1, "p", sha, "onnx", path="models/m.onnx", size=size, meta=META,
+    by_path = wire.benchmark_job(DEVICE, 1, "p", sha, "onnx", path="models/m.onnx", size=size, meta=META,
                                      signer=trusted.sign_job, **QUICK_BENCH)
     assert handler.handle(by_path.encode())["ok"] is True
-    unsigned = protocol.benchmark_job(DEVICE, 2, "u", sha, "onnx", path="models/m.onnx", meta=META, **QUICK_BENCH)
+    unsigned = wire.benchmark_job(DEVICE, 2, "u", sha, "onnx", path="models/m.onnx", meta=META, **QUICK_BENCH)
     assert handler.handle(unsigned.encode())["error"]["kind"] == "unsigned_job"
     # Correctly signed facts, other bytes: the sha256 check that follows the signature catches it.
-    inline = protocol.benchmark_job(DEVICE, 3, "i", sha, "onnx", data=b"other bytes", size=size, meta=META,
+    inline = wire.benchmark_job(DEVICE, 3, "i", sha, "onnx", data=b"other bytes", size=size, meta=META,
                                     signer=trusted.sign_job, **QUICK_BENCH)
     assert handler.handle(inline.encode())["error"]["kind"] == "artifact_mismatch"
     assert artifacts_in(data_dir) == [f"{sha}.onnx"]  # only the copy the by-path job ran, unchanged
@@ -327,13 +327,13 @@ def test_a_trusted_key_file_must_be_an_ed25519_public_key(tmp_path):
 PROBE = """
 import json, sys
 from pathlib import Path
-from edgeopt_agent import protocol
+from edgeopt_agent import wire
 from edgeopt_agent.daemon.agent import Agent
 from edgeopt_agent.daemon.config import build_config
 agent = Agent(build_config({"device_id": "probe", "data_dir": sys.argv[1], "trusted_key": sys.argv[2]}))
 agent.send_telemetry()
 telemetry = json.loads(agent.outbox.pending()[0].payload)["body"]["agent"]
-status = agent._status(protocol.ONLINE, "connected", 1)
+status = agent._status(wire.ONLINE, "connected", 1)
 idle = "cryptography" in sys.modules
 answer = agent.jobs.handle(Path(sys.argv[3]).read_bytes())
 print(json.dumps({"idle": idle, "after_job": "cryptography" in sys.modules, "answer": answer["error"],
@@ -346,7 +346,7 @@ def test_the_daemon_says_signatures_are_on_and_loads_cryptography_only_for_a_job
     trusted, _ = keys
     job = tmp_path / "job.json"
     # Signed correctly, for a file the board does not have: the signature is checked, then the file.
-    job.write_bytes(protocol.benchmark_job("probe", 1, "j", "a" * 64, "onnx", path="models/m.onnx", size=10, meta=META,
+    job.write_bytes(wire.benchmark_job("probe", 1, "j", "a" * 64, "onnx", path="models/m.onnx", size=10, meta=META,
                                            signer=trusted.sign_job).encode())
     out = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / "data"), str(trusted.public_path), str(job)],
                          capture_output=True, text=True, check=True).stdout
@@ -379,7 +379,7 @@ def web(tmp_path_factory, model):
 
 def url_job(model, url, **kwargs):
     _, _, size, sha = model
-    return protocol.benchmark_job(DEVICE, 1, "web", sha, "onnx", url=url, size=size, meta=META,
+    return wire.benchmark_job(DEVICE, 1, "web", sha, "onnx", url=url, size=size, meta=META,
                                   **dict(QUICK_BENCH, **kwargs))
 
 
@@ -416,11 +416,11 @@ def test_a_signed_url_artifact_is_checked_before_the_download(model, data_dir, w
     trusted, other = keys
     handler = JobHandler(DEVICE, data_dir, trusted_key=trusted.trusted)
     _, _, size, sha = model
-    wrong = protocol.benchmark_job(DEVICE, 1, "w", sha, "onnx", url=f"{web}/model.onnx", size=size, meta=META,
+    wrong = wire.benchmark_job(DEVICE, 1, "w", sha, "onnx", url=f"{web}/model.onnx", size=size, meta=META,
                                    signer=other.sign_job, **QUICK_BENCH)
     assert handler.handle(wrong.encode())["error"]["kind"] == "signature_invalid"
     assert artifacts_in(data_dir) == []
-    right = protocol.benchmark_job(DEVICE, 2, "r", sha, "onnx", url=f"{web}/model.onnx", size=size, meta=META,
+    right = wire.benchmark_job(DEVICE, 2, "r", sha, "onnx", url=f"{web}/model.onnx", size=size, meta=META,
                                    signer=trusted.sign_job, **QUICK_BENCH)
     assert handler.handle(right.encode())["ok"] is True
 
@@ -449,7 +449,7 @@ def test_a_server_that_trickles_is_given_up_on_at_the_deadline(model, data_dir, 
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    ref = protocol.ArtifactRef(sha256=sha, format="onnx", size=size, url=f"http://127.0.0.1:{server.server_address[1]}/m")
+    ref = wire.ArtifactRef(sha256=sha, format="onnx", size=size, url=f"http://127.0.0.1:{server.server_address[1]}/m")
     started = time.monotonic()
     try:
         with pytest.raises(ArtifactError, match=message) as caught:

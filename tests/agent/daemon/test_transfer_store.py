@@ -4,9 +4,10 @@ import os
 
 import pytest
 
-from edgeopt_agent import protocol
-from edgeopt_agent.protocol import ArtifactRef, Envelope, ProtocolError
-from edgeopt_agent.transfer import ChunkStore, TransferError, plan_chunks, read_chunk
+from edgeopt_agent import wire
+from edgeopt_agent.wire import ArtifactRef, Envelope, ProtocolError
+from edgeopt_agent.daemon.chunk_store import ChunkStore, TransferError
+from edgeopt_agent.wire import plan_chunks, read_chunk
 
 CHUNK = 1024
 
@@ -46,15 +47,15 @@ def test_plan_chunks_cuts_a_file_into_hashed_pieces(tmp_path):
 
 def test_a_chunked_signed_job_round_trips(tmp_path):
     _, ref = artifact(tmp_path)
-    signature = protocol.Signature("ed25519", "0123456789abcdef", "A" * 86 + "==")
-    job = protocol.benchmark_job("rpi-01", 1, "j", ref.sha256, "onnx", chunks=ref.chunks, size=ref.size,
+    signature = wire.Signature("ed25519", "0123456789abcdef", "A" * 86 + "==")
+    job = wire.benchmark_job("rpi-01", 1, "j", ref.sha256, "onnx", chunks=ref.chunks, size=ref.size,
                                  signer=lambda body: signature, meta={"precision": "int8"}, runs=5)
-    parsed = protocol.parse_job(Envelope.decode(job.encode(), expect_device="rpi-01"))
+    parsed = wire.parse_job(Envelope.decode(job.encode(), expect_device="rpi-01"))
     assert parsed.artifact.chunks == ref.chunks and parsed.artifact.size == ref.size
     assert parsed.signature == signature and parsed.artifact.source == "chunks"
-    by_url = protocol.benchmark_job("rpi-01", 2, "u", ref.sha256, "onnx", url="https://models.example/m.onnx",
+    by_url = wire.benchmark_job("rpi-01", 2, "u", ref.sha256, "onnx", url="https://models.example/m.onnx",
                                     size=ref.size)
-    assert protocol.parse_job(by_url).artifact.url == "https://models.example/m.onnx"
+    assert wire.parse_job(by_url).artifact.url == "https://models.example/m.onnx"
 
 
 SHA = "ab" * 32
@@ -78,18 +79,18 @@ SHA = "ab" * 32
 def test_bad_chunked_and_url_artifacts_are_refused(artifact_fields, kind, fragment):
     body = {"job_id": "j", "artifact": {"sha256": SHA, "format": "onnx", **artifact_fields}}
     with pytest.raises(ProtocolError, match=fragment) as caught:
-        protocol.parse_job(Envelope(device_id="rpi-01", seq=1, type="benchmark", body=body))
+        wire.parse_job(Envelope(device_id="rpi-01", seq=1, type="benchmark", body=body))
     assert caught.value.kind == kind and caught.value.job_id == "j"
 
 
 def test_chunk_and_transfer_messages_round_trip():
-    chunk = protocol.chunk_message("rpi-01", 3, SHA, 2, b"\x00\x01piece")
-    assert protocol.parse_topic(protocol.chunks_topic("rpi-01")) == ("rpi-01", "chunks")
-    parsed = protocol.parse_chunk(Envelope.decode(chunk.encode(), expect_device="rpi-01"))
+    chunk = wire.chunk_message("rpi-01", 3, SHA, 2, b"\x00\x01piece")
+    assert wire.parse_topic(wire.chunks_topic("rpi-01")) == ("rpi-01", "chunks")
+    parsed = wire.parse_chunk(Envelope.decode(chunk.encode(), expect_device="rpi-01"))
     assert (parsed.artifact_sha256, parsed.index, parsed.data) == (SHA, 2, b"\x00\x01piece")
 
-    body = protocol.transfer_body("j", "r" * 32, SHA, 6, [5, 1, 3])
-    request = protocol.parse_transfer(Envelope("rpi-01", 1, protocol.TRANSFER_TYPE, body))
+    body = wire.transfer_body("j", "r" * 32, SHA, 6, [5, 1, 3])
+    request = wire.parse_transfer(Envelope("rpi-01", 1, wire.TRANSFER_TYPE, body))
     assert request.missing == (1, 3, 5) and request.chunks == 6 and request.job_id == "j"
 
 
@@ -104,14 +105,14 @@ def test_chunk_and_transfer_messages_round_trip():
 )
 def test_broken_chunk_messages_are_refused(message_type, body, fragment):
     with pytest.raises(ProtocolError, match=fragment):
-        protocol.parse_chunk(Envelope("rpi-01", 1, message_type, body))
+        wire.parse_chunk(Envelope("rpi-01", 1, message_type, body))
 
 
 def test_transfer_requests_name_indices_within_the_artifact():
-    body = protocol.transfer_body("j", "r", SHA, 3, [0])
+    body = wire.transfer_body("j", "r", SHA, 3, [0])
     body["missing"] = [3]
     with pytest.raises(ProtocolError, match="indices below 3"):
-        protocol.parse_transfer(Envelope("rpi-01", 1, protocol.TRANSFER_TYPE, body))
+        wire.parse_transfer(Envelope("rpi-01", 1, wire.TRANSFER_TYPE, body))
 
 
 # --- the store ------------------------------------------------------------------------------------

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from edgeopt_agent import protocol
+from edgeopt_agent import wire
 from edgeopt_agent.errors import UserError
-from edgeopt_agent.protocol import Envelope, ProtocolError
+from edgeopt_agent.wire import Envelope, ProtocolError
 
 SHA = hashlib.sha256(b"model").hexdigest()
 
@@ -22,26 +22,26 @@ def encode(data) -> bytes:
 
 
 def test_topics_build_and_parse_back():
-    assert protocol.status_topic("rpi-01") == "edgeopt/v1/rpi-01/status"
-    assert protocol.jobs_topic("rpi-01") == "edgeopt/v1/rpi-01/jobs"
-    for kind in protocol.TOPIC_KINDS:
-        assert protocol.parse_topic(protocol.topic("jetson_7.a", kind)) == ("jetson_7.a", kind)
-    assert protocol.subscription("results") == "edgeopt/v1/+/results"
-    assert protocol.subscription(None, "rpi-01") == "edgeopt/v1/rpi-01/#"
-    assert protocol.shared_subscription("collectors", "telemetry") == "$share/collectors/edgeopt/v1/+/telemetry"
+    assert wire.status_topic("rpi-01") == "edgeopt/v1/rpi-01/status"
+    assert wire.jobs_topic("rpi-01") == "edgeopt/v1/rpi-01/jobs"
+    for kind in wire.TOPIC_KINDS:
+        assert wire.parse_topic(wire.topic("jetson_7.a", kind)) == ("jetson_7.a", kind)
+    assert wire.subscription("results") == "edgeopt/v1/+/results"
+    assert wire.subscription(None, "rpi-01") == "edgeopt/v1/rpi-01/#"
+    assert wire.shared_subscription("collectors", "telemetry") == "$share/collectors/edgeopt/v1/+/telemetry"
 
 
 @pytest.mark.parametrize("name", ["edgeopt/v1/rpi/other", "edgeopt/v2/rpi/status", "edgeopt/v1/status",
                                   "edgeopt/v1/a/b/status", "x/edgeopt/v1/rpi/status"])
 def test_foreign_topics_are_refused(name):
     with pytest.raises(ProtocolError):
-        protocol.parse_topic(name)
+        wire.parse_topic(name)
 
 
 @pytest.mark.parametrize("device_id", ["", "a/b", "+", "#", "-lead", "x" * 65, "sp ace", "ü"])
 def test_device_ids_that_are_not_one_topic_level_are_refused(device_id):
     with pytest.raises(ProtocolError, match="invalid device id"):
-        protocol.topic(device_id, "status")
+        wire.topic(device_id, "status")
 
 
 def test_envelope_round_trip_and_fields():
@@ -49,7 +49,7 @@ def test_envelope_round_trip_and_fields():
     received = Envelope.decode(sent.encode(), expect_device="rpi-01")
     assert received == sent
     assert len(sent.id) == 32 and int(sent.id, 16) >= 0
-    assert sent.schema == protocol.SCHEMA_VERSION
+    assert sent.schema == wire.SCHEMA_VERSION
     assert set(json.loads(sent.encode())) == {"id", "device_id", "seq", "ts", "schema", "type", "body"}
     assert Envelope(device_id="a", seq=1, type="t", body={}).id != Envelope(device_id="a", seq=1, type="t", body={}).id
 
@@ -96,18 +96,18 @@ def test_oversized_messages_are_refused_before_parsing():
 
 
 def test_benchmark_job_by_path_and_inline():
-    by_path = protocol.benchmark_job("rpi-01", 1, "job-1", SHA, "onnx", path="models/m.onnx", runs=50, batch_sizes=(1, 4))
-    job = protocol.parse_job(Envelope.decode(by_path.encode(), expect_device="rpi-01"))
+    by_path = wire.benchmark_job("rpi-01", 1, "job-1", SHA, "onnx", path="models/m.onnx", runs=50, batch_sizes=(1, 4))
+    job = wire.parse_job(Envelope.decode(by_path.encode(), expect_device="rpi-01"))
     assert job.job_id == "job-1" and job.request_id == by_path.id
     assert job.artifact.path == "models/m.onnx" and job.artifact.data_b64 is None
     assert job.bench == {"runs": 50, "batch_sizes": (1, 4)}
     assert job.meta is None
 
-    with_meta = protocol.benchmark_job("rpi-01", 3, "job-3", SHA, "onnx", path="m.onnx", meta={"precision": "int8"})
-    assert protocol.parse_job(with_meta).meta == {"precision": "int8"}
+    with_meta = wire.benchmark_job("rpi-01", 3, "job-3", SHA, "onnx", path="m.onnx", meta={"precision": "int8"})
+    assert wire.parse_job(with_meta).meta == {"precision": "int8"}
 
-    inline = protocol.benchmark_job("rpi-01", 2, "job-2", SHA, "tflite", data=b"model")
-    job = protocol.parse_job(Envelope.decode(inline.encode()))
+    inline = wire.benchmark_job("rpi-01", 2, "job-2", SHA, "tflite", data=b"model")
+    job = wire.parse_job(Envelope.decode(inline.encode()))
     assert job.artifact.inline_bytes() == b"model"
     assert job.artifact.format == "tflite"
 
@@ -122,7 +122,7 @@ GOOD_ARTIFACT = {"sha256": SHA, "format": "onnx", "path": "m.onnx"}
 def test_a_job_describes_how_to_feed_its_inputs():
     inputs = [{"name": "serving_default_args_0", "alias": "input", "shape": [1, 512], "dtype": "float32"},
               {"name": "sr", "shape": [], "dtype": "int64", "value": 16000}]
-    job = protocol.parse_job(protocol.benchmark_job("rpi-01", 1, "job-1", SHA, "onnx", path="m.onnx", inputs=inputs))
+    job = wire.parse_job(wire.benchmark_job("rpi-01", 1, "job-1", SHA, "onnx", path="m.onnx", inputs=inputs))
     assert job.bench["inputs"] == inputs
 
 
@@ -181,54 +181,54 @@ def test_a_job_describes_how_to_feed_its_inputs():
 )
 def test_invalid_jobs_are_refused_with_their_job_id(body, kind, fragment):
     with pytest.raises(ProtocolError, match=fragment) as caught:
-        protocol.parse_job(job_envelope(body))
+        wire.parse_job(job_envelope(body))
     assert caught.value.kind == kind
     assert caught.value.job_id == body.get("job_id")
 
 
 def test_unknown_job_type_names_the_known_ones():
     with pytest.raises(ProtocolError, match="unknown job type 'reboot'; this agent runs: benchmark") as caught:
-        protocol.parse_job(job_envelope({"job_id": "j"}, job_type="reboot"))
+        wire.parse_job(job_envelope({"job_id": "j"}, job_type="reboot"))
     assert caught.value.kind == "unknown_job_type" and caught.value.job_id == "j"
 
 
 def test_inline_artifact_size_is_capped_before_decoding():
-    big = base64.b64encode(b"\0" * (protocol.MAX_INLINE_ARTIFACT_BYTES + 3)).decode()
+    big = base64.b64encode(b"\0" * (wire.MAX_INLINE_ARTIFACT_BYTES + 3)).decode()
     with pytest.raises(ProtocolError, match="send its path") as caught:
-        protocol.parse_job(job_envelope({"job_id": "j", "artifact": {"sha256": SHA, "format": "onnx", "data_b64": big}}))
+        wire.parse_job(job_envelope({"job_id": "j", "artifact": {"sha256": SHA, "format": "onnx", "data_b64": big}}))
     assert caught.value.kind == "artifact_too_large"
 
 
 def test_bad_base64_is_reported_when_decoded():
-    job = protocol.parse_job(job_envelope({"job_id": "j", "artifact": {"sha256": SHA, "format": "onnx", "data_b64": "@@"}}))
+    job = wire.parse_job(job_envelope({"job_id": "j", "artifact": {"sha256": SHA, "format": "onnx", "data_b64": "@@"}}))
     with pytest.raises(ProtocolError, match="not valid base64"):
         job.artifact.inline_bytes()
 
 
 def test_the_host_helper_refuses_to_build_a_broken_job():
     with pytest.raises(ProtocolError, match="exactly one"):
-        protocol.benchmark_job("rpi-01", 1, "j", SHA, "onnx")
+        wire.benchmark_job("rpi-01", 1, "j", SHA, "onnx")
 
 
 def test_result_bodies():
-    ok = protocol.result_body("j", "benchmark", "r" * 32, result={"ok": True, "latency_ms": {"p50": 1.0}})
+    ok = wire.result_body("j", "benchmark", "r" * 32, result={"ok": True, "latency_ms": {"p50": 1.0}})
     assert ok["ok"] is True and ok["error"] is None and ok["result"]["latency_ms"] == {"p50": 1.0}
-    failed = protocol.result_body("j", "benchmark", None, result={"ok": False, "error": {"kind": "crash", "message": "m"}})
+    failed = wire.result_body("j", "benchmark", None, result={"ok": False, "error": {"kind": "crash", "message": "m"}})
     assert failed["ok"] is False and failed["error"] == {"kind": "crash", "message": "m"}
-    refused = protocol.result_body(None, None, None, error=protocol.error_info("malformed_message", "bad"))
+    refused = wire.result_body(None, None, None, error=wire.error_info("malformed_message", "bad"))
     assert refused == {"job_id": None, "job_type": None, "request_id": None, "ok": False,
                        "error": {"kind": "malformed_message", "message": "bad"}, "result": None, "meta": None}
-    echoed = protocol.result_body("j", "benchmark", None, result={"ok": True}, meta={"model": "resnet"})
+    echoed = wire.result_body("j", "benchmark", None, result={"ok": True}, meta={"model": "resnet"})
     assert echoed["meta"] == {"model": "resnet"}
     with pytest.raises(ValueError):
-        protocol.result_body("j", "benchmark", None)
+        wire.result_body("j", "benchmark", None)
 
 
 def test_status_body():
-    assert protocol.status_body("online", "connected", profile="rpi5") == {
+    assert wire.status_body("online", "connected", profile="rpi5") == {
         "state": "online", "reason": "connected", "profile": "rpi5"}
     with pytest.raises(ProtocolError):
-        protocol.status_body("asleep", "x")
+        wire.status_body("asleep", "x")
 
 
 def test_protocol_module_uses_the_standard_library_only():
@@ -238,11 +238,12 @@ def test_protocol_module_uses_the_standard_library_only():
 
     if not hasattr(sys, "stdlib_module_names"):
         pytest.skip("sys.stdlib_module_names needs Python 3.10+")
-    tree = ast.parse(Path(protocol.__file__).read_text())
-    imported = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0:
-            imported.add(node.module.split(".")[0])
-    assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+    for module in ("errors", "topics", "envelope", "bench_options", "chunks", "jobs", "transfers", "confirms"):
+        tree = ast.parse((Path(wire.__file__).parent / f"{module}.py").read_text())
+        imported = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                imported.add(node.module.split(".")[0])
+        assert imported <= set(sys.stdlib_module_names) | {"__future__"}, (module, imported)

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from edgeopt_agent import protocol
+from edgeopt_agent import wire
 from edgeopt_agent.bench import UNSUPPORTED, BenchmarkSpec, run_benchmark
 from edgeopt_agent.runners import RUNTIMES, UnsupportedModelError, open_runner, runtime_report, unavailable_reason
 from edgeopt_agent.runners.cuda_runtime import import_cudart
@@ -81,7 +81,7 @@ def test_an_agent_job_asking_for_tensorrt_gets_an_error_result(dynamic_onnx, tmp
     models.mkdir()
     shutil.copy(dynamic_onnx, models / "m.onnx")
     sha = hashlib.sha256((models / "m.onnx").read_bytes()).hexdigest()
-    job = protocol.benchmark_job("jetson-1", 1, "trt-1", sha, "onnx", path="models/m.onnx",
+    job = wire.benchmark_job("jetson-1", 1, "trt-1", sha, "onnx", path="models/m.onnx",
                                  runtime="tensorrt", runs=5, duration_s=0, idle_s=0, timeout_s=60)
     body = JobHandler("jetson-1", tmp_path).handle(job.encode())
     assert body["ok"] is False and body["job_id"] == "trt-1"

@@ -17,9 +17,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
-from ..errors import UserError, require
+from ..errors import require
 from .backoff import Backoff
-from .config import BrokerSettings
+from .broker import BrokerSettings, configure_client
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,6 @@ V311 = "3.1.1"
 QOS = 1
 SESSION_EXPIRY_S = 7 * 24 * 3600
 TICK_S = 0.25
-CONNECT_TIMEOUT_S = 10.0  # TCP (and TLS) connect
 CONNACK_TIMEOUT_S = 30.0
 # Some 3.1.1-only brokers misread a v5 CONNECT (its properties) and never answer at all, rather
 # than refusing the protocol version: until v5 has worked once, silence also means "use 3.1.1".
@@ -45,12 +44,19 @@ class Message:
 
 @dataclass(frozen=True)
 class Received:
-    """A message handed to an `on_receive` owner, who acknowledges it with `session.ack(mid, qos)`."""
+    """A message as it arrived (this session's and deploy's clients both hand these out). An
+    `on_receive` owner acknowledges it with `session.ack(mid, qos)`."""
 
     topic: str
     payload: bytes
-    mid: int
-    qos: int
+    retain: bool = False
+    mid: int = 0
+    qos: int = 0
+
+    @classmethod
+    def of(cls, message: Any) -> "Received":
+        """From a paho message."""
+        return cls(message.topic, bytes(message.payload), bool(message.retain), message.mid, message.qos)
 
 
 class MqttSession:
@@ -243,7 +249,7 @@ class MqttSession:
         s = self.settings
         if self.protocol == V5:
             client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.client_id, protocol=mqtt.MQTTv5)
-            client.connect_timeout = CONNECT_TIMEOUT_S
+            configure_client(client, s)
             properties = require("paho.mqtt.properties", "agent").Properties(
                 require("paho.mqtt.packettypes", "agent").PacketTypes.CONNECT
             )
@@ -253,11 +259,10 @@ class MqttSession:
             client = mqtt.Client(
                 mqtt.CallbackAPIVersion.VERSION2, client_id=self.client_id, protocol=mqtt.MQTTv311, clean_session=False
             )
-            client.connect_timeout = CONNECT_TIMEOUT_S
+            configure_client(client, s)
             client.connect_async(s.host, s.port, s.keepalive_s)
         client.manual_ack_set(True)
         client.enable_logger(logging.getLogger("paho.mqtt"))
-        apply_credentials(client, s)
         client.on_connect = self._handle_connect
         client.on_disconnect = self._handle_disconnect
         client.on_message = self._handle_message
@@ -300,7 +305,7 @@ class MqttSession:
 
     def _handle_message(self, client, userdata, message) -> None:
         if self._on_receive is not None:
-            self._on_receive(Received(message.topic, bytes(message.payload), message.mid, message.qos))
+            self._on_receive(Received.of(message))
             return
         try:
             self._on_message(message.topic, message.payload)
@@ -316,20 +321,3 @@ class MqttSession:
             self._final_acked = accepted
             return
         self._on_ack(mid, accepted)
-
-
-def apply_credentials(client: Any, settings: BrokerSettings) -> None:
-    """TLS (CA, client certificate for mutual TLS, host name check) and user name/password on a
-    paho client: one definition for the agent, the collector and deploy."""
-    if settings.tls:
-        try:
-            client.tls_set(
-                ca_certs=str(settings.tls_ca) if settings.tls_ca else None,
-                certfile=str(settings.tls_cert) if settings.tls_cert else None,
-                keyfile=str(settings.tls_key) if settings.tls_key else None,
-            )
-        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
-            raise UserError(f"cannot set up TLS for {settings.address}: {exc}") from exc
-        client.tls_insecure_set(settings.tls_insecure)
-    if settings.username:
-        client.username_pw_set(settings.username, settings.password)

@@ -16,10 +16,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Set, Tuple
 
-from .. import protocol
-from ..transfer import ChunkStore, TransferError
+from .. import wire
+from ..files import sha256_file
 from .admission import Admission
-from .artifacts import INLINE_DIR, ArtifactError, sha256_file
+from .artifacts import ArtifactError, artifact_path
+from .chunk_store import ChunkStore, TransferError
 
 log = logging.getLogger(__name__)
 
@@ -51,25 +52,22 @@ class Transfers:
         self._refused: Dict[str, Tuple[str, str]] = {}  # artifact sha256 -> (error kind, message)
         self._dropped: Dict[str, Set[int]] = {}  # artifact sha256 -> indices of chunks dropped as wrong
 
-    def final_path(self, ref: protocol.ArtifactRef) -> Path:
-        return self.data_dir / INLINE_DIR / f"{ref.sha256}.{ref.format}"
-
     # --- MQTT thread --------------------------------------------------------------------------
 
     def job_arrived(self, payload: bytes) -> None:
         """Ask for the missing chunks of a new job right away. A job that fails a check here is
         left alone: the worker makes the same checks and answers it with the error."""
         try:
-            job = protocol.parse_job(protocol.Envelope.decode(payload, expect_device=self.device_id))
-        except protocol.ProtocolError:
+            job = wire.parse_job(wire.Envelope.decode(payload, expect_device=self.device_id))
+        except wire.ProtocolError:
             return
         if job.artifact.chunks is None:
             return
         try:
             if self.admission is not None:
                 self.admission.precheck(job)
-            missing = [] if self.final_path(job.artifact).is_file() else self.store.register(job.artifact)
-        except (protocol.ProtocolError, OSError) as exc:
+            missing = [] if artifact_path(self.data_dir, job.artifact).is_file() else self.store.register(job.artifact)
+        except (wire.ProtocolError, OSError) as exc:
             log.info("not asking for the chunks of job %s: %s", job.job_id, exc)
             return
         with self._cond:
@@ -86,8 +84,8 @@ class Transfers:
 
     def _take_chunk(self, payload: bytes) -> None:
         try:
-            chunk = protocol.parse_chunk(protocol.Envelope.decode(payload, expect_device=self.device_id))
-        except protocol.ProtocolError as exc:
+            chunk = wire.parse_chunk(wire.Envelope.decode(payload, expect_device=self.device_id))
+        except wire.ProtocolError as exc:
             log.warning("dropping a chunk message: %s", exc)
             return
         sha = chunk.artifact_sha256
@@ -113,10 +111,10 @@ class Transfers:
 
     # --- job worker ---------------------------------------------------------------------------
 
-    def fetch(self, job: protocol.BenchmarkJob) -> Path:
+    def fetch(self, job: wire.BenchmarkJob) -> Path:
         """The job's artifact as a verified local file, once all its chunks are in."""
         ref = job.artifact
-        target = self.final_path(ref)
+        target = artifact_path(self.data_dir, ref)
         damaged = False
         if target.is_file():
             if sha256_file(target) == ref.sha256:
@@ -133,7 +131,7 @@ class Transfers:
         except TransferError as exc:
             raise ArtifactError(str(exc), kind=exc.kind) from None
 
-    def _wait(self, job: protocol.BenchmarkJob) -> None:
+    def _wait(self, job: wire.BenchmarkJob) -> None:
         sha = job.artifact.sha256
         idle_until = time.monotonic() + self.idle_timeout_s
         with self._cond:
@@ -158,7 +156,7 @@ class Transfers:
 
     # ---------------------------------------------------------------------------------------------
 
-    def _ask(self, job: protocol.BenchmarkJob, missing, again: bool = False) -> None:
+    def _ask(self, job: wire.BenchmarkJob, missing, again: bool = False) -> None:
         with self._cond:
             if job.request_id in self._asked and not again:
                 return
@@ -167,7 +165,7 @@ class Transfers:
         log.info("job %s: asking for %d of %d chunks of artifact %s", job.job_id, len(missing), count,
                  job.artifact.sha256[:12])
         if self._request is not None:
-            self._request(protocol.transfer_body(job.job_id, job.request_id, job.artifact.sha256, count, missing))
+            self._request(wire.transfer_body(job.job_id, job.request_id, job.artifact.sha256, count, missing))
 
     def _refuse(self, sha: str, kind: str, message: str) -> None:
         with self._cond:

@@ -1,6 +1,6 @@
-"""Chunked artifacts: cutting a file into chunks (host) and putting it back together (device).
+"""Chunked artifacts put back together on the board (the host cuts them: edgeopt_agent.wire.chunks).
 
-On the device, received chunks wait on disk until the whole file is there, under
+Received chunks wait on disk until the whole file is there, under
 ``<data_dir>/transfers/<artifact sha256>/``: ``plan.json`` (size, format, chunk size and the
 sha256 of every chunk, from the job) and one ``<index>.chunk`` file per chunk, written under a
 temporary name and renamed once on disk. A chunk is kept only if its sha256 is the one the job
@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
-from .protocol import ArtifactRef, ChunkPlan, ProtocolError, chunk_count
+from ..files import READ_BYTES, write_atomically
+from ..wire import ArtifactRef, ChunkPlan, ProtocolError, chunk_count
 
 log = logging.getLogger(__name__)
 
@@ -34,32 +35,10 @@ ASSEMBLING_FILE = "assembling.tmp"
 DEFAULT_KEEP_PARTIAL = 3
 DEFAULT_RESERVE_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_AGE_S = 7 * 24 * 3600.0
-_READ_BYTES = 1 << 20
 
 
 class TransferError(ProtocolError):
     """A chunk or a whole artifact that cannot be taken: wrong bytes, no room, unknown artifact."""
-
-
-def plan_chunks(path: Path, chunk_size: int) -> Tuple[ChunkPlan, int, str]:
-    """(chunk plan, size, sha256) of a file, read once."""
-    whole = hashlib.sha256()
-    hashes: List[str] = []
-    size = 0
-    with open(path, "rb") as handle:
-        for data in iter(lambda: handle.read(chunk_size), b""):
-            whole.update(data)
-            hashes.append(hashlib.sha256(data).hexdigest())
-            size += len(data)
-    if size == 0:
-        raise ValueError(f"{path} is empty")
-    return ChunkPlan(chunk_size=chunk_size, sha256=tuple(hashes)), size, whole.hexdigest()
-
-
-def read_chunk(path: Path, plan: ChunkPlan, index: int) -> bytes:
-    with open(path, "rb") as handle:
-        handle.seek(index * plan.chunk_size)
-        return handle.read(plan.chunk_size)
 
 
 @dataclass(frozen=True)
@@ -126,7 +105,7 @@ class ChunkStore:
             if existing is None:
                 folder = self._folder(plan.sha256)
                 folder.mkdir(parents=True, exist_ok=True)
-                _write_atomically(folder / PLAN_FILE, plan.to_json().encode("utf-8"))
+                write_atomically(folder / PLAN_FILE, plan.to_json().encode("utf-8"), durable=True)
                 self._plans[plan.sha256] = plan
                 self._held[plan.sha256] = self._scan(plan)
             return self.missing(plan.sha256)
@@ -185,7 +164,7 @@ class ChunkStore:
                     f"{expected[:12]}…: it is not part of the file the job names",
                     kind="artifact_mismatch",
                 )
-            _write_atomically(self._folder(sha256) / f"{index:06d}.chunk", data)
+            write_atomically(self._folder(sha256) / f"{index:06d}.chunk", data, durable=True)
             self._held[sha256].add(index)
             return True
 
@@ -210,7 +189,7 @@ class ChunkStore:
                 for index in range(plan.chunks.count):
                     chunk = folder / f"{index:06d}.chunk"
                     with open(chunk, "rb") as handle:
-                        for data in iter(lambda: handle.read(_READ_BYTES), b""):
+                        for data in iter(lambda: handle.read(READ_BYTES), b""):
                             digest.update(data)
                             out.write(data)
                     with self._lock:
@@ -288,19 +267,6 @@ class ChunkStore:
                 f"({_mb(self.reserve_bytes)} kept spare) and {_mb(free)} are free; free some space on the board",
                 kind="no_space",
             )
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    temp = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(temp, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
 
 
 def _last_active(folder: Path) -> float:
