@@ -108,7 +108,7 @@ def import_graph() -> Dict[str, Set[str]]:
 def test_the_graph_sees_relative_and_absolute_imports():
     graph = import_graph()
     assert "edgeopt_agent.sensors.base" in graph["edgeopt_agent.sensors.suite"]
-    assert "edgeopt_agent.protocol" in graph["edgeopt.fleet.messages"]
+    assert "edgeopt_agent.wire" in graph["edgeopt.fleet.messages"]
 
 
 def test_a_circle_is_found():
