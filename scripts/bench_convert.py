@@ -29,7 +29,7 @@ from torch import nn
 
 import edgeopt
 from edgeopt_converters.host_timing import time_interleaved
-from edgeopt_agent.hostinfo import cpu_model
+from edgeopt.hostinfo import cpu_model
 from edgeopt_converters.examples import digits_splits
 from edgeopt_agent.runners import open_runner
 

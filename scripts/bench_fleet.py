@@ -38,7 +38,7 @@ from datetime import date
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from edgeopt_agent.hostinfo import cpu_model
+from edgeopt.hostinfo import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs" / "BENCHMARKS.md"

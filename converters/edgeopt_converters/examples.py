@@ -14,6 +14,7 @@ import numpy as np
 from edgeopt_agent.errors import UserError, require
 
 from .hashing import update_with_weights
+from .source_model import SourceModel
 from .tensors import Dataset, InputSpec
 
 
@@ -52,8 +53,6 @@ def train_digits_cnn(images: np.ndarray, labels: np.ndarray, epochs: int = 12, s
 
 
 def _digits_cnn():
-    from .model_source import SourceModel
-
     splits = digits_splits()
     model = train_digits_cnn(*splits["train"])
     digest = hashlib.sha256(b"example:digits-cnn")
@@ -74,7 +73,7 @@ def _digits_cnn():
 EXAMPLES: Dict[str, Callable] = {"digits-cnn": _digits_cnn}
 
 
-def load_example(name: str):
+def load_example(name: str) -> SourceModel:
     if name not in EXAMPLES:
         raise UserError(f"unknown example '{name}'; available: {', '.join('example:' + n for n in EXAMPLES)}")
     return EXAMPLES[name]()

@@ -1,15 +1,5 @@
+"""Model identity: the weights of a PyTorch module fed to a digest."""
 from __future__ import annotations
-
-import hashlib
-from pathlib import Path
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(chunk), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def update_with_weights(digest, module) -> None:

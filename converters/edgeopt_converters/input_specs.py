@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Sequence
 
 from edgeopt_agent.errors import UserError
 
-from .model_source import SourceModel
+from .source_model import SourceModel
 from .tensors import InputSpec, check_dtype, fits, make_specs, parse_shape, parse_value, split_named
 
 BATCH_WORDS = ("batch", "batch_size", "n", "b", "n_batch", "batchsize")

@@ -11,38 +11,21 @@ from __future__ import annotations
 import hashlib
 import inspect
 import zipfile
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import List, Optional
 
 from edgeopt_agent.errors import UserError, require
+from edgeopt_agent.files import sha256_file
 
-from .hashing import sha256_file, update_with_weights
+from .examples import load_example
+from .hashing import update_with_weights
 from .pt2_guard import checked_archive
-from .tensors import Dataset, InputSpec
+from .source_model import SourceModel
+from .tensors import InputSpec
 from .user_code import user_function
 
 TORCHSCRIPT_SUFFIXES = (".pt", ".pth", ".ts", ".torchscript", ".jit")
-
-
-@dataclass
-class SourceModel:
-    """The model to convert, in whichever form it came."""
-
-    kind: str  # "module" | "torchscript" | "exported" | "onnx"
-    description: str
-    sha256: str
-    module: Any = None  # torch.nn.Module (eval mode) for module / exported / torchscript
-    onnx_path: Optional[Path] = None
-    input_specs: List[InputSpec] = field(default_factory=list)
-    # Data that a bundled example brings along; the user's --calibration / --eval-data win.
-    calibration: Optional[Dataset] = None
-    eval_data: Optional[Dataset] = None
-
-    @property
-    def exportable(self) -> bool:
-        """True when torch.export can trace it (needed for TFLite via litert-torch)."""
-        return self.kind in ("module", "exported")
 
 
 def _torch():
@@ -51,8 +34,6 @@ def _torch():
 
 def load_source(spec: str, weights: Optional[Path] = None, trust_model_code: bool = False) -> SourceModel:
     if spec.startswith("example:"):
-        from .examples import load_example
-
         return load_example(spec[len("example:"):])
     if ".py:" in spec:
         path_text, factory = spec.rsplit(":", 1)

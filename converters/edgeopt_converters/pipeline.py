@@ -32,13 +32,14 @@ from .manifest_build import ArtifactRecord, build_manifest, publish
 from .architecture import classify
 from .input_specs import concrete_specs, resolve_specs, tensor_inputs
 from .mixed_precision import search_mixed_precision
-from .model_source import SourceModel, bind_constants, load_source, module_source
-from .passes._quiet import captured_output
+from .model_source import bind_constants, load_source, module_source
+from .passes._quiet import captured_output, quiet_libraries
 from .passes.base import StepCall, StepContext
 from .passes.errors import StepFailed
-from .progress import Progress
+from .progress import ProgressReporter
 from .quant_check import check_weights
 from .sensitivity import node_sensitivity
+from .source_model import SourceModel
 from .recipe import PlannedArtifact, architecture_variants, make_plan, tflite_dynamic_variant
 from .recommend import recommend
 from .roofline import predict_artifacts
@@ -202,8 +203,9 @@ def _measured_on_host(profile: DeviceProfile, timed: bool) -> Tuple[bool, str]:
     return True, ""
 
 
-def convert(model: Any, opts: ConvertOptions, progress: Progress = Progress()) -> Dict[str, Any]:
+def convert(model: Any, opts: ConvertOptions, progress: ProgressReporter = ProgressReporter()) -> Dict[str, Any]:
     """Convert `model` (a spec string, or an nn.Module) for `opts.device`; returns the manifest."""
+    quiet_libraries()
     _check_options(opts)
     profile = load_profile(opts.device)
     metric = load_metric(opts.metric, opts.max_metric_drop) if opts.metric else None
@@ -340,7 +342,7 @@ def _exact_int8_config(ctx: _Context, item: PlannedArtifact) -> Dict[str, str]:
     return config
 
 
-def _build_all(ctx: _Context, plan, opts: ConvertOptions, progress: Progress) -> List[ArtifactRecord]:
+def _build_all(ctx: _Context, plan, opts: ConvertOptions, progress: ProgressReporter) -> List[ArtifactRecord]:
     eval_batch = feed_batch(ctx.specs)
     reference_predict = reference_predictor(ctx.source, ctx.specs)
     _fit_outputs_in_memory(ctx, reference_predict, eval_batch)
@@ -427,7 +429,7 @@ def _blame_fp16(ctx: _Context, record: ArtifactRecord, built: Dict[str, Path]) -
                             + " (keep them in FP32 with ConvertOnnxFp16's node_block_list)")
 
 
-def _check_int8(ctx: _Context, record: ArtifactRecord, built: Dict[str, Path], validate, progress: Progress,
+def _check_int8(ctx: _Context, record: ArtifactRecord, built: Dict[str, Path], validate, progress: ProgressReporter,
                 mixed: bool) -> ArtifactRecord:
     """Weights really INT8? Verdict failed? Then keep the most sensitive nodes in float until it passes."""
     if mixed and record.accuracy.verdict == acc.FAILED and record.planned.int8 is not None:
@@ -459,7 +461,7 @@ def _data_axes(ctx: _Context) -> Tuple[Tuple[str, int, str], ...]:
     return tuple(axes)
 
 
-def _time_all(ctx: _Context, records: List[ArtifactRecord], progress: Progress, max_rounds: int = 40) -> None:
+def _time_all(ctx: _Context, records: List[ArtifactRecord], progress: ProgressReporter, max_rounds: int = 40) -> None:
     """Interleaved rounds until every speed-up over FP32 of its format is known within 5 % (or a minute)."""
     feed = ctx.evaluation.first_feed(feed_batch(ctx.specs))
     fp32 = {r.planned.format: r.planned.key for r in records if r.planned.precision == "fp32"}

@@ -7,7 +7,7 @@ import sys
 from typing import Callable, Iterator
 
 
-class Progress:
+class ProgressReporter:
     """Null reporter: the Python API is silent unless given one that draws."""
 
     @contextlib.contextmanager
@@ -26,7 +26,7 @@ def _own_stderr():
         return sys.stderr
 
 
-class RichProgress(Progress):
+class RichProgress(ProgressReporter):
     """Progress bars on stderr, one line per step."""
 
     def __init__(self):

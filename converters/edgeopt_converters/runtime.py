@@ -10,7 +10,7 @@ import numpy as np
 from edgeopt_agent.errors import UserError, require
 from edgeopt_agent.runners import open_runner
 
-from .model_source import SourceModel
+from .source_model import SourceModel
 from .tensors import InputSpec
 
 

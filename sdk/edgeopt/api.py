@@ -98,7 +98,7 @@ def convert(
     from edgeopt_converters.accuracy.kinds import parse_output_kinds
     from edgeopt_converters.accuracy.streaming import parse_state_pairs
     from edgeopt_converters.pipeline import ConvertOptions, convert as run
-    from edgeopt_converters.progress import Progress
+    from edgeopt_converters.progress import ProgressReporter
 
     options = ConvertOptions(
         device=device,
@@ -124,7 +124,7 @@ def convert(
         time_on_host=time_on_host,
         mixed_precision=mixed_precision,
     )
-    return run(model, options, progress or Progress())
+    return run(model, options, progress or ProgressReporter())
 
 
 def devices() -> Tuple[DeviceProfile, ...]:

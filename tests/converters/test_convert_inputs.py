@@ -11,7 +11,7 @@ import model_files
 from edgeopt.cli.main import main
 from edgeopt_agent.errors import UserError
 from edgeopt_converters.input_specs import resolve_specs
-from edgeopt_converters.model_source import SourceModel
+from edgeopt_converters.source_model import SourceModel
 from edgeopt_converters.tensors import InputSpec, load_dataset, parse_shape, random_dataset
 
 VAD_INPUTS = [

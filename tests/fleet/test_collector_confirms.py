@@ -10,7 +10,8 @@ import pytest
 
 from edgeopt.fleet.collector import Collector, confirmations
 from edgeopt.fleet.simulator import SimulatedDevice
-from edgeopt.fleet.store import DUPLICATE, REJECTED, STORED, IngestOutcome, open_store
+from edgeopt.fleet.store import open_store
+from edgeopt.fleet.writer import DUPLICATE, REJECTED, STORED, IngestOutcome
 from edgeopt_agent import wire
 from edgeopt_agent.wire.backoff import Backoff
 from edgeopt_agent.wire.broker import BrokerSettings

@@ -16,7 +16,7 @@ from ..runners.errors import InputError
 from ..runners.formats import check_precision, resolve_runtime
 from .board_state import board_changes, board_fields, board_state
 from .failures import CRASH, TIMEOUT, describe_exit, error_result, failure
-from .isolation import ChildOutcome, Progress, run_child
+from .isolation import ChildOutcome, ProgressTextCallback, run_child
 from .spec import BenchmarkSpec
 
 NO_SENSORS = "no sensors given"
@@ -48,7 +48,7 @@ _DEVICE_KEYS = ("gpu_compute_ms", "gpu_latency_ms", "h2d_ms", "d2h_ms", "enqueue
 
 
 def run_benchmark(
-    spec: Union[BenchmarkSpec, Mapping[str, Any]], sensors=None, progress: Optional[Progress] = None
+    spec: Union[BenchmarkSpec, Mapping[str, Any]], sensors=None, progress: Optional[ProgressTextCallback] = None
 ) -> Dict[str, Any]:
     """Benchmark `spec.artifact` in a child process and return the result dict.
 
@@ -87,7 +87,7 @@ def run_benchmark(
     return result
 
 
-def _idle_baseline(power: Mapping[str, Any], monitor, idle_s: float, progress: Optional[Progress]):
+def _idle_baseline(power: Mapping[str, Any], monitor, idle_s: float, progress: Optional[ProgressTextCallback]):
     """Mean power with nothing running, over idle_s seconds (skipped where there is no power sensor)."""
     from ..sensors import EnergyReading
 

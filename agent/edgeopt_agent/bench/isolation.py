@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 from .leftovers import ChildRecord
 from .spec import BenchmarkSpec
 
-Progress = Callable[[str], None]
+ProgressTextCallback = Callable[[str], None]
 _LOG_TAIL_BYTES = 16384
 _LOG_TAIL_LINES = 6
 _thread_state = threading.local()
@@ -60,7 +60,7 @@ def recording_children(record: Optional[ChildRecord]) -> Iterator[None]:
         _thread_state.record = previous
 
 
-def run_child(spec: BenchmarkSpec, progress: Optional[Progress] = None) -> ChildOutcome:
+def run_child(spec: BenchmarkSpec, progress: Optional[ProgressTextCallback] = None) -> ChildOutcome:
     """Run `spec` in a child process, within `spec.timeout_s` from start to exit."""
     outcome = ChildOutcome()
     deadline = time.monotonic() + spec.timeout_s
@@ -122,7 +122,7 @@ def _send_spec(proc: subprocess.Popen, spec: BenchmarkSpec) -> None:
         pass  # the child died at once: its exit status says why
 
 
-def _collect(read_fd: int, deadline: float, outcome: ChildOutcome, progress: Optional[Progress]) -> None:
+def _collect(read_fd: int, deadline: float, outcome: ChildOutcome, progress: Optional[ProgressTextCallback]) -> None:
     """Read the child's JSON lines until it closes the pipe or the deadline passes."""
     pending = b""
     while True:

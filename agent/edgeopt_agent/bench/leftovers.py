@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
+from ..files import write_atomically
+
 CHILD_MODULE = "edgeopt_agent.bench.child"
 RECORD_FILE = "bench-child.json"
 log = logging.getLogger(__name__)
@@ -64,10 +66,8 @@ class ChildRecord:
         if start is None:  # no /proc: nothing to prove identity with later
             return
         note = {"pid": pid, "start": start, "boot_id": boot_id(), "recorded_at": round(time.time(), 3)}
-        temporary = self.path.with_name(self.path.name + ".tmp")
         try:
-            temporary.write_text(json.dumps(note))
-            os.replace(str(temporary), str(self.path))
+            write_atomically(self.path, json.dumps(note))
         except OSError as exc:  # the benchmark still runs; only the clean-up after a crash is lost
             log.warning("could not note the benchmark child in %s: %s", self.path, exc)
 

@@ -8,10 +8,11 @@ lists it as disabled with the exception's message as the reason.
 
 from __future__ import annotations
 
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Dict, List, NamedTuple, Optional, Sequence
+from typing import Any, Callable, ClassVar, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 RunCommand = Callable[[Sequence[str]], str]
 
@@ -63,6 +64,15 @@ class Issue:
 
     kind: str  # "throttled" | "under_voltage"
     reason: str
+
+
+def summarize(issues: Sequence[Issue]) -> Dict[str, Any]:
+    """Whether any of `issues` is throttling or under-voltage, and their reasons once each."""
+    return {
+        "throttled": any(i.kind == "throttled" for i in issues),
+        "under_voltage": any(i.kind == "under_voltage" for i in issues),
+        "reasons": list(dict.fromkeys(i.reason for i in issues)),
+    }
 
 
 class Sensor:
@@ -146,6 +156,34 @@ def must_read_int(path: Path) -> int:
 
 def sys_path(sysfs_root: Path, relative: str) -> Path:
     return Path(sysfs_root) / relative.lstrip("/")
+
+
+def thermal_class_entries(
+    sysfs_root: Path, prefix: str, required_file: str, wanted: Callable[[str], bool], type_optional: bool = False
+) -> List[Tuple[str, Path]]:
+    """The folders PREFIX<N> in /sys/class/thermal that hold `required_file` and whose type is
+    `wanted`, as (name, folder) in the order of N. A name is the folder's type, with _N added when
+    two folders share a type. Without `type_optional` an unreadable type file is a SensorError;
+    with it, a missing one names the entry by its folder.
+    """
+    base = sys_path(sysfs_root, "sys/class/thermal")
+    if not base.is_dir():
+        return []
+    pattern = re.compile(rf"^{re.escape(prefix)}(\d+)$")
+    found = []
+    for entry in base.iterdir():
+        match = pattern.match(entry.name)
+        if not match or not (entry / required_file).is_file():
+            continue
+        try:
+            kind = entry.name if type_optional and not (entry / "type").is_file() else read_text(entry / "type")
+        except OSError as exc:
+            raise SensorError(describe_os_error(entry / "type", exc)) from None
+        if wanted(kind):
+            found.append((int(match.group(1)), kind, entry))
+    found.sort()
+    kinds = [kind for _, kind, _ in found]
+    return [(kind if kinds.count(kind) == 1 else f"{kind}_{index}", entry) for index, kind, entry in found]
 
 
 def describe_os_error(path: Path, exc: OSError) -> str:

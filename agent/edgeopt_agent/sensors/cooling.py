@@ -8,22 +8,10 @@ nothing, so only the devices that limit performance are watched.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from .base import (
-    Issue,
-    RunCommand,
-    Sensor,
-    SensorError,
-    describe_os_error,
-    must_read_int,
-    read_text,
-    sys_path,
-)
-
-_DEVICE_DIR = re.compile(r"^cooling_device(\d+)$")
+from .base import Issue, RunCommand, Sensor, must_read_int, thermal_class_entries
 
 
 def _limits_performance(kind: str) -> bool:
@@ -38,25 +26,7 @@ class CoolingSensor(Sensor):
 
     @classmethod
     def probe(cls, sysfs_root: Path, run_command: RunCommand) -> Optional["CoolingSensor"]:
-        base = sys_path(sysfs_root, "sys/class/thermal")
-        if not base.is_dir():
-            return None
-        found = []
-        for entry in base.iterdir():
-            match = _DEVICE_DIR.match(entry.name)
-            if not match or not (entry / "cur_state").is_file():
-                continue
-            try:
-                kind = read_text(entry / "type")
-            except OSError as exc:
-                raise SensorError(describe_os_error(entry / "type", exc)) from None
-            if _limits_performance(kind):
-                found.append((int(match.group(1)), kind, entry))
-        found.sort()
-        kinds = [kind for _, kind, _ in found]
-        devices = [
-            (kind if kinds.count(kind) == 1 else f"{kind}_{index}", path) for index, kind, path in found
-        ]
+        devices = thermal_class_entries(sysfs_root, "cooling_device", "cur_state", _limits_performance)
         return cls(devices) if devices else None
 
     def states(self) -> Dict[str, Tuple[int, int]]:

@@ -16,9 +16,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Deque, Dict, List, Optional, Tuple
 
-from .base import Issue
+from .base import Issue, summarize
 from .energy import EnergyReading, Sample, WindowNotCovered, counter_energy, inside, integrate_power
-from .suite import summarize
 
 if TYPE_CHECKING:
     from .suite import SensorSuite

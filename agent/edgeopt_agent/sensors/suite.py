@@ -7,12 +7,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Type, Union
 
-from .base import Issue, PowerSensor, RunCommand, Sensor, SensorError
+from .base import Issue, PowerSensor, RunCommand, Sensor, SensorError, summarize
 from .base import run_command as default_run_command
 from .cooling import CoolingSensor
 from .cpufreq import CpuFreqSensor
 from .ina3221 import Ina3221HwmonSensor, Ina3221IioSensor
 from .jetson_clocks import JetsonClocksSensor
+from .monitor import PowerMonitor
 from .nvml import NvmlSensor
 from .rapl import RaplSensor
 from .rpi import RpiPmicSensor, RpiThrottleSensor
@@ -22,7 +23,6 @@ from .thermal import ThermalSensor
 
 if TYPE_CHECKING:
     from ..profiles import DeviceProfile
-    from .monitor import PowerMonitor
 
 SENSORS: Tuple[Type[Sensor], ...] = (
     SystemSensor,
@@ -221,19 +221,18 @@ class SensorSuite:
     # -- health --------------------------------------------------------------------------
 
     def issues(self) -> List[Issue]:
-        with self._lock:
-            sensors = self._sensors + self._power_sensors
-        found: List[Issue] = []
-        for sensor in sensors:
-            found.extend(self._call(sensor, "issues", self.throttle_c) or [])
-        return found
+        return self._issues_from("issues", self.throttle_c)
 
     def latched(self) -> List[Issue]:
+        return self._issues_from("latched")
+
+    def _issues_from(self, method: str, *args: Any) -> List[Issue]:
+        """What `method` of every active sensor reports, in sensor order."""
         with self._lock:
             sensors = self._sensors + self._power_sensors
         found: List[Issue] = []
         for sensor in sensors:
-            found.extend(self._call(sensor, "latched") or [])
+            found.extend(self._call(sensor, method, *args) or [])
         return found
 
     def health(self) -> Dict[str, Any]:
@@ -242,9 +241,7 @@ class SensorSuite:
 
     # -- power ---------------------------------------------------------------------------
 
-    def power_monitor(self, interval_s: float = 0.05) -> "PowerMonitor":
-        from .monitor import PowerMonitor
-
+    def power_monitor(self, interval_s: float = 0.05) -> PowerMonitor:
         return PowerMonitor(self, interval_s=interval_s)
 
     def close(self) -> None:
@@ -252,11 +249,3 @@ class SensorSuite:
             sensors = self._sensors + self._power_sensors
         for sensor in sensors:
             sensor.close()
-
-
-def summarize(issues: Sequence[Issue]) -> Dict[str, Any]:
-    return {
-        "throttled": any(i.kind == "throttled" for i in issues),
-        "under_voltage": any(i.kind == "under_voltage" for i in issues),
-        "reasons": list(dict.fromkeys(i.reason for i in issues)),
-    }

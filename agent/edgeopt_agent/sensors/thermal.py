@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from .base import Issue, RunCommand, Sensor, SensorError, describe_os_error, read_int, read_text, sys_path
+from .base import Issue, RunCommand, Sensor, SensorError, describe_os_error, read_int, thermal_class_entries
 
-_ZONE_DIR = re.compile(r"^thermal_zone(\d+)$")
 # Offline zones report a sentinel such as -256 C (Jetson Orin's CV zones when the engine is off).
 _OFFLINE_BELOW_C = -100.0
 
@@ -22,28 +20,10 @@ class ThermalSensor(Sensor):
 
     @classmethod
     def probe(cls, sysfs_root: Path, run_command: RunCommand) -> Optional["ThermalSensor"]:
-        base = sys_path(sysfs_root, "sys/class/thermal")
-        if not base.is_dir():
-            return None
-        found = []
-        for entry in base.iterdir():
-            match = _ZONE_DIR.match(entry.name)
-            if not match or not (entry / "temp").is_file():
-                continue
-            try:
-                kind = read_text(entry / "type") if (entry / "type").is_file() else entry.name
-            except OSError as exc:
-                raise SensorError(describe_os_error(entry / "type", exc)) from None
-            # Tegra "PMIC-Die" zones report a fixed 100 C placeholder, not a measurement.
-            if "PMIC" in kind:
-                continue
-            found.append((int(match.group(1)), kind, entry / "temp"))
-        if not found:
-            return None
-        found.sort()
-        kinds = [kind for _, kind, _ in found]
-        zones = [(kind if kinds.count(kind) == 1 else f"{kind}_{index}", path) for index, kind, path in found]
-        return cls(zones)
+        # Tegra "PMIC-Die" zones report a fixed 100 C placeholder, not a measurement.
+        found = thermal_class_entries(sysfs_root, "thermal_zone", "temp", lambda kind: "PMIC" not in kind,
+                                      type_optional=True)
+        return cls([(name, entry / "temp") for name, entry in found]) if found else None
 
     def temperatures(self) -> Dict[str, float]:
         temps = {}

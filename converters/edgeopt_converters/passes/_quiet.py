@@ -1,3 +1,4 @@
+"""Keeping the exporters' chatter off the terminal: library log levels, and captured output per step."""
 from __future__ import annotations
 
 import contextlib
@@ -9,9 +10,18 @@ import tempfile
 
 log = logging.getLogger("edgeopt.convert")
 # Libraries that log through Python logging at WARNING for things a user cannot act on.
-for _name in ("torch.onnx", "torch.utils._pytree", "torchao", "onnxscript", "absl"):
-    logging.getLogger(_name).setLevel(logging.ERROR)
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+_CHATTY_LOGGERS = ("torch.onnx", "torch.utils._pytree", "torchao", "onnxscript", "absl")
+
+
+def quiet_libraries() -> None:
+    """Silence the exporters' warnings a user cannot act on; call once before converting.
+
+    TensorFlow reads TF_CPP_MIN_LOG_LEVEL when it is first imported, so this runs before any step.
+    A level the user set for TF_CPP_MIN_LOG_LEVEL is kept.
+    """
+    for name in _CHATTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Seque
 
 from edgeopt_agent.errors import UserError
 
-from ..model_source import SourceModel
+from ..source_model import SourceModel
 from ..tensors import Dataset, InputSpec
 
 

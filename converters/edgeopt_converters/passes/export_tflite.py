@@ -12,7 +12,7 @@ from typing import Callable, Optional, Sequence
 
 from edgeopt_agent.errors import UserError, require
 
-from ..model_source import SourceModel
+from ..source_model import SourceModel
 from ..tensors import Dataset, InputSpec, feed_batch
 from ._quiet import captured_output
 from .base import Step, StepContext, StepResult, option

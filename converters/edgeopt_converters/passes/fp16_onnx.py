@@ -7,11 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Tuple
 
-from edgeopt_agent.errors import require
-from edgeopt_agent.runners.onnxruntime_import import import_onnxruntime
-
 from ._quiet import captured_output
 from .base import Step, StepContext, StepResult, option
+from .onnx_steps import onnx_and_onnxruntime
 
 # Sums, powers and exponentials overflow FP16's 65504 or lose its 11-bit mantissa on real data.
 FP16_UNSAFE_OPS = ("Pow", "Exp", "Log", "ReduceSum", "ReduceMean", "ReduceProd", "ReduceSumSquare", "ReduceL2",
@@ -30,8 +28,7 @@ class ConvertOnnxFp16(Step):
     Options = OnnxFp16Options
 
     def run(self, ctx: StepContext, model: Optional[Path], output: Path) -> StepResult:
-        onnx = require("onnx", "convert", "ONNX FP16 conversion")
-        import_onnxruntime("convert", "ONNX FP16 conversion")
+        onnx = onnx_and_onnxruntime("ONNX FP16 conversion")
         from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
 
         o = self.options

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import List, Optional
 
 from edgeopt_agent.errors import require
-from edgeopt_agent.runners.onnxruntime_import import import_onnxruntime
 
 from ._quiet import captured_output
 from .base import Step, StepContext, StepResult, option
 from .errors import StepFailed, first_line
+from .onnx_steps import onnx_and_onnxruntime
 
 MIN_QUANT_OPSET = 13  # per-channel DequantizeLinear needs `axis`, which opset 13 introduced
 
@@ -70,8 +70,7 @@ class PreprocessOnnx(Step):
     Options = PreprocessOptions
 
     def run(self, ctx: StepContext, model: Optional[Path], output: Path) -> StepResult:
-        onnx = require("onnx", "convert", "ONNX pre-processing")
-        import_onnxruntime("convert", "ONNX pre-processing")
+        onnx = onnx_and_onnxruntime("ONNX pre-processing")
         o = self.options
         original = onnx.load(str(model))
         graph = onnx.ModelProto()

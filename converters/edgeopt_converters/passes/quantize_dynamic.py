@@ -14,6 +14,7 @@ from edgeopt_agent.runners.onnxruntime_import import import_onnxruntime
 from ._quiet import captured_output
 from .base import Step, StepContext, StepResult, option
 from .errors import StepFailed, first_line
+from .onnx_steps import describe_scheme
 
 TRANSFORMER_OPS = ("MatMul", "Gemm", "Attention", "Gather", "EmbedLayerNormalization")  # Gather: the embedding table
 RECURRENT_OPS = ("MatMul", "Gemm", "LSTM", "GRU")
@@ -29,14 +30,11 @@ class OnnxDynamicOptions:
 
     @property
     def scheme(self) -> str:
-        text = f"dynamic {'S8' if self.weight_type == 'int8' else 'U8'} weights ({', '.join(self.op_types)})"
-        if self.per_channel:
-            text += " per-channel"
-        if self.reduce_range:
-            text += " reduce-range"
-        if self.nodes_to_exclude:
-            text += f", {len(self.nodes_to_exclude)} nodes float"
-        return text
+        return describe_scheme(
+            f"dynamic {'S8' if self.weight_type == 'int8' else 'U8'} weights ({', '.join(self.op_types)})",
+            [(self.per_channel, "per-channel"), (self.reduce_range, "reduce-range")],
+            len(self.nodes_to_exclude),
+        )
 
 
 class QuantizeOnnxDynamic(Step):

@@ -16,6 +16,7 @@ from ._quiet import captured_output
 from .base import Step, StepContext, StepResult, option
 from .calibration import Calibration, calibrate
 from .errors import StepFailed, first_line
+from .onnx_steps import describe_scheme
 
 CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
 TENSORRT_INT8_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "Add")
@@ -48,20 +49,14 @@ class OnnxInt8Options:
     @property
     def scheme(self) -> str:
         short = {"uint8": "U8", "int8": "S8"}
-        text = f"QDQ {short[self.activation_type]}{short[self.weight_type]}"
-        if self.per_channel:
-            text += " per-channel"
-        if self.reduce_range:
-            text += " reduce-range"
-        if self.symmetric_activations:
-            text += " symmetric-activations"
-        if not self.quantize_outputs:
-            text += " input-only (TensorRT layout)"
-        if self.calibrate_method != "minmax":
-            text += f" {self.calibrate_method}"
-        if self.nodes_to_exclude:
-            text += f", {len(self.nodes_to_exclude)} nodes float"
-        return text
+        return describe_scheme(
+            f"QDQ {short[self.activation_type]}{short[self.weight_type]}",
+            [(self.per_channel, "per-channel"), (self.reduce_range, "reduce-range"),
+             (self.symmetric_activations, "symmetric-activations"),
+             (not self.quantize_outputs, "input-only (TensorRT layout)"),
+             (self.calibrate_method != "minmax", self.calibrate_method)],
+            len(self.nodes_to_exclude),
+        )
 
 
 class QuantizeOnnxStatic(Step):

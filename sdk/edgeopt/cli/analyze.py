@@ -1,12 +1,11 @@
 """`edgeopt analyze MODEL.onnx|OUTDIR --device NAME`: roofline per node and predicted latency on a board."""
 from __future__ import annotations
 
-import json
 from typing import Any, Dict
 
 import click
 
-from .output import console, table
+from .output import console, json_or_shown, table
 
 
 def _si(value: float, unit: str) -> str:
@@ -35,10 +34,7 @@ def analyze(model, device, input_shapes, db, threads, top, as_json):
     from ..analysis import analyze as run
 
     result = run(model, device, [parse_shape(s) for s in input_shapes], db=db, threads=threads, top=top)
-    if as_json:
-        click.echo(json.dumps(result, indent=2))
-        return
-    show(result)
+    json_or_shown(result, as_json, show)
 
 
 def show(result: Dict[str, Any]) -> None:

@@ -1,8 +1,11 @@
 """Terminal output helpers: rich when it is installed, plain text otherwise."""
 from __future__ import annotations
 
+import json
 import sys
-from typing import Sequence
+from typing import Any, Callable, Sequence
+
+import click
 
 
 class _PlainConsole:
@@ -21,6 +24,14 @@ class _PlainTable:
         lines.append("  ".join("-" * w for w in widths))
         lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in self.rows]
         return "\n".join(lines)
+
+
+def json_or_shown(result: Any, as_json: bool, show: Callable[[Any], None]) -> None:
+    """`result` as indented JSON (--json), else drawn by the command's `show`."""
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        show(result)
 
 
 def console(stderr: bool = False):

@@ -1,12 +1,12 @@
 """`edgeopt profile ARTIFACT|OUTDIR`: per-op time on this host from the runtime's own profiler."""
 from __future__ import annotations
 
-import json
 from typing import Any, Dict
 
 import click
 
-from .output import console, table
+from ..profile_rows import family_rows, node_rows, op_type_rows
+from .output import console, json_or_shown, table
 
 
 @click.command()
@@ -29,10 +29,7 @@ def profile(target, threads, runs, input_shapes, top, as_json):
     if runs < 1:
         raise UserError("--runs must be at least 1")
     result = run(target, threads=threads, runs=runs, input_shapes=[parse_shape(s) for s in input_shapes], top=top)
-    if as_json:
-        click.echo(json.dumps(result, indent=2))
-        return
-    show(result)
+    json_or_shown(result, as_json, show)
 
 
 def show(result: Dict[str, Any]) -> None:
@@ -44,16 +41,10 @@ def show(result: Dict[str, Any]) -> None:
             continue
         out.print(f"\n{a['key']}: {p['run_ms']:.3f} ms per run ({p['runs']} runs, {p['threads']} threads), "
                   f"nodes account for {p['node_coverage'] * 100:.0f}% of it, {p['node_count']} nodes")
-        out.print(table(["op type", "nodes", "ms", "share"],
-                        [[t["op_type"], t["nodes"], f"{t['ms']:.4f}", f"{t['share'] * 100:.1f}%"] for t in p["op_types"]],
-                        title=f"{a['key']}: op types"))
-        out.print(table(["node", "op type", "ms", "share"],
-                        [[n["name"], n["op_type"], f"{n['ms']:.4f}", f"{n['share'] * 100:.1f}%"] for n in p["nodes"]],
-                        title=f"{a['key']}: slowest nodes"))
+        out.print(table(["op type", "nodes", "ms", "share"], op_type_rows(p), title=f"{a['key']}: op types"))
+        out.print(table(["node", "op type", "ms", "share"], node_rows(p), title=f"{a['key']}: slowest nodes"))
     for c in result["comparisons"]:
-        out.print(table(["op family", "fp32 ms", "int8 ms", "speed-up", "verdict"],
-                        [[r["family"], f"{r['fp32_ms']:.4f}", f"{r['int8_ms']:.4f}",
-                          f"{r['speedup']:.2f}x" if r["speedup"] else "-", r["verdict"]] for r in c["families"]],
+        out.print(table(["op family", "fp32 ms", "int8 ms", "speed-up", "verdict"], family_rows(c),
                         title=f"{c['fp32']} against {c['int8']}"))
         out.print(f"INT8 run {c['speedup']:.2f}x FP32; quantize/dequantize nodes: {c['qdq_ms']:.4f} ms "
                   f"({c['qdq_share'] * 100:.1f}% of INT8 node time)")

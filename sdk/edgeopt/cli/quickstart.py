@@ -25,14 +25,14 @@ def quickstart(output_dir, broker, device_id, timeout_s, as_json):
     signed artifact over MQTT, stores the agent's measurement in SQLite, prints the fleet tables
     and writes an HTML report. Everything it started is stopped at the end.
     """
-    from edgeopt_converters.progress import Progress, RichProgress
+    from edgeopt_converters.progress import ProgressReporter, RichProgress
 
     from ..fleet import views
     from ..quickstart import QuickstartOptions, run_quickstart
 
     options = QuickstartOptions(output_dir=output_dir, broker=broker, device_id=device_id, timeout_s=timeout_s)
     if as_json:
-        result = run_quickstart(options, lambda text: None, Progress())
+        result = run_quickstart(options, lambda text: None, ProgressReporter())
         click.echo(json.dumps({
             "output_dir": str(result.output_dir), "db": result.db_url, "report": str(result.report),
             "recommended": result.manifest["recommended"], "deployments": result.deployments,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .api import DEFAULT_BROKER, broker_settings, deploy, signing_key
 from .keys import KeyPair, SigningKey, init_keys
-from .rollout import Progress
+from .rollout import DeviceProgress
 
-__all__ = ["deploy", "broker_settings", "signing_key", "init_keys", "KeyPair", "SigningKey", "Progress",
+__all__ = ["deploy", "broker_settings", "signing_key", "init_keys", "KeyPair", "SigningKey", "DeviceProgress",
            "DEFAULT_BROKER"]

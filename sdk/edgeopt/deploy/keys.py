@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Union
 
 from edgeopt_agent import signing, wire
+from edgeopt_agent.files import write_atomically
 
 from ..errors import UserError, require
 
@@ -52,8 +53,8 @@ def init_keys(folder: Optional[PathLike] = None, overwrite: bool = False) -> Key
                                                serialization.PublicFormat.SubjectPublicKeyInfo)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        _write(private_path, private_pem, 0o600)
-        _write(public_path, public_pem, 0o644)
+        write_atomically(private_path, private_pem, mode=0o600)
+        write_atomically(public_path, public_pem, mode=0o644)
     except OSError as exc:
         raise UserError(f"cannot write the key pair into {folder}: {exc.strerror}; pass a writable --dir") from exc
     raw = signing.parse_public_key_pem(public_pem.decode("ascii"))
@@ -99,15 +100,6 @@ class SigningKey:
         """The signature of a whole job body (all of it but a `signature` already there)."""
         value = self._key.sign(signing.job_statement(body))
         return wire.Signature(alg=signing.ALGORITHM, key_id=self.key_id, value=base64.b64encode(value).decode("ascii"))
-
-
-def _write(path: Path, data: bytes, mode: int) -> None:
-    temp = path.with_name(f".{path.name}.tmp")
-    temp.unlink(missing_ok=True)
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
-    os.replace(temp, path)
 
 
 def _crypto(module: str):

@@ -36,7 +36,7 @@ TIMEOUT = "timeout"
 
 
 @dataclass(frozen=True)
-class Progress:
+class DeviceProgress:
     """One step of a deploy, for a progress display."""
 
     device_id: str
@@ -47,7 +47,7 @@ class Progress:
     ok: Optional[bool] = None
 
 
-ProgressCallback = Callable[[Progress], None]
+ProgressCallback = Callable[[DeviceProgress], None]
 
 
 @dataclass
@@ -210,7 +210,7 @@ class Rollout:
 
     def _report(self, run: DeviceRun) -> None:
         ok = run.answer["ok"] if run.answer is not None else None
-        self.progress(Progress(run.device_id, run.state, run.chunks_sent, run.chunks_wanted, run.chunks_total, ok))
+        self.progress(DeviceProgress(run.device_id, run.state, run.chunks_sent, run.chunks_wanted, run.chunks_total, ok))
 
 
 def check_answer(body: Dict[str, Any]) -> None:

@@ -31,7 +31,8 @@ from edgeopt_agent.wire.broker import BrokerSettings
 from edgeopt_agent.wire.session import V5, Message, MqttSession, Received
 
 from ..errors import UserError
-from .store import DUPLICATE, REJECTED, STORED, FleetStore, IngestOutcome
+from .store import FleetStore
+from .writer import DUPLICATE, REJECTED, STORED, IngestOutcome
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, ContextManager, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import UserError, require
 
@@ -118,6 +118,7 @@ class Database:
     def __init__(self, url: str):
         self.url = url
         self._lock = threading.RLock()
+        self._depth = 0  # transactions open on this connection, the outermost one included
 
     @property
     def display_url(self) -> str:
@@ -126,6 +127,27 @@ class Database:
 
     @contextmanager
     def transaction(self, write: bool = True) -> Iterator[Transaction]:
+        with self._lock:
+            if self._depth:
+                self._depth += 1
+                try:
+                    yield self._joined()
+                finally:
+                    self._depth -= 1
+                return
+            self._depth = 1
+            try:
+                with self._outermost(write) as tx:
+                    yield tx
+            finally:
+                self._depth = 0
+
+    def _joined(self) -> Transaction:
+        """Statements for a transaction nested in the one already open."""
+        raise NotImplementedError
+
+    def _outermost(self, write: bool) -> ContextManager[Transaction]:
+        """Begin a transaction; commit it when the block ends, roll it back when the block raises."""
         raise NotImplementedError
 
     def run(self, work, retries: int = RETRIES):
@@ -171,28 +193,19 @@ class SqliteDatabase(Database):
         except sqlite3.DatabaseError as exc:
             raise UserError(f"cannot open the fleet database {path}: {exc}; "
                             "check that the file is an SQLite database and its directory is writable") from exc
-        self._depth = 0
+
+    def _joined(self) -> Transaction:
+        return Transaction(self._db.cursor(), "?")
 
     @contextmanager
-    def transaction(self, write: bool = True) -> Iterator[Transaction]:
-        with self._lock:
-            if self._depth:
-                self._depth += 1
-                try:
-                    yield Transaction(self._db.cursor(), "?")
-                finally:
-                    self._depth -= 1
-                return
-            self._db.execute("BEGIN IMMEDIATE" if write else "BEGIN DEFERRED")
-            self._depth = 1
-            try:
-                yield Transaction(self._db.cursor(), "?")
-            except BaseException:
-                self._depth = 0
-                self._db.execute("ROLLBACK")
-                raise
-            self._depth = 0
-            self._db.execute("COMMIT")
+    def _outermost(self, write: bool) -> Iterator[Transaction]:
+        self._db.execute("BEGIN IMMEDIATE" if write else "BEGIN DEFERRED")
+        try:
+            yield Transaction(self._db.cursor(), "?")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
 
     def close(self) -> None:
         with self._lock:
@@ -207,7 +220,6 @@ class PostgresDatabase(Database):
         self._psycopg = require("psycopg", "fleet", "PostgreSQL storage")
         self.data_errors = (OverflowError, UnicodeError, self._psycopg.DataError)
         self._conn = self._connect()
-        self._depth = 0
 
     def _connect(self) -> Any:
         try:
@@ -216,27 +228,19 @@ class PostgresDatabase(Database):
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise UserError(f"cannot connect to PostgreSQL at {self.display_url}: {scrub(reason, self.url)}") from None
 
+    def _joined(self) -> Transaction:
+        return Transaction(self._conn.cursor(), "%s")
+
     @contextmanager
-    def transaction(self, write: bool = True) -> Iterator[Transaction]:
+    def _outermost(self, write: bool) -> Iterator[Transaction]:
         errors = self._psycopg.errors
-        with self._lock:
-            if self._depth:
-                self._depth += 1
-                try:
-                    yield Transaction(self._conn.cursor(), "%s")
-                finally:
-                    self._depth -= 1
-                return
-            if self._conn.closed or self._conn.broken:
-                self._conn = self._connect()
-            self._depth = 1
-            try:
-                with self._conn.transaction(), self._conn.cursor() as cursor:
-                    yield Transaction(cursor, "%s")
-            except (errors.DeadlockDetected, errors.SerializationFailure) as exc:
-                raise RetryableError(str(exc)) from exc
-            finally:
-                self._depth = 0
+        if self._conn.closed or self._conn.broken:
+            self._conn = self._connect()
+        try:
+            with self._conn.transaction(), self._conn.cursor() as cursor:
+                yield Transaction(cursor, "%s")
+        except (errors.DeadlockDetected, errors.SerializationFailure) as exc:
+            raise RetryableError(str(exc)) from exc
 
     def close(self) -> None:
         with self._lock:

@@ -7,14 +7,13 @@ sort and filter on are lifted into columns. The full body is kept as JSON next t
 from __future__ import annotations
 
 import json
-import math
 import re
-import sys
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Union
 
 from edgeopt_agent import wire
 from edgeopt_agent.runtimes import DISTRIBUTIONS
+from edgeopt_agent.values import finite, is_int, is_number
 
 EXCERPT_BYTES = 256
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # shown escaped; tab and newline stay
@@ -140,11 +139,11 @@ def telemetry_row(envelope: wire.Envelope) -> Dict[str, Any]:
     body = envelope.body
     cpu, memory, power = _section(body, "cpu"), _section(body, "memory"), _section(body, "power")
     per_cpu = cpu.get("load_pct")
-    loads = [float(v) for v in per_cpu if _is_number(v)] if isinstance(per_cpu, list) else []
+    loads = [float(v) for v in per_cpu if is_number(v)] if isinstance(per_cpu, list) else []
     total, available = _number(memory, "total_mb"), _number(memory, "available_mb")
     return {
-        "cpu_percent": _finite(round(sum(loads) / len(loads), 2)) if loads else None,
-        "memory_used_mb": None if total is None or available is None else _finite(round(total - available, 1)),
+        "cpu_percent": finite(round(sum(loads) / len(loads), 2)) if loads else None,
+        "memory_used_mb": None if total is None or available is None else finite(round(total - available, 1)),
         "temperature_c": hottest(body),
         "power_w": _number(power, "watts"),
         "power_source": _text(power, "source"),
@@ -155,7 +154,7 @@ def telemetry_row(envelope: wire.Envelope) -> Dict[str, Any]:
 def hottest(telemetry_body: Mapping[str, Any]) -> Optional[float]:
     """The highest thermal-zone reading of a telemetry body, in °C."""
     zones = _section(telemetry_body, "thermal")
-    readings = [v for v in zones.values() if _is_number(v)]
+    readings = [v for v in zones.values() if is_number(v)]
     return float(max(readings)) if readings else None
 
 
@@ -183,7 +182,7 @@ def result_row(envelope: wire.Envelope) -> Dict[str, Any]:
     meta = _meta(body.get("meta"))
     result = result or {}
     threads = result.get("threads")
-    if _is_int(threads) and not 0 <= threads <= MAX_INT32:
+    if is_int(threads) and not 0 <= threads <= MAX_INT32:
         raise BodyError(f"result 'threads' must be between 0 and {MAX_INT32}")
     latency = result.get("latency_ms") if isinstance(result.get("latency_ms"), dict) else {}
     reasons = result.get("invalid_reasons")
@@ -203,7 +202,7 @@ def result_row(envelope: wire.Envelope) -> Dict[str, Any]:
         "manifest_sha256": meta.get("manifest_sha256"),
         "accuracy_drop_points": _number(meta, "accuracy_drop_points"),
         "runtime": _text(result, "runtime"),
-        "threads": threads if _is_int(threads) else None,
+        "threads": threads if is_int(threads) else None,
         "p50_ms": _number(latency, "p50"),
         "p90_ms": _number(latency, "p90"),
         "p95_ms": _number(latency, "p95"),
@@ -234,7 +233,7 @@ def _meta(meta: Any) -> Dict[str, Any]:
         if meta.get(key) is not None and not isinstance(meta[key], str):
             raise BodyError(f"result meta '{key}' must be a string or null, got {meta[key]!r}")
     drop = meta.get("accuracy_drop_points")
-    if drop is not None and not _is_number(drop):
+    if drop is not None and not is_number(drop):
         raise BodyError(f"result meta 'accuracy_drop_points' must be a number or null, got {drop!r}")
     return meta
 
@@ -254,18 +253,7 @@ def _text(data: Mapping[str, Any], key: str) -> Optional[str]:
 
 def _number(data: Mapping[str, Any], key: str) -> Optional[float]:
     value = data.get(key)
-    return float(value) if _is_number(value) else None
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    """A finite float, or an int that converts to one."""
-    if isinstance(value, float):
-        return math.isfinite(value)
-    return _is_int(value) and -sys.float_info.max <= value <= sys.float_info.max
+    return float(value) if is_number(value) else None
 
 
 def _cleaned(row: Dict[str, Any]) -> Dict[str, Any]:
@@ -288,17 +276,7 @@ def _json(body: Mapping[str, Any]) -> str:
     try:
         return json.dumps(body, separators=(",", ":"), allow_nan=False)
     except ValueError:
-        return json.dumps(_finite(body), separators=(",", ":"), allow_nan=False)
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
+        return json.dumps(finite(body), separators=(",", ":"), allow_nan=False)
 
 
 def device_facts(message: DeviceMessage) -> Dict[str, Any]:
@@ -310,7 +288,7 @@ def device_facts(message: DeviceMessage) -> Dict[str, Any]:
         facts["agent_version"] = _text(body, "agent_version")
         facts["mqtt_protocol"] = _text(body, "mqtt_protocol")
         started = body.get("started_at")
-        facts["started_at"] = float(started) if _is_number(started) else 0.0
+        facts["started_at"] = float(started) if is_number(started) else 0.0
     elif message.kind == wire.TELEMETRY:
         facts["profile"] = _text(body, "profile")
         versions = _section(body, "versions")

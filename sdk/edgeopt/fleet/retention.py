@@ -5,7 +5,7 @@ import logging
 import time
 from typing import Callable, Dict, Optional
 
-from .store import FleetStore
+from .writer import FleetWriter
 
 log = logging.getLogger(__name__)
 
@@ -16,7 +16,7 @@ DEFAULT_EVERY_S = 3600.0
 class Retention:
     """`tick()` prunes when due: at the first call, then every `every_s` seconds."""
 
-    def __init__(self, store: FleetStore, days: float, every_s: float = DEFAULT_EVERY_S,
+    def __init__(self, store: FleetWriter, days: float, every_s: float = DEFAULT_EVERY_S,
                  clock: Callable[[], float] = time.time):
         if days <= 0:
             raise ValueError(f"retention must be positive days, got {days}")

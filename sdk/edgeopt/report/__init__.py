@@ -9,9 +9,10 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Union
+
+from edgeopt_agent.files import atomic_writer
 
 from ..errors import UserError
 from .data import ReportData, load_report_data
@@ -28,13 +29,7 @@ def write_report(data: ReportData, path: Union[str, Path], title: str = "edgeopt
     if not path.parent.is_dir():
         raise UserError(f"cannot write {path}: folder {path.parent} does not exist")
     page = render_report(data, title=title)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(page)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a report is meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_writer(path, binary=False) as handle:
+        handle.write(page)
+        os.fchmod(handle.fileno(), 0o644)  # a report is meant to be shared, whatever the umask
     return path

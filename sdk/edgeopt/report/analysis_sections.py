@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from ..profile_rows import family_rows, node_rows, op_type_rows
 from .charts import Point, legend, roofline_chart
 from .text import esc
 
@@ -26,19 +27,13 @@ def profile_section(result: Mapping[str, Any], top: int = 8) -> str:
         parts.append(f"<h3>{esc(a['key'])}</h3><p>{p['run_ms']:.3f} ms per run over {p['runs']} runs "
                      f"({esc(p.get('threads'))} threads, onnxruntime's profiler); the {p['node_count']} nodes account "
                      f"for {p['node_coverage'] * 100:.0f}% of the run.</p>")
-        parts.append(_table(["op type", "nodes", "ms", "share"],
-                            [[t["op_type"], t["nodes"], f"{t['ms']:.4f}", f"{t['share'] * 100:.1f}%"]
-                             for t in p["op_types"][:top]]))
-        parts.append(_table(["slowest node", "op type", "ms", "share"],
-                            [[n["name"], n["op_type"], f"{n['ms']:.4f}", f"{n['share'] * 100:.1f}%"]
-                             for n in p["nodes"][:top]]))
+        parts.append(_table(["op type", "nodes", "ms", "share"], op_type_rows(p, top)))
+        parts.append(_table(["slowest node", "op type", "ms", "share"], node_rows(p, top)))
     for c in result.get("comparisons", []):
         parts.append(f"<h3>{esc(c['fp32'])} against {esc(c['int8'])}</h3>"
                      f"<p>INT8 runs {c['speedup']:.2f}x FP32; its quantize/dequantize nodes take {c['qdq_ms']:.4f} ms "
                      f"({c['qdq_share'] * 100:.1f}% of its node time).</p>")
-        parts.append(_table(["op family", "FP32 ms", "INT8 ms", "speed-up", "verdict"],
-                            [[r["family"], f"{r['fp32_ms']:.4f}", f"{r['int8_ms']:.4f}",
-                              f"{r['speedup']:.2f}x" if r["speedup"] else "-", r["verdict"]] for r in c["families"]]))
+        parts.append(_table(["op family", "FP32 ms", "INT8 ms", "speed-up", "verdict"], family_rows(c)))
     return "".join(parts)
 
 

@@ -1,4 +1,4 @@
-"""What machine this is, in words for benchmark records."""
+"""What machine the host is, in words for benchmark records (the scripts in scripts/ use it)."""
 from __future__ import annotations
 
 import platform
