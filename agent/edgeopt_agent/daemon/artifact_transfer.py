@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, Optional, Set, Tuple
 from .. import wire
 from ..files import sha256_file
 from .admission import Admission
-from .artifacts import ArtifactError, artifact_path
+from .artifacts import ArtifactDeliveryError, artifact_path
 from .chunk_store import ChunkStore, TransferError
 
 log = logging.getLogger(__name__)
@@ -129,7 +129,7 @@ class Transfers:
         try:
             return self.store.assemble(ref.sha256, target)
         except TransferError as exc:
-            raise ArtifactError(str(exc), kind=exc.kind) from None
+            raise ArtifactDeliveryError(str(exc), kind=exc.kind) from None
 
     def _wait(self, job: wire.BenchmarkJob) -> None:
         sha = job.artifact.sha256
@@ -138,7 +138,7 @@ class Transfers:
             while not self.store.complete(sha):
                 if sha in self._refused:
                     kind, message = self._refused.pop(sha)
-                    raise ArtifactError(message, kind=kind)
+                    raise ArtifactDeliveryError(message, kind=kind)
                 dropped = self._dropped.pop(sha, set())
                 again = sorted(dropped.intersection(self.store.missing(sha)))
                 if again:
@@ -147,7 +147,7 @@ class Transfers:
                 left = idle_until - time.monotonic()
                 if left <= 0:
                     held, total = self.store.progress(sha)
-                    raise ArtifactError(
+                    raise ArtifactDeliveryError(
                         f"received {held} of {total} chunks of the artifact, then nothing for "
                         f"{self.idle_timeout_s:g} s; the chunks received are kept: deploy again to send the rest",
                         kind="transfer_incomplete",

@@ -19,23 +19,23 @@ INLINE_DIR = "artifacts"
 MODELS_DIR = "models"  # the only place jobs may name files by path
 
 
-class ArtifactError(ProtocolError):
+class ArtifactDeliveryError(ProtocolError):
     """The job's artifact is missing, outside the data dir or not the file the job names."""
 
 
 def confined_path(data_dir: Path, relative: str, what: str = "artifact") -> Path:
     """`relative` resolved inside `data_dir`; absolute paths, '..' and symlinks out are refused."""
     if "\x00" in relative:
-        raise ArtifactError(f"{what} path contains a NUL byte", kind="invalid_path")
+        raise ArtifactDeliveryError(f"{what} path contains a NUL byte", kind="invalid_path")
     candidate = Path(relative)
     if candidate.is_absolute() or candidate.drive or ".." in candidate.parts:
-        raise ArtifactError(
+        raise ArtifactDeliveryError(
             f"{what} path '{relative}' must be relative to the agent's data dir, without '..'", kind="invalid_path"
         )
     root = Path(data_dir).resolve()
     resolved = (root / candidate).resolve()
     if resolved != root and root not in resolved.parents:
-        raise ArtifactError(f"{what} path '{relative}' leads outside the agent's data dir", kind="invalid_path")
+        raise ArtifactDeliveryError(f"{what} path '{relative}' leads outside the agent's data dir", kind="invalid_path")
     return resolved
 
 
@@ -44,7 +44,7 @@ def model_path(data_dir: Path, relative: str, what: str = "artifact") -> Path:
     resolved = confined_path(data_dir, relative, what)
     models = (Path(data_dir) / MODELS_DIR).resolve()
     if models not in resolved.parents:
-        raise ArtifactError(
+        raise ArtifactDeliveryError(
             f"{what} path '{relative}' is not under {MODELS_DIR}/ in the agent's data dir; copy the file there",
             kind="invalid_path",
         )
@@ -67,7 +67,7 @@ def materialize(ref: ArtifactRef, data_dir: Path) -> Path:
     if ref.path is not None:
         source = model_path(data_dir, ref.path)
         if not source.is_file():
-            raise ArtifactError(f"artifact '{ref.path}' does not exist in the agent's data dir", kind="missing_artifact")
+            raise ArtifactDeliveryError(f"artifact '{ref.path}' does not exist in the agent's data dir", kind="missing_artifact")
         if held(target, ref.sha256):
             return target
         with open(source, "rb") as handle:
@@ -76,7 +76,7 @@ def materialize(ref: ArtifactRef, data_dir: Path) -> Path:
     data = ref.inline_bytes()
     actual = hashlib.sha256(data).hexdigest()
     if actual != ref.sha256:
-        raise ArtifactError(
+        raise ArtifactDeliveryError(
             f"inline artifact has sha256 {actual}, the job expects {ref.sha256}; it was damaged on the way",
             kind="artifact_mismatch",
         )
@@ -94,7 +94,7 @@ def _store(blocks: Iterable[bytes], target: Path, ref: ArtifactRef) -> None:
             digest.update(block)
             out.write(block)
         if digest.hexdigest() != ref.sha256:
-            raise ArtifactError(
+            raise ArtifactDeliveryError(
                 f"artifact '{ref.path}' has sha256 {digest.hexdigest()}, the job expects {ref.sha256}; "
                 "the file is corrupt or not the one the job names",
                 kind="artifact_mismatch",

@@ -18,7 +18,7 @@ from typing import List
 
 from ..files import READ_BYTES, atomic_writer
 from ..wire import ArtifactRef
-from .artifacts import ArtifactError
+from .artifacts import ArtifactDeliveryError
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ def download_deadline_s(size: int) -> float:
 
 def download(ref: ArtifactRef, target: Path, timeout_s: float = TIMEOUT_S, user_agent: str = "edgeopt-agent",
              deadline_s: float = MIN_DEADLINE_S) -> Path:
-    """Fetch `ref.url` into `target`; ArtifactError if it is not the artifact or takes over `deadline_s`."""
+    """Fetch `ref.url` into `target`; ArtifactDeliveryError if it is not the artifact or takes over `deadline_s`."""
     if ref.url is None or ref.size is None:
         raise ValueError("the artifact has no url and size")
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -41,8 +41,8 @@ def download(ref: ArtifactRef, target: Path, timeout_s: float = TIMEOUT_S, user_
     received = 0
     deadline = _Deadline(deadline_s)
 
-    def too_slow() -> ArtifactError:
-        return ArtifactError(f"{ref.url} sent {received} of {ref.size} bytes in {deadline_s:g} s; too slow, gave up",
+    def too_slow() -> ArtifactDeliveryError:
+        return ArtifactDeliveryError(f"{ref.url} sent {received} of {ref.size} bytes in {deadline_s:g} s; too slow, gave up",
                              kind="download_failed")
 
     try:
@@ -56,7 +56,7 @@ def download(ref: ArtifactRef, target: Path, timeout_s: float = TIMEOUT_S, user_
                             break
                         received += len(data)
                         if received > ref.size:
-                            raise ArtifactError(
+                            raise ArtifactDeliveryError(
                                 f"{ref.url} sent more than the {ref.size} bytes the job names; it is not the artifact",
                                 kind="artifact_mismatch",
                             )
@@ -69,16 +69,16 @@ def download(ref: ArtifactRef, target: Path, timeout_s: float = TIMEOUT_S, user_
             if deadline.expired:
                 raise too_slow()
             if received != ref.size or digest.hexdigest() != ref.sha256:
-                raise ArtifactError(
+                raise ArtifactDeliveryError(
                     f"{ref.url} gave {received} bytes with sha256 {digest.hexdigest()}; the job expects {ref.size} "
                     f"bytes with sha256 {ref.sha256}",
                     kind="artifact_mismatch",
                 )
     except urllib.error.HTTPError as exc:
-        raise ArtifactError(f"downloading {ref.url} failed: HTTP {exc.code} {exc.reason}", kind="download_failed") from None
+        raise ArtifactDeliveryError(f"downloading {ref.url} failed: HTTP {exc.code} {exc.reason}", kind="download_failed") from None
     except (urllib.error.URLError, socket.timeout, ConnectionError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", None) or exc
-        raise ArtifactError(f"downloading {ref.url} failed: {reason}", kind="download_failed") from None
+        raise ArtifactDeliveryError(f"downloading {ref.url} failed: {reason}", kind="download_failed") from None
     finally:
         deadline.cancel()
     log.info("downloaded %s (%d bytes)", ref.url, received)

@@ -430,7 +430,7 @@ def test_a_signed_url_artifact_is_checked_before_the_download(model, data_dir, w
     ("headers", b"HTTP/1.1 200 OK\r\nX-Padding: ", r"sent 0 of \d+ bytes in 0.5 s; too slow", 3),  # the line never ends
 ])
 def test_a_server_that_trickles_is_given_up_on_at_the_deadline(model, data_dir, what, head, message, within_s):
-    from edgeopt_agent.daemon.artifacts import ArtifactError
+    from edgeopt_agent.daemon.artifacts import ArtifactDeliveryError
     from edgeopt_agent.daemon.download import download
 
     stop = threading.Event()
@@ -452,7 +452,7 @@ def test_a_server_that_trickles_is_given_up_on_at_the_deadline(model, data_dir, 
     ref = wire.ArtifactRef(sha256=sha, format="onnx", size=size, url=f"http://127.0.0.1:{server.server_address[1]}/m")
     started = time.monotonic()
     try:
-        with pytest.raises(ArtifactError, match=message) as caught:
+        with pytest.raises(ArtifactDeliveryError, match=message) as caught:
             download(ref, data_dir / "artifacts" / "m.onnx", timeout_s=5, deadline_s=0.5)
     finally:
         stop.set()
