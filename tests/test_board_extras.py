@@ -14,12 +14,33 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     tomllib = pytest.importorskip("tomli")
 
-EXTRAS = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+PROJECT = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+EXTRAS = PROJECT["optional-dependencies"]
+HOST_CLI = {"click", "rich", "pygments"}
+BOARD_EXTRAS = ("agent-onnx", "agent-tflite", "agent")
+HOST_EXTRAS = ("convert", "tflite", "fleet", "examples", "bench", "dev")
 RUNTIME_PACKAGES = {"agent-onnx": ("onnxruntime",), "agent-tflite": ("ai-edge-litert", "tflite-runtime")}
 
 
+def _name(requirement):
+    return requirement.split(";")[0].split(">")[0].split("<")[0].split("=")[0].strip()
+
+
 def _names(extra):
-    return {requirement.split(";")[0].split(">")[0].split("<")[0].split("=")[0].strip() for requirement in EXTRAS[extra]}
+    return {_name(requirement) for requirement in EXTRAS[extra]}
+
+
+def _installed_names(requirements):
+    """Package names a list of requirements installs, `edgeopt[x]` expanded (lower case)."""
+    names = set()
+    for requirement in requirements:
+        name = _name(requirement).lower()
+        if name.startswith("edgeopt["):
+            for extra in name[len("edgeopt["):-1].split(","):
+                names |= _installed_names(EXTRAS[extra.strip()])
+        else:
+            names.add(name.split("[")[0])
+    return names
 
 
 def test_each_runtime_extra_holds_its_runtime_only_and_agent_holds_both():
@@ -27,6 +48,27 @@ def test_each_runtime_extra_holds_its_runtime_only_and_agent_holds_both():
     assert _names("agent-onnx") == common | {"onnxruntime"}
     assert _names("agent-tflite") == common | {"ai-edge-litert", "tflite-runtime"}
     assert sorted(EXTRAS["agent"]) == sorted(set(EXTRAS["agent-onnx"]) | set(EXTRAS["agent-tflite"]))
+
+
+def test_the_core_install_leaves_the_host_cli_to_its_extra():
+    assert _installed_names(PROJECT["dependencies"]) == {"numpy", "tomli"}
+    assert _names("cli") == {"click", "rich"}
+
+
+@pytest.mark.parametrize("extra", BOARD_EXTRAS)
+def test_no_board_extra_installs_the_host_cli(extra):
+    assert not _installed_names(EXTRAS[extra]) & HOST_CLI
+
+
+@pytest.mark.parametrize("extra", HOST_EXTRAS)
+def test_every_host_extra_brings_the_cli(extra):
+    assert "edgeopt[cli]" in EXTRAS[extra]
+
+
+def test_every_extra_is_classed_host_or_board():
+    # nvml serves a board's telemetry (discrete NVIDIA GPUs) as well as the host's bench: no CLI.
+    assert set(EXTRAS) == {"cli", "nvml", *BOARD_EXTRAS, *HOST_EXTRAS}
+    assert not _installed_names(EXTRAS["nvml"]) & HOST_CLI
 
 
 @pytest.mark.parametrize("name", ["rpi4", "rpi5", "jetson-orin-nano", "jetson-nano", "jetson-agx-orin"])

@@ -1,5 +1,6 @@
-"""The agent package must stay light (no torch, onnx, tensorflow or litert-torch, no host packages)
-and run on Python 3.8+ (JetPack 5 ships 3.8; its TensorRT bindings exist for 3.8 only)."""
+"""The agent package must stay light (no torch, onnx, tensorflow or litert-torch, no host packages,
+not the host CLI's click, rich or Pygments, which a board does not install) and run on Python 3.8+
+(JetPack 5 ships 3.8; its TensorRT bindings exist for 3.8 only)."""
 import ast
 import json
 import subprocess
@@ -8,7 +9,9 @@ from pathlib import Path
 
 import edgeopt_agent
 
-FORBIDDEN = ("torch", "onnx", "tensorflow", "litert_torch", "edgeopt", "edgeopt_converters", "onnxscript", "torchao")
+HOST_CLI = ("click", "rich", "pygments")  # the `cli` extra, which no board extra installs
+FORBIDDEN = ("torch", "onnx", "tensorflow", "litert_torch", "edgeopt", "edgeopt_converters", "onnxscript", "torchao",
+             *HOST_CLI)
 AGENT_ROOT = Path(edgeopt_agent.__file__).parent
 
 
@@ -79,6 +82,18 @@ def test_importing_every_agent_module_loads_none_of_them():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+
+
+def test_edgeopt_agent_runs_without_the_host_cli_packages():
+    blocked = "".join(f"sys.modules[{name!r}] = None\n" for name in HOST_CLI)
+    code = (
+        "import sys\n" + blocked
+        + "from edgeopt_agent.daemon.cli import main\n"
+        "sys.exit(main(['--help']))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "usage: edgeopt-agent" in result.stdout
 
 
 def test_agent_and_device_profiles_parse_as_python_3_8():

@@ -4,7 +4,7 @@ import platform
 import pytest
 from click.testing import CliRunner
 
-from edgeopt.cli.main import cli
+from edgeopt.cli.group import cli
 from edgeopt_agent.profiles import ProfileError, all_profiles, load_profile, load_profile_file, profile_names
 
 EXPECTED = {"rpi4", "rpi5", "jetson-nano", "jetson-orin-nano", "jetson-agx-orin", "x86-64"}

@@ -1,82 +1,27 @@
-"""The `edgeopt` command line: one group, one module per command."""
+"""The `edgeopt` console script: checks that the host CLI's packages are installed, then runs it.
+
+A board installs edgeopt without them (`edgeopt-agent` is argparse), so there `edgeopt` says in
+one line which extra to install instead of failing on an import.
+"""
 from __future__ import annotations
 
-import importlib
-import logging
 import sys
-import traceback
 
-import click
+from ..errors import MissingExtraError, require
 
-from ..errors import UserError
-
-# (module under edgeopt.cli, command attribute); imported lazily so `edgeopt --help` stays fast.
-COMMANDS = {
-    "convert": ("convert", "convert"),
-    "devices": ("devices", "devices"),
-    "bench": ("bench", "bench"),
-    "profile": ("profile", "profile"),
-    "analyze": ("analyze", "analyze"),
-    "fleet": ("fleet", "fleet"),
-    "report": ("report", "report"),
-    "deploy": ("deploy", "deploy"),
-    "keys": ("keys", "keys"),
-    "quickstart": ("quickstart", "quickstart"),
-}
-
-
-class LazyGroup(click.Group):
-    def list_commands(self, ctx):
-        return sorted(COMMANDS)
-
-    def get_command(self, ctx, name):
-        if name not in COMMANDS:
-            return None
-        module, attr = COMMANDS[name]
-        return getattr(importlib.import_module(f"{__package__}.{module}"), attr)
-
-
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-v", "--verbose", is_flag=True, help="Show debug logs and full tracebacks.")
-@click.version_option(package_name="edgeopt")
-@click.pass_context
-def cli(ctx: click.Context, verbose: bool) -> None:
-    """Quantize and export PyTorch models for edge boards, and benchmark them."""
-    ctx.ensure_object(dict)
-    ctx.obj["verbose"] = verbose
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
+CLI_PACKAGES = ("click", "rich")
 
 
 def main(argv=None) -> int:
-    verbose = "-v" in (argv or sys.argv[1:]) or "--verbose" in (argv or sys.argv[1:])
     try:
-        # Without standalone mode click returns ctx.exit()'s code instead of exiting.
-        code = cli.main(args=argv, prog_name="edgeopt", standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        return 130
-    except click.ClickException as exc:
-        exc.show()
-        return exc.exit_code
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
-    except UserError as exc:
-        if verbose:
-            traceback.print_exc()
-        click.echo(f"error: {exc}", err=True)
+        for module in CLI_PACKAGES:
+            require(module, "cli", "the edgeopt command line")
+    except MissingExtraError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        return 130
-    except Exception as exc:  # an internal bug: say so, keep the traceback for -v
-        if verbose:
-            traceback.print_exc()
-        click.echo(f"internal error: {type(exc).__name__}: {exc} (run with -v for the traceback)", err=True)
-        return 1
-    return code if isinstance(code, int) else 0
+    from .group import run
+
+    return run(argv)
 
 
 if __name__ == "__main__":
