@@ -26,6 +26,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from edgeopt_agent.errors import UserError, require
 
+from .node_kinds import kind_of
+
 COMPUTE = ("Conv", "ConvInteger", "QLinearConv", "FusedConv", "ConvTranspose", "MatMul", "MatMulInteger",
            "QLinearMatMul", "FusedMatMul", "Gemm", "LSTM", "GRU", "RNN", "Einsum")
 # Nodes that only relabel a tensor: no arithmetic, no pass over memory.
@@ -62,6 +64,7 @@ class NodeCost:
     precision: str  # the precision its arithmetic runs at: "fp32" | "fp16" | "int8"
     role: str  # "compute" | "elementwise" | "move" | "view" | "fused" | "folded"
     note: str = ""
+    kind: str = ""  # the kernel kind it runs (node_kinds): what its achieved speed depends on
 
     @property
     def bytes(self) -> float:
@@ -336,25 +339,33 @@ class _Graph:
                     and all(u.op_type == "DequantizeLinear" for u in users))
         return False
 
+    def kind(self, node) -> str:
+        weight = None
+        if len(node.input) > 1:
+            weight = self.tensor(node.input[3 if node.op_type == "QLinearConv" else 1]).shape
+        return kind_of(node.op_type, weight, int(_attribute(node, "group", 1)), VIEWS, MOVES)
+
     def cost(self, node, index: int) -> NodeCost:
         name = node.name or f"{node.op_type}_{index}"
         op = node.op_type
         outputs = [self.tensor(o) for o in node.output if o]
         precision = self._precision(node)
+        kind = self.kind(node)
         if op in VIEWS:
-            return NodeCost(name, op, 0.0, 0.0, 0.0, precision, "view")
+            return NodeCost(name, op, 0.0, 0.0, 0.0, precision, "view", kind=kind)
         if op in ("QuantizeLinear", "DequantizeLinear") and self._folded_qdq(node):
-            return NodeCost(name, op, 0.0, 0.0, 0.0, precision, "folded", "folded into the INT8 kernels next to it")
+            return NodeCost(name, op, 0.0, 0.0, 0.0, precision, "folded", "folded into the INT8 kernels next to it",
+                            kind)
         if any(t.shape is None for t in outputs):
             return NodeCost(name, op, 0.0, 0.0, 0.0, precision, "compute" if op in COMPUTE else "elementwise",
-                            "unknown shape")
+                            "unknown shape", kind)
         weight_bytes = sum(self.read_bytes(i, node) for i in node.input if i and self.is_weight(i))
         activation_bytes = sum(self.read_bytes(i, node) for i in node.input if i and not self.is_weight(i))
         activation_bytes += sum(self.write_bytes(o, node) for o in node.output if o)
         ops, role = self._ops(node, outputs)
         if self._fused_into_producer(node):
-            return NodeCost(name, op, ops, 0.0, 0.0, precision, "fused", "fused into the node before it")
-        return NodeCost(name, op, ops, weight_bytes, activation_bytes, precision, role)
+            return NodeCost(name, op, ops, 0.0, 0.0, precision, "fused", "fused into the node before it", kind)
+        return NodeCost(name, op, ops, weight_bytes, activation_bytes, precision, role, kind=kind)
 
     def _precision(self, node) -> str:
         if self._quantized_inputs(node):
