@@ -10,7 +10,9 @@
 - per kernel kind and precision (`kind_kernels`: dense, depthwise and pointwise convolution,
   matrix product, elementwise, normalization, pooling, layout moves, quantize/dequantize; INT8 as
   onnxruntime runs QDQ artifacts): the throughput and bandwidth one typical node of that kind
-  reaches, its run's fixed cost and one node's overhead taken off.
+  reaches, its run's fixed cost and one node's overhead taken off. The dense, pointwise and matrix
+  kernels are compute-bound: they measure throughput only, and their nodes move bytes at the
+  machine's bandwidth.
 Each is the best of several timed runs (what the hardware can reach, not what a noisy moment gave).
 """
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import functools
 import platform
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Dict, Optional
 
@@ -26,8 +29,8 @@ import numpy as np
 from edgeopt_agent.bench.spec import available_cpus
 from edgeopt_agent.errors import require
 
-from .kind_kernels import kind_kernels
-from .roofline import KindRoof, Machine, roof_key
+from .kind_kernels import COMPUTE_KINDS, kind_kernels
+from .roofline import KindRoof, Machine, node_time, roof_key
 
 _M, _K, _N = 256, 1024, 1024
 _BANDWIDTH_ELEMENTS = 8 * 2**20  # float32: 32 MiB
@@ -134,21 +137,28 @@ def _cache_elements() -> int:
     return last_level_cache_bytes() // 8 // 4
 
 
-def _kind_roofs(seconds: Dict[str, float], run_s: float) -> Dict[str, KindRoof]:
-    """Each kind's roof: the best throughput and the best bandwidth its kernels reached (net of the run's cost)."""
+def _kind_roofs(seconds: Dict[str, float], run_s: float, base: Machine) -> Dict[str, KindRoof]:
+    """Each kind's roof: the best throughput and the best bandwidth its kernels reached, net of the run's
+    fixed cost, the nodes' overhead and the time of the kernel's other nodes (at the roofs found so far)."""
     roofs: Dict[str, KindRoof] = {}
     for kernel in kind_kernels():
         name = KIND_PREFIX + kernel.name
-        if name not in seconds:
+        if name not in seconds or not kernel.nodes:
             continue
-        net = max(seconds[name] - run_s, 1e-7)
+        so_far = replace(base, kinds=dict(roofs))
+        others_s = sum(node_time(n, so_far).ms for n in kernel.others) / 1000.0
+        net = max(seconds[name] - run_s - (kernel.nodes - 1) * base.overhead_us * 1e-6 - others_s, 1e-7)
         key = roof_key(kernel.precision, kernel.kind)
         old = roofs.get(key)
         gops, gbps = kernel.ops / net / 1e9, kernel.bytes / net / 1e9
+        if kernel.kind in COMPUTE_KINDS:  # its kernel is compute-bound: its bytes say nothing of the bandwidth
+            gbps = 0.0
+        if gops <= 0:  # it computes nothing (a copy): its nodes' operations are timed at the machine's peak
+            gops = base.peak(kernel.precision)[0]
         if old is not None:
             gops, gbps = max(gops, old.gops), max(gbps, old.gbps)
         roofs[key] = KindRoof(gops, gbps, f"{old.kernel}; {kernel.what}" if old else kernel.what)
-    return {key: roof for key, roof in roofs.items() if roof.gops > 0 or roof.gbps > 0}
+    return roofs
 
 
 def machine_from(seconds: Dict[str, float], threads: int) -> Machine:
@@ -158,18 +168,19 @@ def machine_from(seconds: Dict[str, float], threads: int) -> Machine:
     cache_gbps = 2 * cache_elements * 4 / seconds["cache"] / 1e9 if "cache" in seconds else 0.0
     overhead_s = seconds["overhead"] / _CHAIN
     run_s = seconds.get("run", overhead_s)
-    peaks = {"fp32": ops / seconds["fp32"] / 1e9, "int8": ops / seconds["int8"] / 1e9}
-    kinds = {key: roof if roof.gops > 0 else KindRoof(peaks[key.split("/")[0]], roof.gbps, roof.kernel)
-             for key, roof in _kind_roofs(seconds, run_s).items()}  # a kind that computes nothing: moves only
-    return Machine(
-        "host", peaks, 2 * _BANDWIDTH_ELEMENTS * 4 / seconds["dram"] / 1e9, overhead_s * 1e6,
+    base = Machine(
+        "host", {"fp32": ops / seconds["fp32"] / 1e9, "int8": ops / seconds["int8"] / 1e9},
+        2 * _BANDWIDTH_ELEMENTS * 4 / seconds["dram"] / 1e9, overhead_s * 1e6,
         f"measured on this {platform.machine()} host with onnxruntime, {threads} thread(s): "
         f"{_M}x{_K}x{_N} MatMul / MatMulInteger, a {_BANDWIDTH_ELEMENTS * 4 // 2**20} MiB Add, {_CHAIN} chained Relu"
-        + (f", a {cache_elements * 4 // 1024} KiB Add in its {cache // 2**20} MiB last-level cache" if cache else "")
-        + (f", and one kernel per kind for {len(kinds)} kinds" if kinds else ""),
+        + (f", a {cache_elements * 4 // 1024} KiB Add in its {cache // 2**20} MiB last-level cache" if cache else ""),
         cache_bytes=float(cache) if "cache" in seconds else 0.0, cache_bandwidth_gbps=cache_gbps,
-        kinds=kinds, run_overhead_us=max(run_s - overhead_s, 0.0) * 1e6,
+        run_overhead_us=max(run_s - overhead_s, 0.0) * 1e6,
     )
+    kinds = _kind_roofs(seconds, run_s, base)
+    if not kinds:
+        return base
+    return replace(base, kinds=kinds, source=base.source + f", and small kernels of {len(kinds)} kernel kinds")
 
 
 def measure_host(threads: Optional[int] = None) -> Machine:

@@ -2,7 +2,8 @@
 
 Shapes are those of typical nodes of the CNNs and transformers edgeopt converts (a 3x3 convolution
 of 64 channels at 28x28, a depthwise 3x3 of 96 channels at 56x56, a 128x384x384 matrix product,
-...). INT8 kernels are written as a converter writes them (QDQ around a float op, U8 activations,
+...); convolutions and pools run three in a row, so the layout changes a runtime makes once per
+graph (NCHWc, NHWC) are not charged to one node. INT8 kernels are written as a converter writes them (QDQ around a float op, U8 activations,
 S8 weights in the 7-bit range of reduce_range), so onnxruntime fuses them into the same INT8
 kernels it runs an artifact with (QLinearConv, QLinearAdd, ...); the matrix product is
 MatMulInteger, as dynamic quantization of transformers runs it. A kind with two kernels gets the
@@ -31,11 +32,14 @@ class KindKernel:
     what: str  # a few words on its shape
     model: Any  # onnx.ModelProto
     feeds: Dict[str, np.ndarray]
-    ops: float
+    ops: float  # of its nodes of this kind and precision
     bytes: float
+    nodes: int  # how many nodes of this kind and precision it runs
+    others: Tuple[Any, ...] = ()  # graph_cost.NodeCost of the nodes it runs besides (their time is taken off)
 
 
 _RNG_SEED = 0
+COMPUTE_KINDS = (k.CONV, k.POINTWISE, k.GEMM)  # their kernels measure throughput; bytes move at the machine's bandwidth
 
 
 def _model(nodes, inputs: Sequence[Tuple[str, int, Sequence[int]]], initializers=(), output_type: int = 1):
@@ -53,18 +57,11 @@ def _float_kernels(onnx, rng) -> List[Tuple[str, str, str, Any]]:
     def w(name, shape):
         return onnx.numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
 
-    def conv(what, x, weight, **attrs):
-        return (k.CONV if what == "conv" else what, f"Conv x{x} w{weight}",
-                _model([h.make_node("Conv", ["x", "w"], ["y"], **attrs)], [("x", F, x)], [w("w", weight)]))
-
     ln = [w("scale", (384,)), w("bias", (384,))]
     scales = onnx.numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
     qparams = [onnx.numpy_helper.from_array(np.array(0.05, np.float32), "s"),
                onnx.numpy_helper.from_array(np.array(128, np.uint8), "z")]
-    return [
-        conv("conv", [1, 64, 28, 28], (64, 64, 3, 3), pads=[1, 1, 1, 1]),
-        conv(k.DEPTHWISE, [1, 96, 56, 56], (96, 1, 3, 3), pads=[1, 1, 1, 1], group=96),
-        conv(k.POINTWISE, [1, 64, 28, 28], (128, 64, 1, 1)),
+    return _chains(onnx, rng, quantized=False) + [
         (k.GEMM, "MatMul 128x384 @ 384x384",
          _model([h.make_node("MatMul", ["x", "w"], ["y"])], [("x", F, [128, 384])], [w("w", (384, 384))])),
         (k.ELEMENTWISE, "Mul of two 1x64x56x56",
@@ -74,9 +71,6 @@ def _float_kernels(onnx, rng) -> List[Tuple[str, str, str, Any]]:
          _model([h.make_node("LayerNormalization", ["x", "scale", "bias"], ["y"], axis=-1)], [("x", F, [1, 128, 384])], ln)),
         (k.NORMALIZATION, "Softmax 12x128x128",
          _model([h.make_node("Softmax", ["x"], ["y"], axis=-1)], [("x", F, [12, 128, 128])])),
-        (k.POOL, "MaxPool 3x3/2 of 1x64x112x112",
-         _model([h.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])],
-                [("x", F, [1, 64, 112, 112])])),
         (k.POOL, "Resize nearest 2x of 1x64x40x40",
          _model([h.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest")], [("x", F, [1, 64, 40, 40])],
                 [scales])),
@@ -93,38 +87,81 @@ def _float_kernels(onnx, rng) -> List[Tuple[str, str, str, Any]]:
     ]
 
 
+def _chain(onnx, rng, quantized: bool, x: Sequence[int], layers) -> Any:
+    """Nodes one after another from input "x" to output "y"; QDQ around each (U8 activations, S8 weights
+    in the 7-bit range) where quantized, as a converter writes an INT8 graph."""
+    h = onnx.helper
+    nodes, inits = [], []
+    if quantized:
+        inits = [onnx.numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+                 onnx.numpy_helper.from_array(np.array(128, np.uint8), "z"),
+                 onnx.numpy_helper.from_array(np.array(0.01, np.float32), "ws"),
+                 onnx.numpy_helper.from_array(np.array(0, np.int8), "wz")]
+    current = "x"
+    for index, (op, weight, attrs) in enumerate(layers):
+        data = current
+        if quantized:
+            data = f"d{index}"
+            nodes.append(h.make_node("DequantizeLinear", [current, "s", "z"], [data]))
+        inputs = [data]
+        if weight is not None:
+            name = f"w{index}"
+            if quantized:
+                inits.append(onnx.numpy_helper.from_array(rng.integers(-64, 64, weight).astype(np.int8), f"{name}q"))
+                nodes.append(h.make_node("DequantizeLinear", [f"{name}q", "ws", "wz"], [name]))
+            else:
+                inits.append(onnx.numpy_helper.from_array(rng.standard_normal(weight).astype(np.float32), name))
+            inputs.append(name)
+        last = index == len(layers) - 1
+        out = "y" if last and not quantized else f"t{index}"
+        nodes.append(h.make_node(op, inputs, [out], **attrs))
+        if quantized:
+            nodes.append(h.make_node("QuantizeLinear", [out, "s", "z"], ["y" if last else f"q{index}"]))
+            out = f"q{index}"
+        current = out
+    element = onnx.TensorProto.UINT8 if quantized else onnx.TensorProto.FLOAT
+    return _model(nodes, [("x", element, x)], inits, element)
+
+
+def _chains(onnx, rng, quantized: bool) -> List[Tuple[str, str, str, Any]]:
+    """Convolutions and pools, three in a row: a runtime changes their layout (NCHWc, NHWC) once per chain,
+    as it does once per graph, not once per node. The pool chain starts with a pointwise convolution,
+    which sets the layout as in a network; its time (at the pointwise roof) is taken off."""
+    same, one = {"pads": [1, 1, 1, 1]}, {}
+    what = "QDQ " if quantized else ""
+    return [
+        (k.CONV, f"3x {what}Conv 3x3 64->64 at 28x28",
+         _chain(onnx, rng, quantized, [1, 64, 28, 28], [("Conv", (64, 64, 3, 3), same)] * 3)),
+        (k.DEPTHWISE, f"3x {what}depthwise Conv 3x3 of 96 channels at 56x56",
+         _chain(onnx, rng, quantized, [1, 96, 56, 56], [("Conv", (96, 1, 3, 3), dict(same, group=96))] * 3)),
+        (k.POINTWISE, f"3x {what}Conv 1x1 96->96 at 28x28",
+         _chain(onnx, rng, quantized, [1, 96, 28, 28], [("Conv", (96, 96, 1, 1), one)] * 3)),
+        (k.POOL, f"{what}MaxPool 3x3/2 then 3x3/1 of 64 channels at 112x112, after a 1x1 Conv",
+         _chain(onnx, rng, quantized, [1, 16, 112, 112], [
+             ("Conv", (64, 16, 1, 1), one), ("MaxPool", None, dict(same, kernel_shape=[3, 3], strides=[2, 2])),
+             ("MaxPool", None, dict(same, kernel_shape=[3, 3]))])),
+    ]
+
+
 def _int8_kernels(onnx, rng) -> List[Tuple[str, str, str, Any]]:
-    """QDQ around one float op, U8 activations in and out, S8 weights in the 7-bit range."""
+    """QDQ around float ops, U8 activations in and out, S8 weights in the 7-bit range; the matrix
+    product as dynamic quantization runs it (MatMulInteger)."""
     h, U8 = onnx.helper, onnx.TensorProto.UINT8
     qparams = [onnx.numpy_helper.from_array(np.array(0.05, np.float32), "s"),
                onnx.numpy_helper.from_array(np.array(128, np.uint8), "z")]
 
-    def qdq(op, inputs: Sequence[Tuple[str, Sequence[int]]], weight=None, **attrs):
+    def qdq(op, inputs: Sequence[Tuple[str, Sequence[int]]], **attrs):
         nodes = [h.make_node("DequantizeLinear", [n, "s", "z"], [f"{n}_f"]) for n, _ in inputs]
-        names = [f"{n}_f" for n, _ in inputs]
-        inits = list(qparams)
-        if weight is not None:
-            inits += [onnx.numpy_helper.from_array(np.array(0.01, np.float32), "ws"),
-                      onnx.numpy_helper.from_array(np.array(0, np.int8), "wz"),
-                      onnx.numpy_helper.from_array(rng.integers(-64, 64, weight).astype(np.int8), "wq")]
-            nodes.append(h.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["w_f"]))
-            names.append("w_f")
-        nodes += [h.make_node(op, names, ["y_f"], **attrs), h.make_node("QuantizeLinear", ["y_f", "s", "z"], ["y"])]
-        return _model(nodes, [(n, U8, s) for n, s in inputs], inits, U8)
+        nodes += [h.make_node(op, [f"{n}_f" for n, _ in inputs], ["y_f"], **attrs),
+                  h.make_node("QuantizeLinear", ["y_f", "s", "z"], ["y"])]
+        return _model(nodes, [(n, U8, s) for n, s in inputs], qparams, U8)
 
     matmul = _model([h.make_node("MatMulInteger", ["x", "w"], ["y"])], [("x", U8, [128, 384])],
                     [onnx.numpy_helper.from_array(rng.integers(-64, 64, (384, 384)).astype(np.int8), "w")],
                     onnx.TensorProto.INT32)
-    return [
-        (k.CONV, "QDQ Conv x[1,64,28,28] w(64,64,3,3)",
-         qdq("Conv", [("x", [1, 64, 28, 28])], (64, 64, 3, 3), pads=[1, 1, 1, 1])),
-        (k.DEPTHWISE, "QDQ Conv x[1,96,56,56] w(96,1,3,3) depthwise",
-         qdq("Conv", [("x", [1, 96, 56, 56])], (96, 1, 3, 3), pads=[1, 1, 1, 1], group=96)),
-        (k.POINTWISE, "QDQ Conv x[1,64,28,28] w(128,64,1,1)", qdq("Conv", [("x", [1, 64, 28, 28])], (128, 64, 1, 1))),
+    return _chains(onnx, rng, quantized=True) + [
         (k.GEMM, "MatMulInteger 128x384 @ 384x384", matmul),
         (k.ELEMENTWISE, "QDQ Add of two 1x64x56x56", qdq("Add", [("x", [1, 64, 56, 56]), ("x2", [1, 64, 56, 56])])),
-        (k.POOL, "QDQ MaxPool 3x3/2 of 1x64x112x112",
-         qdq("MaxPool", [("x", [1, 64, 112, 112])], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
         (k.MOVE, "QDQ Concat of two 1x64x40x40", qdq("Concat", [("x", [1, 64, 40, 40]), ("x2", [1, 64, 40, 40])], axis=1)),
     ]
 
@@ -143,12 +180,14 @@ def _feeds(model, rng) -> Dict[str, np.ndarray]:
     return feeds
 
 
-def _work(model, precision: str, kind: str) -> Tuple[float, float]:
-    """Operations and bytes of the kernel's nodes of this kind, as the prediction counts them."""
+def _work(model, precision: str, kind: str):
+    """The kernel's executed nodes of this kind and precision, and the others, as the prediction counts them."""
     from .graph_cost import analyze_onnx
+    from .roofline import EXECUTED
 
-    nodes = [n for n in analyze_onnx(model).nodes if n.kind == kind and n.precision == precision]
-    return sum(n.ops for n in nodes), sum(n.bytes for n in nodes)
+    executed = [n for n in analyze_onnx(model).nodes if n.role in EXECUTED]
+    mine = [n for n in executed if n.kind == kind and n.precision == precision]
+    return mine, tuple(n for n in executed if n not in mine)
 
 
 @functools.lru_cache(maxsize=1)
@@ -161,7 +200,7 @@ def kind_kernels() -> Tuple[KindKernel, ...]:
         for kind, what, model in specs:
             index = counts.get(kind, 0)
             counts[kind] = index + 1
-            ops, moved = _work(model, precision, kind)
+            mine, others = _work(model, precision, kind)
             found.append(KindKernel(f"{precision}/{kind}:{index}", precision, kind, what, model, _feeds(model, rng),
-                                    ops, moved))
+                                    sum(n.ops for n in mine), sum(n.bytes for n in mine), len(mine), others))
     return tuple(found)

@@ -33,7 +33,7 @@ class KindRoof:
     """What a machine reaches on one kernel kind at one precision (measured by a small kernel)."""
 
     gops: float  # operations per second, in 1e9
-    gbps: float  # bytes per second, in 1e9
+    gbps: float  # bytes per second, in 1e9; 0: not measured, the machine's bandwidth applies
     kernel: str = ""  # what was measured
 
     def to_dict(self) -> dict:
@@ -190,7 +190,7 @@ def node_time(node: NodeCost, machine: Machine) -> NodeTime:
     bandwidth = machine.bandwidth_for(node.bytes)
     if own is not None:
         peak, used = own.gops, node.precision
-        bandwidth = min(bandwidth, own.gbps)
+        bandwidth = min(bandwidth, own.gbps) if own.gbps else bandwidth
     else:
         (peak, used), key = machine.peak(node.precision), ""
     compute_s = node.ops / (peak * 1e9)
