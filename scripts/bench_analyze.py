@@ -340,7 +340,9 @@ def render(rows, machines, args) -> str:
     ]
     for k in kinds:
         have = [m for m in machines if k in m.kinds]
-        lines.append(f"| {k} | {_spread(have, lambda m: m.kinds[k].gops)} | {_spread(have, lambda m: m.kinds[k].gbps)} | "
+        gbps = (_spread(have, lambda m: m.kinds[k].gbps) if any(m.kinds[k].gbps for m in have)
+                else "the machine's (compute-bound kernel)")
+        lines.append(f"| {k} | {_spread(have, lambda m: m.kinds[k].gops)} | {gbps} | "
                      f"{have[0].kinds[k].kernel} |")
     lines += [
         "",

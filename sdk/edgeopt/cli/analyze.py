@@ -46,7 +46,8 @@ def show(result: Dict[str, Any]) -> None:
         out.print(f"figures {line}")
     if m["kinds"]:
         out.print(table(["kernel kind", "GOP/s", "GB/s", "measured on"],
-                        [[k, f"{v['gops']:.1f}", f"{v['gbps']:.1f}", v["kernel"]] for k, v in m["kinds"].items()],
+                        [[k, f"{v['gops']:.1f}", f"{v['gbps']:.1f}" if v["gbps"] else "machine's", v["kernel"]]
+                         for k, v in m["kinds"].items()],
                         title=f"{result['device']}: measured per kernel kind"))
     for a in result["artifacts"]:
         p = a["prediction"]
