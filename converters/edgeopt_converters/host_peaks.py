@@ -145,7 +145,7 @@ def _kind_roofs(seconds: Dict[str, float], run_s: float, base: Machine) -> Dict[
         name = KIND_PREFIX + kernel.name
         if name not in seconds or not kernel.nodes:
             continue
-        so_far = replace(base, kinds=dict(roofs))
+        so_far = replace(base, kinds=_with_peaks(roofs, base))
         others_s = sum(node_time(n, so_far).ms for n in kernel.others) / 1000.0
         net = max(seconds[name] - run_s - (kernel.nodes - 1) * base.overhead_us * 1e-6 - others_s, 1e-7)
         key = roof_key(kernel.precision, kernel.kind)
@@ -153,12 +153,16 @@ def _kind_roofs(seconds: Dict[str, float], run_s: float, base: Machine) -> Dict[
         gops, gbps = kernel.ops / net / 1e9, kernel.bytes / net / 1e9
         if kernel.kind in COMPUTE_KINDS:  # its kernel is compute-bound: its bytes say nothing of the bandwidth
             gbps = 0.0
-        if gops <= 0:  # it computes nothing (a copy): its nodes' operations are timed at the machine's peak
-            gops = base.peak(kernel.precision)[0]
         if old is not None:
             gops, gbps = max(gops, old.gops), max(gbps, old.gbps)
         roofs[key] = KindRoof(gops, gbps, f"{old.kernel}; {kernel.what}" if old else kernel.what)
-    return roofs
+    return _with_peaks(roofs, base)
+
+
+def _with_peaks(roofs: Dict[str, KindRoof], base: Machine) -> Dict[str, KindRoof]:
+    """A kind whose kernels compute nothing (copies) times its nodes' operations at the machine's peak."""
+    return {key: roof if roof.gops > 0 else replace(roof, gops=base.peak(key.split("/")[0])[0])
+            for key, roof in roofs.items()}
 
 
 def machine_from(seconds: Dict[str, float], threads: int) -> Machine:
