@@ -10,7 +10,10 @@ overhead, a run's fixed cost, and the throughput and bandwidth of one small kern
 and precision: edgeopt_converters.host_peaks / kind_kernels) is measured by small onnxruntime
 kernels, timed in the same interleaved rounds as each model's artifacts
 (host_timing.time_interleaved): on a shared host the load changes from minute to minute, and both
-sides of the comparison must see the same. The kernels are calibration by microbenchmark: none of
+sides of the comparison must see the same. Every artifact and kernel is timed as the mean per call
+over windows of --window-s (median over rounds): on a loaded host a 1 ms kernel's median call misses
+the time the scheduler gives to other jobs, which a 200 ms model run cannot. The kernels are
+calibration by microbenchmark: none of
 them is a node of the models evaluated, and nothing is fitted to the models' measured times.
 
 Each artifact is predicted twice: with the per-kind roofs (what `edgeopt analyze --device host`
