@@ -15,7 +15,9 @@ What runtimes do to every graph is applied, since it decides what is really move
   quantize after it;
 - an activation or batch norm right after a convolution or matrix product is fused into it
   (its arithmetic stays, its own pass over memory goes);
-- reshapes and other views move nothing.
+- reshapes and other views move nothing;
+- a node whose inputs are all weights (or shapes fixed when the graph is loaded) is computed once
+  at load time (constant folding), not per run.
 """
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from edgeopt_agent.errors import UserError, require
+
+from .node_kinds import kind_of
 
 COMPUTE = ("Conv", "ConvInteger", "QLinearConv", "FusedConv", "ConvTranspose", "MatMul", "MatMulInteger",
            "QLinearMatMul", "FusedMatMul", "Gemm", "LSTM", "GRU", "RNN", "Einsum")
@@ -62,6 +66,7 @@ class NodeCost:
     precision: str  # the precision its arithmetic runs at: "fp32" | "fp16" | "int8"
     role: str  # "compute" | "elementwise" | "move" | "view" | "fused" | "folded"
     note: str = ""
+    kind: str = ""  # the kernel kind it runs (node_kinds): what its achieved speed depends on
 
     @property
     def bytes(self) -> float:
@@ -160,7 +165,8 @@ def analyze_onnx(model: Union[str, Path, Any], input_shapes: Sequence[Sequence[i
     weights = {init.name for init in graph.initializer}
     weights |= {o for n in graph.node if n.op_type == "Constant" for o in n.output}
     inputs = {i.name: tensors[i.name].shape for i in graph.input if i.name not in weights}
-    analysis = _Graph(graph, tensors, weights)
+    folded = _constant_folded(graph, tensors, weights)
+    analysis = _Graph(graph, tensors, weights | {o for n in graph.node if id(n) in folded for o in n.output}, folded)
     nodes = [analysis.cost(node, index) for index, node in enumerate(graph.node)]
     unknown = [n.name for n in nodes if n.note.startswith("unknown shape")]
     if unknown:
@@ -168,6 +174,24 @@ def analyze_onnx(model: Union[str, Path, Any], input_shapes: Sequence[Sequence[i
     if any(f.op_type in ("If", "Loop", "Scan") for f in nodes):
         notes.append("control-flow subgraphs (If/Loop/Scan) are not analysed")
     return GraphCost(nodes, inputs, notes)
+
+
+def _constant_folded(graph, tensors: Mapping[str, "_Tensor"], weights: set) -> set:
+    """ids of the nodes a runtime computes once, when it loads the graph: every input a weight or
+    itself computed once, or the shape of a tensor whose shape is fixed. Quantize/dequantize nodes
+    stay (runtimes keep them to fuse into INT8 kernels)."""
+    constant = set(weights)
+    folded = set()
+    for node in graph.node:
+        inputs = [i for i in node.input if i]
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear", "Constant"):
+            continue
+        static_shape = node.op_type in ("Shape", "Size") and inputs and tensors.get(inputs[0]) is not None \
+            and tensors[inputs[0]].shape is not None
+        if static_shape or (inputs and all(i in constant for i in inputs)):
+            folded.add(id(node))
+            constant.update(o for o in node.output if o)
+    return folded
 
 
 def _shapes_by_running(onnx, model, names: Sequence[str]) -> Dict[str, "_Tensor"]:
@@ -263,9 +287,10 @@ def _attribute(node, name: str, default=None):
 
 
 class _Graph:
-    def __init__(self, graph, tensors: Mapping[str, _Tensor], weights: set):
+    def __init__(self, graph, tensors: Mapping[str, _Tensor], weights: set, folded: set = frozenset()):
         self.tensors = tensors
         self.weights = weights
+        self.folded = folded  # ids of nodes computed once at load time
         self.producer = {o: n for n in graph.node for o in n.output}
         self.consumers: Dict[str, list] = {}
         for n in graph.node:
@@ -273,6 +298,7 @@ class _Graph:
                 if i:
                     self.consumers.setdefault(i, []).append(n)
         self.graph_outputs = {o.name for o in graph.output}
+        self.graph_inputs = {i.name for i in graph.input}
 
     def tensor(self, name: str) -> _Tensor:
         return self.tensors.get(name, _Tensor(None, "float32"))
@@ -328,33 +354,45 @@ class _Graph:
             users = self.consumers.get(node.output[0], [])
             if not users or node.output[0] in self.graph_outputs or not all(self.int8_kernel(u) for u in users):
                 return False
-            return node.input[0] in self.weights or node.input[0] in self.producer
+            return node.input[0] in self.weights or node.input[0] in self.producer or node.input[0] in self.graph_inputs
         if node.op_type == "QuantizeLinear":
             users = self.consumers.get(node.output[0], [])
             producer = self.producer.get(node.input[0])
-            return (producer is not None and self.int8_kernel(producer) and bool(users)
+            return (producer is not None and self.int8_kernel(producer)
+                    and (bool(users) or node.output[0] in self.graph_outputs)
                     and all(u.op_type == "DequantizeLinear" for u in users))
         return False
+
+    def kind(self, node) -> str:
+        weight = None
+        if len(node.input) > 1:
+            weight = self.tensor(node.input[3 if node.op_type == "QLinearConv" else 1]).shape
+        return kind_of(node.op_type, weight, int(_attribute(node, "group", 1)), VIEWS, MOVES)
 
     def cost(self, node, index: int) -> NodeCost:
         name = node.name or f"{node.op_type}_{index}"
         op = node.op_type
         outputs = [self.tensor(o) for o in node.output if o]
         precision = self._precision(node)
+        kind = self.kind(node)
         if op in VIEWS:
-            return NodeCost(name, op, 0.0, 0.0, 0.0, precision, "view")
+            return NodeCost(name, op, 0.0, 0.0, 0.0, precision, "view", kind=kind)
+        if id(node) in self.folded:
+            return NodeCost(name, op, 0.0, 0.0, 0.0, precision, "folded", "computed once when the graph is loaded "
+                            "(constant inputs)", kind)
         if op in ("QuantizeLinear", "DequantizeLinear") and self._folded_qdq(node):
-            return NodeCost(name, op, 0.0, 0.0, 0.0, precision, "folded", "folded into the INT8 kernels next to it")
+            return NodeCost(name, op, 0.0, 0.0, 0.0, precision, "folded", "folded into the INT8 kernels next to it",
+                            kind)
         if any(t.shape is None for t in outputs):
             return NodeCost(name, op, 0.0, 0.0, 0.0, precision, "compute" if op in COMPUTE else "elementwise",
-                            "unknown shape")
+                            "unknown shape", kind)
         weight_bytes = sum(self.read_bytes(i, node) for i in node.input if i and self.is_weight(i))
         activation_bytes = sum(self.read_bytes(i, node) for i in node.input if i and not self.is_weight(i))
         activation_bytes += sum(self.write_bytes(o, node) for o in node.output if o)
         ops, role = self._ops(node, outputs)
         if self._fused_into_producer(node):
-            return NodeCost(name, op, ops, 0.0, 0.0, precision, "fused", "fused into the node before it")
-        return NodeCost(name, op, ops, weight_bytes, activation_bytes, precision, role)
+            return NodeCost(name, op, ops, 0.0, 0.0, precision, "fused", "fused into the node before it", kind)
+        return NodeCost(name, op, ops, weight_bytes, activation_bytes, precision, role, kind=kind)
 
     def _precision(self, node) -> str:
         if self._quantized_inputs(node):

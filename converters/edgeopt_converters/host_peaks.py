@@ -5,7 +5,14 @@
 - bandwidth: an Add of a 32 MiB tensor and a scalar (reads it once, writes it once);
 - cache: the last-level cache's size from Linux sysfs, and its bandwidth by the same Add on a
   tensor that fits in an eighth of it (none where sysfs does not say);
-- overhead: a chain of 200 Relu nodes on a 16-element tensor, per node.
+- overhead: a chain of 200 Relu nodes on a 16-element tensor, per node; the fixed cost of a run:
+  one such Relu, less one node's overhead;
+- per kernel kind and precision (`kind_kernels`: dense, depthwise and pointwise convolution,
+  matrix product, elementwise, normalization, pooling, layout moves, quantize/dequantize; INT8 as
+  onnxruntime runs QDQ artifacts): the throughput and bandwidth one typical node of that kind
+  reaches, its run's fixed cost and one node's overhead taken off. The dense, pointwise and matrix
+  kernels are compute-bound: they measure throughput only, and their nodes move bytes at the
+  machine's bandwidth.
 Each is the best of several timed runs (what the hardware can reach, not what a noisy moment gave).
 """
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import functools
 import platform
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Dict, Optional
 
@@ -21,11 +29,13 @@ import numpy as np
 from edgeopt_agent.bench.spec import available_cpus
 from edgeopt_agent.errors import require
 
-from .roofline import Machine
+from .kind_kernels import COMPUTE_KINDS, kind_kernels
+from .roofline import KindRoof, Machine, node_time, roof_key
 
 _M, _K, _N = 256, 1024, 1024
 _BANDWIDTH_ELEMENTS = 8 * 2**20  # float32: 32 MiB
 _CHAIN = 200
+KIND_PREFIX = "kind:"
 
 
 def _session(model, threads: int):
@@ -37,7 +47,7 @@ def _session(model, threads: int):
     return ort.InferenceSession(model.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"])
 
 
-def _best_s(call: Callable[[], object], repeats: int = 7, min_s: float = 0.05) -> float:
+def _best_s(call: Callable[[], object], repeats: int = 5, min_s: float = 0.03) -> float:
     call()
     best = float("inf")
     for _ in range(repeats):
@@ -94,7 +104,8 @@ def _run(session, feeds) -> Callable[[], object]:
 
 
 def kernels(threads: int) -> Dict[str, Callable[[], object]]:
-    """The calibration kernels, ready to call: "fp32", "int8", "dram", "cache" (where known), "overhead"."""
+    """The calibration kernels, ready to call: "fp32", "int8", "dram", "cache" (where known), "overhead",
+    "run", and "kind:PRECISION/KIND:N" for each kernel kind."""
     onnx = require("onnx", "convert")
     helper, tp = onnx.helper, onnx.TensorProto
     rng = np.random.default_rng(0)
@@ -112,7 +123,11 @@ def kernels(threads: int) -> Dict[str, Callable[[], object]]:
         "int8": _run(_session(int8, threads), {"a": rng.integers(0, 255, (_M, _K)).astype(np.uint8)}),
         "dram": _add(_BANDWIDTH_ELEMENTS, threads),
         "overhead": _run(_session(relus, threads), {"t0": np.ones((1, 16), np.float32)}),
+        "run": _run(_session(_model(chain[:1], relus.graph.input, [helper.make_tensor_value_info("t1", tp.FLOAT, None)]),
+                             threads), {"t0": np.ones((1, 16), np.float32)}),
     }
+    for kernel in kind_kernels():
+        calls[KIND_PREFIX + kernel.name] = _run(_session(kernel.model, threads), kernel.feeds)
     if _cache_elements():
         calls["cache"] = _add(_cache_elements(), threads)
     return calls
@@ -122,19 +137,54 @@ def _cache_elements() -> int:
     return last_level_cache_bytes() // 8 // 4
 
 
+def _kind_roofs(seconds: Dict[str, float], run_s: float, base: Machine) -> Dict[str, KindRoof]:
+    """Each kind's roof: the best throughput and the best bandwidth its kernels reached, net of the run's
+    fixed cost, the nodes' overhead and the time of the kernel's other nodes (at the roofs found so far)."""
+    roofs: Dict[str, KindRoof] = {}
+    for kernel in kind_kernels():
+        name = KIND_PREFIX + kernel.name
+        if name not in seconds or not kernel.nodes:
+            continue
+        so_far = replace(base, kinds=_with_peaks(roofs, base))
+        others_s = sum(node_time(n, so_far).ms for n in kernel.others) / 1000.0
+        net = max(seconds[name] - run_s - (kernel.nodes - 1) * base.overhead_us * 1e-6 - others_s, 1e-7)
+        key = roof_key(kernel.precision, kernel.kind)
+        old = roofs.get(key)
+        gops, gbps = kernel.ops / net / 1e9, kernel.bytes / net / 1e9
+        if kernel.kind in COMPUTE_KINDS:  # its kernel is compute-bound: its bytes say nothing of the bandwidth
+            gbps = 0.0
+        if old is not None:
+            gops, gbps = max(gops, old.gops), max(gbps, old.gbps)
+        roofs[key] = KindRoof(gops, gbps, f"{old.kernel}; {kernel.what}" if old else kernel.what)
+    return _with_peaks(roofs, base)
+
+
+def _with_peaks(roofs: Dict[str, KindRoof], base: Machine) -> Dict[str, KindRoof]:
+    """A kind whose kernels compute nothing (copies) times its nodes' operations at the machine's peak."""
+    return {key: roof if roof.gops > 0 else replace(roof, gops=base.peak(key.split("/")[0])[0])
+            for key, roof in roofs.items()}
+
+
 def machine_from(seconds: Dict[str, float], threads: int) -> Machine:
     """This host's roofline from each kernel's time per call (seconds)."""
     ops = 2.0 * _M * _K * _N
     cache, cache_elements = last_level_cache_bytes(), _cache_elements()
     cache_gbps = 2 * cache_elements * 4 / seconds["cache"] / 1e9 if "cache" in seconds else 0.0
-    return Machine(
+    overhead_s = seconds["overhead"] / _CHAIN
+    run_s = seconds.get("run", overhead_s)
+    base = Machine(
         "host", {"fp32": ops / seconds["fp32"] / 1e9, "int8": ops / seconds["int8"] / 1e9},
-        2 * _BANDWIDTH_ELEMENTS * 4 / seconds["dram"] / 1e9, seconds["overhead"] / _CHAIN * 1e6,
+        2 * _BANDWIDTH_ELEMENTS * 4 / seconds["dram"] / 1e9, overhead_s * 1e6,
         f"measured on this {platform.machine()} host with onnxruntime, {threads} thread(s): "
         f"{_M}x{_K}x{_N} MatMul / MatMulInteger, a {_BANDWIDTH_ELEMENTS * 4 // 2**20} MiB Add, {_CHAIN} chained Relu"
         + (f", a {cache_elements * 4 // 1024} KiB Add in its {cache // 2**20} MiB last-level cache" if cache else ""),
         cache_bytes=float(cache) if "cache" in seconds else 0.0, cache_bandwidth_gbps=cache_gbps,
+        run_overhead_us=max(run_s - overhead_s, 0.0) * 1e6,
     )
+    kinds = _kind_roofs(seconds, run_s, base)
+    if not kinds:
+        return base
+    return replace(base, kinds=kinds, source=base.source + f", and small kernels of {len(kinds)} kernel kinds")
 
 
 def measure_host(threads: Optional[int] = None) -> Machine:

@@ -4,10 +4,15 @@ A node takes max(ops / peak, bytes / bandwidth) on a machine with that peak thro
 node's precision) and memory bandwidth, plus a fixed dispatch overhead per executed node where
 the machine's is known. Where the machine's last-level cache is known (this host's is), a node
 whose whole working set (inputs, weights, outputs) fits in half of it moves its bytes at the
-cache's bandwidth instead of DRAM's; the graph takes the sum (nodes run one after another). Peak figures and
-bandwidths come from the board's profile (cited there), or are measured on this host by
-`host_peaks`. A per-board efficiency factor fitted from fleet measurements (measured / predicted)
-scales the prediction; without one the prediction is uncalibrated, and says so.
+cache's bandwidth instead of DRAM's; the graph takes the sum (nodes run one after another), plus
+the machine's fixed cost of one run where known.
+
+Where the machine has a roof of its own for the node's kernel kind at the node's precision
+(`node_kinds`: dense, depthwise or pointwise convolution, matrix product, elementwise, ...), the
+node is timed with that kind's achieved throughput and bandwidth instead of the machine's peaks:
+this host measures them with one small kernel per kind (`kind_kernels`); a board's profile states
+only its peaks. Per-kind efficiency factors fitted from fleet measurements (measured / predicted,
+`roofline_fit`) scale the prediction; without them the prediction is uncalibrated, and says so.
 """
 from __future__ import annotations
 
@@ -24,6 +29,26 @@ EXECUTED = ("compute", "elementwise", "move")  # roles that run a kernel of thei
 
 
 @dataclass(frozen=True)
+class KindRoof:
+    """What a machine reaches on one kernel kind at one precision (measured by a small kernel)."""
+
+    gops: float  # operations per second, in 1e9
+    gbps: float  # bytes per second, in 1e9; 0: not measured, the machine's bandwidth applies
+    kernel: str = ""  # what was measured
+
+    def to_dict(self) -> dict:
+        return {"gops": round(self.gops, 3), "gbps": round(self.gbps, 3), "kernel": self.kernel}
+
+
+def roof_key(precision: str, kind: str) -> str:
+    return f"{precision}/{kind or 'other'}"
+
+
+def node_roof_key(node: NodeCost) -> str:
+    return roof_key(node.precision, node.kind)
+
+
+@dataclass(frozen=True)
 class Machine:
     """What the roofline needs to know about a board."""
 
@@ -35,6 +60,12 @@ class Machine:
     cache_bytes: float = 0.0  # last-level cache; 0: unknown, every byte comes from DRAM
     cache_bandwidth_gbps: float = 0.0
     notes: Tuple[str, ...] = ()
+    kinds: Mapping[str, KindRoof] = field(default_factory=dict)  # roof_key(precision, kind) -> its own roof
+    run_overhead_us: float = 0.0  # fixed cost of one run of a graph, whatever its nodes
+
+    @property
+    def measured_kinds(self) -> bool:
+        return bool(self.kinds)
 
     def peak(self, precision: str) -> Tuple[float, str]:
         """Peak for a precision, falling back to the nearest one the machine states (and saying so)."""
@@ -52,7 +83,9 @@ class Machine:
     def to_dict(self) -> dict:
         return {"name": self.name, "peak_gops": dict(self.peak_gops), "bandwidth_gbps": self.bandwidth_gbps,
                 "overhead_us": self.overhead_us, "cache_bytes": self.cache_bytes,
-                "cache_bandwidth_gbps": self.cache_bandwidth_gbps, "source": self.source, "notes": list(self.notes)}
+                "cache_bandwidth_gbps": self.cache_bandwidth_gbps, "run_overhead_us": self.run_overhead_us,
+                "kinds": {k: v.to_dict() for k, v in sorted(self.kinds.items())},
+                "source": self.source, "notes": list(self.notes)}
 
     def bandwidth_for(self, working_set: float) -> float:
         """Bytes per second (in 1e9) for a node that touches `working_set` bytes."""
@@ -68,7 +101,8 @@ def machine_for(profile: DeviceProfile) -> Machine:
     if not profile.memory.bandwidth_gbps:
         raise UserError(f"device profile {profile.name} has no memory bandwidth_gbps; the roofline needs it")
     return Machine(profile.name, {p: v * 1000.0 for p, v in profile.peak_tops.items()},
-                   profile.memory.bandwidth_gbps, 0.0, f"device profile {profile.name} (theoretical peaks)")
+                   profile.memory.bandwidth_gbps, 0.0,
+                   f"device profile {profile.name} (theoretical peaks and bandwidth from the profile, not measured)")
 
 
 @dataclass
@@ -77,10 +111,12 @@ class NodeTime:
     ms: float
     bound: str  # "compute" | "memory" (DRAM or cache) | "overhead" | "none"
     peak_precision: str
+    roof: str = ""  # roof_key of the kind roof it was timed with; "": the machine's peaks
 
     def to_dict(self) -> dict:
         data = self.node.to_dict()
-        data.update({"predicted_ms": round(self.ms, 6), "bound": self.bound, "peak_precision": self.peak_precision})
+        data.update({"predicted_ms": round(self.ms, 6), "bound": self.bound, "peak_precision": self.peak_precision,
+                     "roof": self.roof or "peak"})
         return data
 
 
@@ -88,17 +124,25 @@ class NodeTime:
 class Prediction:
     machine: Machine
     nodes: List[NodeTime]
-    efficiency: Optional[float] = None  # measured / predicted, from the fleet; None: uncalibrated
+    efficiency: Optional[float] = None  # measured / predicted over the whole graph, from the fleet; None: uncalibrated
     efficiency_samples: int = 0
     notes: List[str] = field(default_factory=list)
+    kind_efficiency: Mapping[str, float] = field(default_factory=dict)  # roof key -> factor, where the fleet allows
+
+    def factor(self, node: NodeCost) -> float:
+        return self.kind_efficiency.get(node_roof_key(node), self.efficiency or 1.0)
+
+    @property
+    def run_ms(self) -> float:
+        return self.machine.run_overhead_us / 1000.0
 
     @property
     def roofline_ms(self) -> float:
-        return sum(n.ms for n in self.nodes)
+        return self.run_ms + sum(n.ms for n in self.nodes)
 
     @property
     def ms(self) -> float:
-        return self.roofline_ms * (self.efficiency or 1.0)
+        return self.run_ms + sum(n.ms * self.factor(n.node) for n in self.nodes)
 
     @property
     def calibrated(self) -> bool:
@@ -112,6 +156,15 @@ class Prediction:
             shares[n.bound] = shares.get(n.bound, 0.0) + n.ms / total
         return shares
 
+    def kind_ms(self) -> Dict[str, float]:
+        """Uncalibrated predicted time per roof key ("int8/depthwise"): what per-kind efficiency is fitted against."""
+        times: Dict[str, float] = {}
+        for n in self.nodes:
+            if n.ms > 0:
+                key = node_roof_key(n.node)
+                times[key] = times.get(key, 0.0) + n.ms
+        return times
+
     def to_dict(self, top: Optional[int] = None) -> dict:
         ordered = sorted(self.nodes, key=lambda n: -n.ms)
         return {
@@ -121,6 +174,8 @@ class Prediction:
             "calibrated": self.calibrated,
             "efficiency": self.efficiency,
             "efficiency_samples": self.efficiency_samples,
+            "kind_efficiency": {k: round(v, 4) for k, v in sorted(self.kind_efficiency.items())},
+            "kind_ms": {k: round(v, 6) for k, v in sorted(self.kind_ms().items(), key=lambda kv: -kv[1])},
             "bound_share": {k: round(v, 4) for k, v in self.bound_share().items()},
             "notes": list(self.notes),
             "nodes": [n.to_dict() for n in (ordered[:top] if top else ordered)],
@@ -130,27 +185,45 @@ class Prediction:
 def node_time(node: NodeCost, machine: Machine) -> NodeTime:
     if node.role not in EXECUTED:
         return NodeTime(node, 0.0, "none", node.precision)
-    peak, used = machine.peak(node.precision)
+    key = node_roof_key(node)
+    own = machine.kinds.get(key)
+    bandwidth = machine.bandwidth_for(node.bytes)
+    if own is not None:
+        peak, used = own.gops, node.precision
+        bandwidth = min(bandwidth, own.gbps) if own.gbps else bandwidth
+    else:
+        (peak, used), key = machine.peak(node.precision), ""
     compute_s = node.ops / (peak * 1e9)
-    memory_s = node.bytes / (machine.bandwidth_for(node.bytes) * 1e9)
+    memory_s = node.bytes / (bandwidth * 1e9)
     overhead_s = machine.overhead_us * 1e-6
     if max(compute_s, memory_s) < overhead_s:
         bound = "overhead"
     else:
         bound = "compute" if compute_s >= memory_s else "memory"
-    return NodeTime(node, (max(compute_s, memory_s) + overhead_s) * 1000.0, bound, used)
+    return NodeTime(node, (max(compute_s, memory_s) + overhead_s) * 1000.0, bound, used, key)
 
 
-def predict(cost: GraphCost, machine: Machine, efficiency: Optional[float] = None, samples: int = 0) -> Prediction:
+def predict(cost: GraphCost, machine: Machine, efficiency: Optional[float] = None, samples: int = 0,
+            kind_efficiency: Optional[Mapping[str, float]] = None) -> Prediction:
     times = [node_time(n, machine) for n in cost.nodes]
     notes = list(machine.notes)
     fallbacks = sorted({(t.node.precision, t.peak_precision) for t in times
-                        if t.node.role in EXECUTED and t.node.precision != t.peak_precision})
+                        if t.node.role in EXECUTED and not t.roof and t.node.precision != t.peak_precision})
     for wanted, used in fallbacks:
         notes.append(f"{machine.name} states no {wanted} peak; {wanted} nodes are timed at its {used} peak")
+    executed = [t for t in times if t.node.role in EXECUTED and t.ms > 0]
+    if machine.kinds:
+        own = sorted({t.roof for t in executed if t.roof})
+        generic = sorted({node_roof_key(t.node) for t in executed if not t.roof})
+        notes.append(f"{sum(1 for t in executed if t.roof)} of {len(executed)} nodes timed with {machine.name}'s "
+                     f"measured per-kind roofs ({', '.join(own) or 'none'})"
+                     + (f"; the rest ({', '.join(generic)}) at its measured peaks" if generic else ""))
+    else:
+        notes.append(f"every node timed at {machine.name}'s stated peak throughput and bandwidth (no per-kind "
+                     f"figures for this machine)")
     if efficiency is None:
         notes.append("uncalibrated: no fleet measurement of this board to fit an efficiency factor from")
-    return Prediction(machine, times, efficiency, samples, notes)
+    return Prediction(machine, times, efficiency, samples, notes, dict(kind_efficiency or {}))
 
 
 def predict_artifacts(profile: DeviceProfile, paths: Mapping[str, Path]) -> Dict[str, float]:

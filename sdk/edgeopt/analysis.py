@@ -5,13 +5,15 @@
 
 For each ONNX artifact (a file, or every ONNX artifact of a conversion's OUTDIR): per node its
 operations, bytes, arithmetic intensity and roofline verdict on the board, and the whole graph's
-predicted latency. Where the fleet has results of the same artifacts, each board's measured p50
-is set against its prediction, the pair is stored (`roofline_fits`), and the board's efficiency
-factor (geometric mean of measured / predicted) calibrates its later predictions.
+predicted latency. `--device host` times nodes with this host's own roofs, measured per kernel
+kind and precision by small onnxruntime kernels; a board is timed at its profile's stated peaks.
+Where the fleet has results of the same artifacts, each board's measured p50 is set against its
+prediction, the pair is stored (`roofline_fits`, with the predicted time per kernel kind), and the
+board's efficiency factors (whole graph, and per kernel kind where its measured artifacts allow:
+`roofline_fit`) calibrate its later predictions.
 """
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,7 @@ from edgeopt_agent.profiles import load_profile
 from edgeopt_converters.graph_cost import GraphCost, analyze_onnx, by_op_type
 from edgeopt_converters.manifest import read as read_manifest
 from edgeopt_converters.roofline import Machine, Prediction, machine_for, predict
+from edgeopt_converters.roofline_fit import Fit, fit, scoped
 
 from .errors import UserError
 
@@ -63,17 +66,14 @@ def machine(device: str, threads: Optional[int] = None) -> Machine:
 
 
 def efficiency(fits: Sequence[Dict[str, Any]], profile: str, precision: str,
-               leave_out: Optional[Tuple[str, str]] = None) -> Tuple[Optional[float], int, str]:
-    """Geometric mean of measured / predicted over a board's stored pairs: at this precision where
-    there are some, else at all precisions. Returns (factor or None, pairs used, which pairs)."""
+               leave_out: Optional[Tuple[str, str]] = None) -> Tuple[Fit, str]:
+    """A board's efficiency factors from its stored pairs: at this precision where there are some, else at
+    all precisions. Returns the fit (whole graph, and per kernel kind where the data allows) and its scope."""
     mine = [f for f in fits if f["profile"] == profile and f["predicted_ms"] > 0
             and (f["model_sha256"], f["artifact_key"]) != leave_out]
-    same = [f for f in mine if f["precision"] == precision]
-    chosen, scope = (same, precision) if same else (mine, "all precisions")
-    if not chosen:
-        return None, 0, ""
-    factor = math.exp(statistics.fmean(math.log(f["measured_ms"] / f["predicted_ms"]) for f in chosen))
-    return factor, len(chosen), scope
+    chosen, scope = scoped(mine, precision)
+    found = fit(chosen)
+    return found, (scope if found.factor is not None else "")
 
 
 def _fleet_results(store, manifest: Dict[str, Any]) -> Dict[Tuple[str, str], List[float]]:
@@ -106,25 +106,35 @@ def compare_with_fleet(store, manifest: Dict[str, Any], costs: Dict[str, GraphCo
             notes.append(f"{profile_name}: no prediction ({exc})")
             continue
         cost = costs[key]
-        predicted = predict(cost, board).roofline_ms
+        prediction = predict(cost, board)
         measured = statistics.median(latencies)
-        store.save_roofline_fit(profile_name, cost.precision, sha, key, predicted, measured)
-        pairs.append((profile_name, key, cost.precision, predicted, measured, len(latencies)))
+        store.save_roofline_fit(profile_name, cost.precision, sha, key, prediction.roofline_ms, measured,
+                                prediction.kind_ms())
+        pairs.append((profile_name, key, cost.precision, prediction, measured, len(latencies)))
     fits = store.roofline_fits()
-    for profile_name, key, precision, predicted, measured, count in pairs:
-        factor, samples, scope = efficiency(fits, profile_name, precision, leave_out=(sha, key))
+    for profile_name, key, precision, prediction, measured, count in pairs:
+        found, scope = efficiency(fits, profile_name, precision, leave_out=(sha, key))
+        predicted = prediction.roofline_ms
+        calibrated = calibrate(prediction, found).ms if found.factor else None
         rows.append({
             "profile": profile_name, "artifact": key, "precision": precision, "measured_ms": round(measured, 6),
             "results": count, "predicted_ms": round(predicted, 6), "error_pct": _error_pct(predicted, measured),
-            "calibrated_ms": round(predicted * factor, 6) if factor else None,
-            "calibrated_error_pct": _error_pct(predicted * factor, measured) if factor else None,
-            "efficiency": round(factor, 4) if factor else None, "efficiency_samples": samples,
+            "calibrated_ms": round(calibrated, 6) if calibrated else None,
+            "calibrated_error_pct": _error_pct(calibrated, measured) if calibrated else None,
+            "efficiency": round(found.factor, 4) if found.factor else None, "efficiency_samples": found.samples,
             "efficiency_from": scope or None,
+            "kind_efficiency": {k: round(v, 4) for k, v in sorted(found.kinds.items())},
         })
     if pairs:
         notes.append("calibrated figures use each board's efficiency fitted from its other artifacts (this one "
                      "left out), so the error shown is out of sample")
     return rows, notes
+
+
+def calibrate(prediction: Prediction, found: Fit) -> Prediction:
+    """The same prediction with a fit's factors applied (whole graph, and per kind where fitted)."""
+    return Prediction(prediction.machine, prediction.nodes, found.factor, found.samples, list(prediction.notes),
+                      dict(found.kinds))
 
 
 def analyze(path, device: str, input_shapes: Sequence[Sequence[int]] = (), db: Optional[str] = None,
@@ -150,14 +160,33 @@ def analyze(path, device: str, input_shapes: Sequence[Sequence[int]] = (), db: O
     artifacts = []
     for t in found:
         cost = costs[t.key]
-        factor, samples, scope = efficiency(fits, device, cost.precision)
-        prediction = predict(cost, board, factor, samples)
-        if factor is not None:
-            prediction.notes.append(f"calibrated by {device}'s efficiency {factor:.2f} (measured / predicted) over "
-                                    f"{samples} fleet result(s) at {scope}")
+        found, scope = efficiency(fits, device, cost.precision)
+        prediction = predict(cost, board, found.factor, found.samples, found.kinds)
+        if found.factor is not None:
+            prediction.notes.append(
+                f"calibrated by {device}'s efficiency {found.factor:.2f} (measured / predicted) over {found.samples} "
+                f"fleet result(s) at {scope}" + (
+                    "; per kernel kind: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(found.kinds.items()))
+                    if found.kinds else "; too few results to fit per kernel kind"))
         artifacts.append(artifact_summary(t, cost, prediction, top))
-    return {"device": device, "machine": board.to_dict(), "artifacts": artifacts, "fleet": fleet_rows,
-            "notes": notes}
+    return {"device": device, "machine": board.to_dict(), "figures": figures(board, device), "artifacts": artifacts,
+            "fleet": fleet_rows, "notes": notes}
+
+
+def figures(board: Machine, device: str) -> List[str]:
+    """Where each figure of the roofline comes from: measured on this host, or stated by a profile."""
+    if device == HOST:
+        found = [f"measured on this host: peak throughput ({', '.join(sorted(board.peak_gops))}), DRAM bandwidth, "
+                 "per-node overhead and one run's fixed cost"
+                 + (", last-level cache bandwidth" if board.cache_bandwidth_gbps else "")]
+        if board.kinds:
+            found.append(f"measured on this host, one small kernel each: throughput and bandwidth of {len(board.kinds)} "
+                         f"kernel kinds ({', '.join(sorted(board.kinds))}); other nodes use the measured peaks")
+        return found
+    return [f"from device profile {device} (not measured here): peak throughput per precision "
+            f"({', '.join(sorted(board.peak_gops))}) and memory bandwidth, theoretical figures cited in the profile",
+            "no per-kernel-kind figures for a board: every node is timed at the profile's peaks; per-kind "
+            "efficiency comes only from the fleet's measurements of this board"]
 
 
 def artifact_summary(target: Target, cost: GraphCost, prediction: Prediction, top: Optional[int]) -> Dict[str, Any]:

@@ -42,18 +42,27 @@ def show(result: Dict[str, Any]) -> None:
     m = result["machine"]
     peaks = ", ".join(f"{p} {v:.1f} GOP/s" for p, v in m["peak_gops"].items())
     out.print(f"{result['device']}: {peaks}, {m['bandwidth_gbps']:.1f} GB/s ({m['source']})")
+    for line in result["figures"]:
+        out.print(f"figures {line}")
+    if m["kinds"]:
+        out.print(table(["kernel kind", "GOP/s", "GB/s", "measured on"],
+                        [[k, f"{v['gops']:.1f}", f"{v['gbps']:.1f}" if v["gbps"] else "machine's", v["kernel"]]
+                         for k, v in m["kinds"].items()],
+                        title=f"{result['device']}: measured per kernel kind"))
     for a in result["artifacts"]:
         p = a["prediction"]
         shares = ", ".join(f"{k} {v * 100:.0f}%" for k, v in sorted(p["bound_share"].items(), key=lambda kv: -kv[1])
                            if v > 0)
-        state = (f"calibrated (efficiency {p['efficiency']:.2f} from {p['efficiency_samples']} fleet result(s))"
-                 if p["calibrated"] else "uncalibrated")
+        state = (f"calibrated (efficiency {p['efficiency']:.2f} from {p['efficiency_samples']} fleet result(s)"
+                 + (f", {len(p['kind_efficiency'])} kernel kinds fitted" if p["kind_efficiency"] else "") + ")"
+                 if p["calibrated"] else "uncalibrated (no fleet measurement of this board)")
         out.print(f"\n{a['key']} ({a['precision']}): {_si(a['macs'], 'MAC')}, {_si(a['bytes'], 'B')} moved, "
                   f"predicted {p['predicted_ms']:.3f} ms, {state}; time by bound: {shares}")
-        rows = [[n["name"], n["op_type"], n["precision"], _si(n["ops"], "op"), _si(n["bytes"], "B"),
-                 f"{n['intensity']:.1f}" if n["intensity"] is not None else "-", n["bound"],
+        rows = [[n["name"], n["op_type"], n["kind"], n["precision"], _si(n["ops"], "op"), _si(n["bytes"], "B"),
+                 f"{n['intensity']:.1f}" if n["intensity"] is not None else "-", n["bound"], n["roof"],
                  f"{n['predicted_ms']:.4f}"] for n in p["nodes"] if n["predicted_ms"] > 0]
-        out.print(table(["node", "op", "precision", "ops", "bytes", "ops/byte", "bound", "predicted ms"], rows,
+        out.print(table(["node", "op", "kind", "precision", "ops", "bytes", "ops/byte", "bound", "roof",
+                         "predicted ms"], rows,
                         title=f"{a['key']}: slowest nodes"))
         for note in a["notes"]:
             out.print(f"note: {note}")

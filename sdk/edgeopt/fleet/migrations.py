@@ -173,6 +173,11 @@ MIGRATIONS: Tuple[Migration, ...] = (
             PRIMARY KEY (profile, model_sha256, artifact_key)
         )""",
     )),
+    Migration(4, "roofline_fits.kind_ms: the predicted time per kernel kind, to fit per-kind efficiency from", (
+        # JSON: roof key ("int8/depthwise") -> uncalibrated predicted ms; NULL for rows stored before,
+        # which still count towards the whole-graph factor.
+        "ALTER TABLE roofline_fits ADD COLUMN kind_ms TEXT",
+    )),
 )
 
 

@@ -167,12 +167,15 @@ class FleetQueries:
         }
 
     def roofline_fits(self, profile: Optional[str] = None) -> List[Dict[str, Any]]:
-        """Measured against roofline-predicted latency, one row per board profile and artifact."""
-        sql = "SELECT profile, precision, model_sha256, artifact_key, predicted_ms, measured_ms, fitted_at FROM roofline_fits"
+        """Measured against roofline-predicted latency, one row per board profile and artifact; kind_ms is the
+        predicted time per kernel kind ({} where it was not stored)."""
+        sql = ("SELECT profile, precision, model_sha256, artifact_key, predicted_ms, measured_ms, fitted_at, kind_ms "
+               "FROM roofline_fits")
         with self.db.transaction(write=False) as tx:
-            if profile is None:
-                return tx.rows(sql)
-            return tx.rows(sql + " WHERE profile = ?", (profile,))
+            rows = tx.rows(sql) if profile is None else tx.rows(sql + " WHERE profile = ?", (profile,))
+        for r in rows:
+            r["kind_ms"] = json.loads(r["kind_ms"]) if r["kind_ms"] else {}
+        return rows
 
 
 def _comparison_order(row: Dict[str, Any]) -> Tuple[Any, ...]:

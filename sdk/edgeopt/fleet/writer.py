@@ -246,14 +246,17 @@ class FleetWriter:
         return self.db.run(work)
 
     def save_roofline_fit(self, profile: str, precision: str, model_sha256: str, artifact_key: str,
-                          predicted_ms: float, measured_ms: float) -> None:
-        """Store (or replace) one artifact's measured and predicted latency on a board profile."""
+                          predicted_ms: float, measured_ms: float,
+                          kind_ms: Optional[Dict[str, float]] = None) -> None:
+        """Store (or replace) one artifact's measured and predicted latency on a board profile, with its
+        predicted time per kernel kind where known."""
         def work(tx: Transaction) -> None:
             key = (profile, model_sha256, artifact_key)
             tx.execute("DELETE FROM roofline_fits WHERE profile = ? AND model_sha256 = ? AND artifact_key = ?", key)
             tx.execute("INSERT INTO roofline_fits (profile, precision, model_sha256, artifact_key, predicted_ms, "
-                       "measured_ms, fitted_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                       (profile, precision, model_sha256, artifact_key, predicted_ms, measured_ms, time.time()))
+                       "measured_ms, fitted_at, kind_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                       (profile, precision, model_sha256, artifact_key, predicted_ms, measured_ms, time.time(),
+                        json.dumps(kind_ms, sort_keys=True) if kind_ms else None))
 
         self.db.run(work)
 

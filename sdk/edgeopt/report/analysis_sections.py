@@ -43,10 +43,13 @@ def roofline_section(result: Mapping[str, Any]) -> str:
              + f", {m['bandwidth_gbps']:.1f} GB/s ({esc(m['source'])}). Each point is a node: its arithmetic intensity "
              "and the throughput the roofline lets it reach; under the slope it is bound by memory, under the flat "
              "roof by compute.</p>",
+             "".join(f"<p>Figures {esc(line)}.</p>" for line in result.get("figures", [])),
              legend([(f"{b}-bound node", c, "circle", False) for b, c in BOUND_COLORS.items()])]
     for a in result["artifacts"]:
         p = a["prediction"]
         state = (f"calibrated by an efficiency of {p['efficiency']:.2f} from {p['efficiency_samples']} fleet result(s)"
+                 + (f" and per kernel kind ({', '.join(f'{k} {v:.2f}' for k, v in p['kind_efficiency'].items())})"
+                    if p.get("kind_efficiency") else "")
                  if p["calibrated"] else "uncalibrated (no fleet measurement of this board yet)")
         shares = ", ".join(f"{k} {v * 100:.0f}%" for k, v in p["bound_share"].items() if v > 0)
         parts.append(f"<h3>{esc(a['key'])} ({esc(a['precision'])})</h3><p>{a['macs'] / 1e9:.3f} GMAC, "

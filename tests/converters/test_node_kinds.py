@@ -1,0 +1,129 @@
+"""Kernel kinds of nodes, and the roofline timed per kind: classification on hand-built graphs,
+prediction arithmetic with given roofs, host roofs from given kernel times (nothing timed here)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from edgeopt_converters import node_kinds as k
+from edgeopt_converters.graph_cost import analyze_onnx
+from edgeopt_converters.roofline import KindRoof, Machine, node_time, predict
+
+F = TensorProto.FLOAT
+
+
+def _model(nodes, inputs, initializers=()):
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+                              [helper.make_tensor_value_info(nodes[-1].output[0], F, None)], list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _w(name, shape, dtype=np.float32):
+    return numpy_helper.from_array(np.ones(shape, dtype), name)
+
+
+def _kinds(cost):
+    return {n.name: n.kind for n in cost.nodes}
+
+
+def test_convolutions_are_dense_depthwise_or_pointwise_and_matrix_products_gemm():
+    nodes = [
+        helper.make_node("Conv", ["x", "w3"], ["a"], pads=[1, 1, 1, 1], name="dense"),
+        helper.make_node("Conv", ["a", "dw"], ["b"], pads=[1, 1, 1, 1], group=16, name="depthwise"),
+        helper.make_node("Conv", ["b", "pw"], ["c"], name="pointwise"),
+        helper.make_node("Conv", ["c", "g"], ["d"], pads=[1, 1, 1, 1], group=4, name="grouped"),
+        helper.make_node("Relu", ["d"], ["e"], name="relu"),
+        helper.make_node("GlobalAveragePool", ["e"], ["f"], name="gap"),
+        helper.make_node("Flatten", ["f"], ["h"], name="flatten"),
+        helper.make_node("Gemm", ["h", "fc"], ["i"], transB=1, name="fc"),
+        helper.make_node("MatMul", ["i", "mm"], ["j"], name="matmul"),
+        helper.make_node("Softmax", ["j"], ["y"], name="softmax"),
+    ]
+    inits = [_w("w3", (16, 8, 3, 3)), _w("dw", (16, 1, 3, 3)), _w("pw", (32, 16, 1, 1)), _w("g", (32, 8, 3, 3)),
+             _w("fc", (10, 32)), _w("mm", (10, 4))]
+    kinds = _kinds(analyze_onnx(_model(nodes, [("x", F, [1, 8, 8, 8])], inits)))
+    assert kinds == {"dense": k.CONV, "depthwise": k.DEPTHWISE, "pointwise": k.POINTWISE, "grouped": k.CONV,
+                     "relu": k.ELEMENTWISE, "gap": k.POOL, "flatten": k.VIEW, "fc": k.GEMM, "matmul": k.GEMM,
+                     "softmax": k.NORMALIZATION}
+
+
+def test_a_qdq_depthwise_convolution_is_depthwise_at_int8_and_real_qdq_passes_are_qdq():
+    s, z = numpy_helper.from_array(np.array(0.1, np.float32), "s"), numpy_helper.from_array(np.array(0, np.int8), "z")
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], name="q_in"),
+        helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"], name="dq_in"),
+        helper.make_node("DequantizeLinear", ["wq", "s", "z"], ["wd"], name="dq_w"),
+        helper.make_node("Conv", ["xd", "wd"], ["c"], group=8, pads=[1, 1, 1, 1], name="dw"),
+        helper.make_node("QuantizeLinear", ["c", "s", "z"], ["cq"], name="q_out"),
+        helper.make_node("DequantizeLinear", ["cq", "s", "z"], ["y"], name="dq_out"),
+    ]
+    cost = analyze_onnx(_model(nodes, [("x", F, [1, 8, 16, 16])], [s, z, _w("wq", (8, 1, 3, 3), np.int8)]))
+    by_name = {n.name: n for n in cost.nodes}
+    assert by_name["dw"].kind == k.DEPTHWISE and by_name["dw"].precision == "int8"
+    assert by_name["q_in"].kind == k.QDQ and by_name["q_in"].role == "elementwise"  # a real pass over the input
+    assert by_name["dq_w"].role == "folded"
+
+
+def test_classification_from_op_type_and_weight_shape():
+    assert k.kind_of("QLinearConv", (64, 1, 3, 3), group=64) == k.DEPTHWISE
+    assert k.kind_of("ConvInteger", (64, 32, 1, 1)) == k.POINTWISE
+    assert k.kind_of("Conv", (64, 32, 1, 1), group=2) == k.CONV  # grouped 1x1: neither pointwise nor depthwise
+    assert k.kind_of("MatMulInteger") == k.GEMM and k.kind_of("LSTM") == k.GEMM
+    assert k.kind_of("LayerNormalization") == k.NORMALIZATION and k.kind_of("ReduceMean") == k.POOL
+    assert k.kind_of("Resize") == k.POOL and k.kind_of("DynamicQuantizeLinear") == k.QDQ
+    assert k.kind_of("Transpose", moves=("Transpose",)) == k.MOVE and k.kind_of("Mul") == k.ELEMENTWISE
+
+
+def test_a_node_is_timed_with_its_kinds_roof_and_the_rest_at_the_peaks():
+    cost = analyze_onnx(_model(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+         helper.make_node("Conv", ["c", "dw"], ["d"], pads=[1, 1, 1, 1], group=8, name="dw"),
+         helper.make_node("Sigmoid", ["d"], ["e"], name="sig"),
+         helper.make_node("Mul", ["d", "e"], ["y"], name="mul")],
+        [("x", F, [1, 64, 32, 32])], [_w("w", (8, 64, 3, 3)), _w("dw", (8, 1, 3, 3))]))
+    nodes = {n.name: n for n in cost.nodes}
+    machine = Machine("m", {"fp32": 100.0}, 10.0, overhead_us=2.0, run_overhead_us=30.0, kinds={
+        "fp32/depthwise": KindRoof(4.0, 2.0), "fp32/conv": KindRoof(50.0, 0.0), "fp32/elementwise": KindRoof(1.0, 5.0)})
+    conv, dw, mul = (node_time(nodes[n], machine) for n in ("conv", "dw", "mul"))
+    # conv: its own throughput, the machine's bandwidth (a compute kind's roof states none)
+    assert conv.roof == "fp32/conv" and conv.bound == "compute"
+    assert conv.ms == pytest.approx((max(nodes["conv"].ops / 50e9, nodes["conv"].bytes / 10e9) + 2e-6) * 1e3)
+    # depthwise: the lower of its own bandwidth and the machine's
+    assert dw.ms == pytest.approx((max(nodes["dw"].ops / 4e9, nodes["dw"].bytes / 2e9) + 2e-6) * 1e3)
+    assert mul.ms == pytest.approx((max(nodes["mul"].ops / 1e9, nodes["mul"].bytes / 5e9) + 2e-6) * 1e3)
+    prediction = predict(cost, machine)
+    times = {t.node.name: t.ms for t in prediction.nodes}
+    assert prediction.roofline_ms == pytest.approx(0.030 + sum(times.values()))
+    assert prediction.kind_ms() == pytest.approx({"fp32/conv": times["conv"], "fp32/depthwise": times["dw"],
+                                                  "fp32/elementwise": times["sig"] + times["mul"]})
+    assert any("measured per-kind roofs" in n for n in prediction.notes)
+    # Without kind roofs every node is timed at the peaks, as before.
+    plain = predict(cost, Machine("m", {"fp32": 100.0}, 10.0))
+    assert all(t.roof == "" for t in plain.nodes) and any("no per-kind figures" in n for n in plain.notes)
+    # Per-kind efficiency: depthwise x3, every other kind at the whole-graph factor 1.5.
+    calibrated = predict(cost, machine, efficiency=1.5, samples=4, kind_efficiency={"fp32/depthwise": 3.0})
+    assert calibrated.ms == pytest.approx(0.030 + 3.0 * times["dw"] + 1.5 * (times["conv"] + times["sig"] + times["mul"]))
+
+
+def test_host_kind_roofs_come_from_each_kernels_time_net_of_the_run_and_its_other_nodes():
+    from edgeopt_converters.host_peaks import KIND_PREFIX, machine_from
+    from edgeopt_converters.kind_kernels import COMPUTE_KINDS, kind_kernels
+
+    kernels = kind_kernels()
+    seconds = {"fp32": 0.01, "int8": 0.004, "dram": 0.01, "overhead": 200e-6, "run": 11e-6}
+    seconds.update({KIND_PREFIX + kk.name: 0.001 * (i + 1) for i, kk in enumerate(kernels)})
+    host = machine_from(seconds, 1)
+    assert host.overhead_us == pytest.approx(1.0) and host.run_overhead_us == pytest.approx(10.0)
+    kinds_measured = {f"{kk.precision}/{kk.kind}" for kk in kernels}
+    assert set(host.kinds) == kinds_measured
+    for key in ("fp32/elementwise", "int8/gemm", "fp32/depthwise"):
+        mine = [(i, kk) for i, kk in enumerate(kernels) if f"{kk.precision}/{kk.kind}" == key]
+        nets = [(kk, 0.001 * (i + 1) - 11e-6 - (kk.nodes - 1) * 1e-6) for i, kk in mine]
+        assert all(not kk.others for kk, _ in nets)
+        assert host.kinds[key].gops == pytest.approx(max(kk.ops / net / 1e9 for kk, net in nets))
+        expected_gbps = 0.0 if key.split("/")[1] in COMPUTE_KINDS else max(kk.bytes / net / 1e9 for kk, net in nets)
+        assert host.kinds[key].gbps == pytest.approx(expected_gbps)
+    # The pool chain starts with a pointwise convolution: its time at the pointwise roof is taken off.
+    pool = next((i, kk) for i, kk in enumerate(kernels) if kk.name == "int8/pool:0")
+    assert pool[1].others and host.kinds["int8/pool"].gops > pool[1].ops / (0.001 * (pool[0] + 1)) / 1e9
