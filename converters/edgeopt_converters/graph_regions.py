@@ -9,7 +9,7 @@ multiply-accumulates; a tiny convolution such as YOLOv8's 16-tap DFL belongs to 
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from edgeopt_agent.errors import require
 
@@ -90,3 +90,23 @@ def post_processing_tail(model) -> List[str]:
             feeds_output.add(i)
             stack.extend(producer[name] for name in nodes[i].input if name in producer)
     return [n.name for i, n in enumerate(nodes) if n.name and not reaches[i] and i in feeds_output]
+
+
+def mac_shares(model) -> List[Tuple[str, float]]:
+    """(node, share of the graph's multiply-accumulates done up to and including it), in graph order.
+
+    The input side of a CNN, where resolution is high and channels few, is where INT8 error enters
+    first and is carried by everything after it: keeping a prefix of the graph in float is the
+    coarsest region mixed precision can try. Empty when no MAC node has a known cost.
+    """
+    nodes = list(model.graph.node)
+    shapes = _shapes(model)
+    costs = [node_macs(n, shapes) or 0 for n in nodes]
+    total = float(sum(costs))
+    if not total:
+        return []
+    shares, done = [], 0.0
+    for node, cost in zip(nodes, costs):
+        done += cost
+        shares.append((node.name, done / total))
+    return shares

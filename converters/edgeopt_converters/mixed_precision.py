@@ -10,7 +10,11 @@ and the search ends at the first attempt that no longer fails. The stages, cheap
 2. Calibrator: the other activation-range methods (minmax, percentile, entropy) with the best
    float set so far. Outliers in a few calibration samples can make minmax scales coarse for every
    later input; a clipped range can instead cut off values that matter: which wins is measured.
-3. Sensitivity: nodes ranked by the SQNR they lose (sensitivity.py, on a few calibration samples,
+3. Input-side prefix: the first share of the graph's multiply-accumulates (in graph order) in
+   float, bisected between none and half (PREFIX_STEPS attempts) for the smallest share whose
+   verdict no longer fails. A CNN's early high-resolution layers carry their INT8 error into
+   everything after them; a prefix measured by the verdict finds that without ranking single nodes.
+4. Sensitivity: nodes ranked by the SQNR they lose (sensitivity.py, on a few calibration samples,
    measured on the best attempt so far), the most sensitive 1, 2, 4, 8, ... kept in float on top,
    until three attempts in a row gain nothing, MAX_TRIES, or half of the quantized nodes.
 
@@ -28,7 +32,7 @@ from edgeopt_agent.errors import require
 
 from . import accuracy as acc
 from .accuracy.judges import SEVERITY
-from .graph_regions import post_processing_tail
+from .graph_regions import mac_shares, post_processing_tail
 from .passes.errors import StepFailed
 from .passes.quantize_onnx import CALIBRATION_METHODS
 from .recipe import with_exclusions
@@ -39,6 +43,8 @@ MAX_TRIES = 8  # sensitivity attempts
 STALE_TRIES = 3
 SENSITIVITY_SAMPLES = 4
 MAX_FLOAT_SHARE = 0.5  # past half of the quantized nodes in float, INT8 has little left to give
+MAX_PREFIX_SHARE = 0.5  # of the graph's multiply-accumulates
+PREFIX_STEPS = 4  # half, then bisection to 1/16 of the MACs
 
 
 def _badness(a) -> tuple:
@@ -63,6 +69,7 @@ class _Search:
         self.best, self.best_path = record, self.target
         self.tries: List[Dict[str, Any]] = [_summary(record.accuracy, 0, method=record.planned.int8.calibrate_method)]
         self.calibrations: Dict[str, Path] = {}
+        self.last_passed = False
 
     @property
     def failed(self) -> bool:
@@ -76,8 +83,10 @@ class _Search:
     def method(self) -> str:
         return self.best.planned.int8.calibrate_method
 
-    def attempt(self, nodes: Sequence[str], stage: str, method: Optional[str] = None) -> Optional[bool]:
-        """Build and judge one attempt; True if it beat the best so far, None if it could not be built."""
+    def attempt(self, nodes: Sequence[str], stage: str, method: Optional[str] = None,
+                fewer_floats: bool = False) -> Optional[bool]:
+        """Build and judge one attempt; True if it beat the best so far, None if it could not be built.
+        With `fewer_floats`, a passing attempt with fewer float nodes than a passing best beats it too."""
         method = method or self.method
         planned = with_exclusions(self.record.planned, nodes, method)
         trial = self.ctx.work / ".steps" / f"mixed-{len(self.tries)}.onnx"
@@ -88,7 +97,10 @@ class _Search:
             return None
         accuracy, io = self.validate(planned, trial)
         self.tries.append(_summary(accuracy, len(nodes), stage, method))
-        if _badness(accuracy) >= _badness(self.best.accuracy):
+        self.last_passed = accuracy.verdict != acc.FAILED
+        smaller = (fewer_floats and accuracy.verdict != acc.FAILED and not self.failed
+                   and SEVERITY[accuracy.verdict] <= SEVERITY[self.best.accuracy.verdict] and len(nodes) < len(self.floats))
+        if _badness(accuracy) >= _badness(self.best.accuracy) and not smaller:
             return False
         self.best = replace(self.record, planned=planned, accuracy=accuracy, io=io, info=dict(self.record.info, **info))
         self.best_path = trial
@@ -128,6 +140,9 @@ def search_mixed_precision(ctx, record, prepared: Path, validate):
                 search.attempt(search.floats, f"calibrator {method}", method)
 
     if search.failed:
+        _prefix_stage(search, candidates, report)
+
+    if search.failed:
         _sensitivity_stage(ctx, search, ranked, candidates, feeds, report)
 
     if search.best is not record:
@@ -151,6 +166,34 @@ def search_mixed_precision(ctx, record, prepared: Path, validate):
     best.info["float_nodes"] = floats
     best.info["scheme"] = best.planned.int8.scheme
     return best
+
+
+def _prefix_stage(search: _Search, candidates, report: Dict[str, Any]) -> None:
+    """Bisect the share of MACs kept in float from the input side (see the module doc)."""
+    onnx = require("onnx", "convert")
+    shares = mac_shares(onnx.load(str(search.prepared), load_external_data=False))
+    if not shares:
+        return
+    base = search.floats
+
+    def prefix(share: float) -> List[str]:
+        return base + [name for name, done in shares if name in candidates and name not in set(base)
+                       and done <= share + 1e-9]
+
+    low, high, share = 0.0, None, MAX_PREFIX_SHARE
+    for _ in range(PREFIX_STEPS):
+        nodes = prefix(share)
+        if len(nodes) == len(base) or search.attempt(nodes, f"input-side prefix ({share:.0%} of MACs)",
+                                                     fewer_floats=True) is None:
+            break
+        if not search.last_passed:
+            if high is None:
+                return  # half the MACs in float still fails: past that INT8 has little left to give
+            low = share
+        else:
+            high = share
+        share = (low + high) / 2
+    report["prefix_share"] = high
 
 
 def _sensitivity_stage(ctx, search: _Search, ranked, candidates, feeds, report: Dict[str, Any]) -> None:

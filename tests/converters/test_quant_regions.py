@@ -1,12 +1,12 @@
-"""Mixed precision's structural stage: the post-processing tail found from the graph alone."""
+"""Mixed precision's structural stages: the post-processing tail and the input-side prefix, found from the graph."""
 import numpy as np
 import onnx
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from edgeopt_converters.graph_regions import node_macs, post_processing_tail
-from edgeopt_converters.mixed_precision import _badness
+from edgeopt_converters.graph_regions import mac_shares, node_macs, post_processing_tail
+from edgeopt_converters.mixed_precision import PREFIX_STEPS, _badness, _prefix_stage
 from edgeopt_converters.passes.quantize_onnx import OnnxInt8Options
 from edgeopt_converters.recipe import PlannedArtifact, with_exclusions
 
@@ -99,3 +99,45 @@ def test_attempts_are_ranked_by_verdict_then_decisions_lost_then_cosine():
                    key=_badness)
     assert [(a.verdict, a.drop_points) for a in order] == [("ok", None), ("unresolved", 0.5), ("failed", 5.0),
                                                            ("failed", 10.0)]
+
+
+class _FakeSearch:
+    """Stands in for mixed precision's search: an attempt passes when it keeps every node of `needed` in float."""
+
+    def __init__(self, prepared, needed):
+        self.prepared, self.needed = prepared, set(needed)
+        self.best_floats, self.tried, self.last_passed = [], [], False
+
+    @property
+    def floats(self):
+        return list(self.best_floats)
+
+    @property
+    def failed(self):
+        return not self.needed <= set(self.best_floats)
+
+    def attempt(self, nodes, stage, method=None, fewer_floats=False):
+        self.tried.append((stage, list(nodes)))
+        self.last_passed = self.needed <= set(nodes)
+        if self.last_passed and (self.failed or len(nodes) < len(self.best_floats)):
+            self.best_floats = list(nodes)
+            return True
+        return False
+
+
+def test_the_input_side_prefix_is_bisected_to_the_smallest_share_that_passes(tmp_path):
+    path = tmp_path / "head.onnx"
+    onnx.save(yolo_like_head(), str(path))
+    shares = dict(mac_shares(onnx.load(str(path))))
+    assert shares["backbone"] < shares["neck"] < shares["box_conv"] < shares["head_concat"] == 1.0
+    candidates = {n.name for n in yolo_like_head().graph.node}
+    search = _FakeSearch(path, ["backbone"])  # only the first convolution needs float
+    report = {}
+    _prefix_stage(search, candidates, report)
+    assert len(search.tried) == PREFIX_STEPS and search.tried[0][0] == "input-side prefix (50% of MACs)"
+    assert search.floats == ["backbone", "backbone_act"], "the smallest passing prefix is kept"
+    assert report["prefix_share"] < 0.1
+    # When half of the MACs in float still fails, one attempt is all the stage spends.
+    hopeless = _FakeSearch(path, ["score_conv"])
+    _prefix_stage(hopeless, candidates, {})
+    assert len(hopeless.tried) == 1 and hopeless.failed
