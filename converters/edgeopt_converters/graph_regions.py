@@ -17,15 +17,21 @@ MAC_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 LIGHT_SHARE = 0.001  # a MAC node below this share of the graph's MACs does no heavy compute
 
 
-def _shapes(model) -> Dict[str, List[int]]:
+def typed_values(model) -> list:
+    """Every value the graph declares or ONNX shape inference can type (inputs, outputs, intermediates)."""
     onnx = require("onnx", "convert")
     try:
         inferred = onnx.shape_inference.infer_shapes(model)
     except Exception:
         inferred = model
+    return [v for v in list(inferred.graph.value_info) + list(inferred.graph.output) + list(inferred.graph.input)
+            if v.type.HasField("tensor_type")]
+
+
+def _shapes(model) -> Dict[str, List[int]]:
     shapes = {}
-    for value in list(inferred.graph.value_info) + list(inferred.graph.output) + list(inferred.graph.input):
-        dims = value.type.tensor_type.shape.dim if value.type.HasField("tensor_type") else []
+    for value in typed_values(model):
+        dims = value.type.tensor_type.shape.dim
         if dims and all(d.HasField("dim_value") for d in dims):
             shapes[value.name] = [d.dim_value for d in dims]
     for init in model.graph.initializer:
