@@ -29,8 +29,17 @@ def typed_values(model) -> list:
 
 
 def _shapes(model) -> Dict[str, List[int]]:
+    """Fixed shapes of the graph's values, with a symbolic batch (first input dim) taken as 1."""
+    onnx = require("onnx", "convert")
+    one = onnx.ModelProto()
+    one.CopyFrom(model)
+    for value in one.graph.input:
+        dims = value.type.tensor_type.shape.dim if value.type.HasField("tensor_type") else []
+        if dims and not dims[0].HasField("dim_value"):
+            dims[0].Clear()
+            dims[0].dim_value = 1
     shapes = {}
-    for value in typed_values(model):
+    for value in typed_values(one):
         dims = value.type.tensor_type.shape.dim
         if dims and all(d.HasField("dim_value") for d in dims):
             shapes[value.name] = [d.dim_value for d in dims]

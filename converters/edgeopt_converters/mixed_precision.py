@@ -12,7 +12,7 @@ and the search ends at the first attempt that no longer fails. The stages, cheap
    later input; a clipped range can instead cut off values that matter: which wins is measured.
 3. Input-side prefix: the first share of the graph's multiply-accumulates (in graph order) in
    float, bisected between none and half (PREFIX_STEPS attempts) for the smallest share whose
-   verdict no longer fails. A CNN's early high-resolution layers carry their INT8 error into
+   verdict no longer fails; at half, each calibrator is tried until one passes. A CNN's early high-resolution layers carry their INT8 error into
    everything after them; a prefix measured by the verdict finds that without ranking single nodes.
 4. Sensitivity: nodes ranked by the SQNR they lose (sensitivity.py, on a few calibration samples,
    measured on the best attempt so far), the most sensitive 1, 2, 4, 8, ... kept in float on top,
@@ -181,11 +181,19 @@ def _prefix_stage(search: _Search, candidates, report: Dict[str, Any]) -> None:
                        and done <= share + 1e-9]
 
     low, high, share = 0.0, None, MAX_PREFIX_SHARE
-    for _ in range(PREFIX_STEPS):
-        nodes = prefix(share)
-        if len(nodes) == len(base) or search.attempt(nodes, f"input-side prefix ({share:.0%} of MACs)",
-                                                     fewer_floats=True) is None:
+    nodes = prefix(share)
+    if len(nodes) == len(base):
+        return
+    # Which calibrator suits the rest of the graph is measured again with the prefix in float.
+    for method in [search.method] + [m for m in CALIBRATION_METHODS if m != search.method]:
+        if search.attempt(nodes, f"input-side prefix ({share:.0%} of MACs)", method) is None or search.last_passed:
             break
+    for step in range(PREFIX_STEPS):
+        if step:
+            nodes = prefix(share)
+            if len(nodes) == len(base) or search.attempt(nodes, f"input-side prefix ({share:.0%} of MACs)",
+                                                         fewer_floats=True) is None:
+                break
         if not search.last_passed:
             if high is None:
                 return  # half the MACs in float still fails: past that INT8 has little left to give

@@ -7,7 +7,7 @@ from onnx import numpy_helper as nh
 
 from edgeopt_converters.graph_regions import mac_shares, node_macs, post_processing_tail
 from edgeopt_converters.mixed_precision import PREFIX_STEPS, _badness, _prefix_stage
-from edgeopt_converters.passes.quantize_onnx import OnnxInt8Options
+from edgeopt_converters.passes.quantize_onnx import CALIBRATION_METHODS, OnnxInt8Options
 from edgeopt_converters.recipe import PlannedArtifact, with_exclusions
 
 
@@ -71,8 +71,14 @@ def test_a_heavy_dfl_or_an_unknown_shape_keeps_compute_out_of_the_tail():
     # With many taps the 'DFL' conv does a real share of the work: it is no longer post-processing.
     heavy = post_processing_tail(yolo_like_head(dfl_taps=4096))
     assert "dfl_conv" not in heavy and "head_concat" in heavy
-    # A symbolic batch leaves every shape unknown: MAC nodes count as heavy, the light nodes still form the tail.
-    unknown = post_processing_tail(yolo_like_head(batch="n"))
+    # A symbolic batch counts as 1; where a shape stays unknown, MAC nodes count as heavy and the light
+    # nodes still form the tail.
+    assert post_processing_tail(yolo_like_head(batch="n")) == post_processing_tail(yolo_like_head())
+    model = yolo_like_head()
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    dims[2].Clear()
+    dims[2].dim_param = "height"
+    unknown = post_processing_tail(model)
     assert "dfl_conv" not in unknown and {"to_pixels", "head_concat", "scores_sigmoid"} <= set(unknown)
 
 
@@ -103,6 +109,8 @@ def test_attempts_are_ranked_by_verdict_then_decisions_lost_then_cosine():
 
 class _FakeSearch:
     """Stands in for mixed precision's search: an attempt passes when it keeps every node of `needed` in float."""
+
+    method = "minmax"
 
     def __init__(self, prepared, needed):
         self.prepared, self.needed = prepared, set(needed)
@@ -137,7 +145,7 @@ def test_the_input_side_prefix_is_bisected_to_the_smallest_share_that_passes(tmp
     assert len(search.tried) == PREFIX_STEPS and search.tried[0][0] == "input-side prefix (50% of MACs)"
     assert search.floats == ["backbone", "backbone_act"], "the smallest passing prefix is kept"
     assert report["prefix_share"] < 0.1
-    # When half of the MACs in float still fails, one attempt is all the stage spends.
+    # When half of the MACs in float still fails with every calibrator, the stage stops there.
     hopeless = _FakeSearch(path, ["score_conv"])
     _prefix_stage(hopeless, candidates, {})
-    assert len(hopeless.tried) == 1 and hopeless.failed
+    assert len(hopeless.tried) == len(CALIBRATION_METHODS) and hopeless.failed
