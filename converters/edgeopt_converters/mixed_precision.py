@@ -70,6 +70,7 @@ class _Search:
         self.tries: List[Dict[str, Any]] = [_summary(record.accuracy, 0, method=record.planned.int8.calibrate_method)]
         self.calibrations: Dict[str, Path] = {}
         self.last_passed = False
+        self.budget_points = ctx.tolerances.budget_points
 
     @property
     def failed(self) -> bool:
@@ -86,7 +87,8 @@ class _Search:
     def attempt(self, nodes: Sequence[str], stage: str, method: Optional[str] = None,
                 fewer_floats: bool = False) -> Optional[bool]:
         """Build and judge one attempt; True if it beat the best so far, None if it could not be built.
-        With `fewer_floats`, a passing attempt with fewer float nodes than a passing best beats it too."""
+        With `fewer_floats`, a passing attempt with fewer float nodes than a passing best beats it too, as
+        long as the decisions it loses, as measured, are within the budget (not only its bound)."""
         method = method or self.method
         planned = with_exclusions(self.record.planned, nodes, method)
         trial = self.ctx.work / ".steps" / f"mixed-{len(self.tries)}.onnx"
@@ -98,8 +100,9 @@ class _Search:
         accuracy, io = self.validate(planned, trial)
         self.tries.append(_summary(accuracy, len(nodes), stage, method))
         self.last_passed = accuracy.verdict != acc.FAILED
-        smaller = (fewer_floats and accuracy.verdict != acc.FAILED and not self.failed
-                   and SEVERITY[accuracy.verdict] <= SEVERITY[self.best.accuracy.verdict] and len(nodes) < len(self.floats))
+        smaller = (fewer_floats and accuracy.verdict != acc.FAILED and not self.failed and len(nodes) < len(self.floats)
+                   and SEVERITY[accuracy.verdict] <= SEVERITY[self.best.accuracy.verdict]
+                   and (accuracy.drop_points or 0.0) <= self.budget_points)
         if _badness(accuracy) >= _badness(self.best.accuracy) and not smaller:
             return False
         self.best = replace(self.record, planned=planned, accuracy=accuracy, io=io, info=dict(self.record.info, **info))
