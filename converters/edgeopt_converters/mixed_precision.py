@@ -189,14 +189,20 @@ def _prefix_stage(search: _Search, candidates, report: Dict[str, Any]) -> None:
         return
     # Which calibrator suits the rest of the graph is measured again with the prefix in float.
     for method in [search.method] + [m for m in CALIBRATION_METHODS if m != search.method]:
-        if search.attempt(nodes, f"input-side prefix ({share:.0%} of MACs)", method) is None or search.last_passed:
+        kept = search.attempt(nodes, f"input-side prefix ({share:.0%} of MACs)", method)
+        if kept:
+            report["prefix_share"] = share
+        if kept is None or search.last_passed:
             break
     for step in range(PREFIX_STEPS):
         if step:
             nodes = prefix(share)
-            if len(nodes) == len(base) or search.attempt(nodes, f"input-side prefix ({share:.0%} of MACs)",
-                                                         fewer_floats=True) is None:
+            kept = None if len(nodes) == len(base) else search.attempt(
+                nodes, f"input-side prefix ({share:.0%} of MACs)", fewer_floats=True)
+            if kept is None:
                 break
+            if kept:
+                report["prefix_share"] = share
         if not search.last_passed:
             if high is None:
                 return  # half the MACs in float still fails: past that INT8 has little left to give
@@ -204,7 +210,6 @@ def _prefix_stage(search: _Search, candidates, report: Dict[str, Any]) -> None:
         else:
             high = share
         share = (low + high) / 2
-    report["prefix_share"] = high
 
 
 def _sensitivity_stage(ctx, search: _Search, ranked, candidates, feeds, report: Dict[str, Any]) -> None:
