@@ -409,7 +409,11 @@ def bench(case: Case, work: Path) -> Dict[str, dict]:
                                             "calibrate_method": (a.get("mixed_precision") or {}).get("calibrate_method"),
                                             "float_nodes": len(a.get("float_nodes") or []),
                                             "weights": a.get("weights"),
-                                            "mixed": (a.get("mixed_precision") or {}).get("result")} for a in int8s}}
+                                            "mixed": (a.get("mixed_precision") or {}).get("result"),
+                                            "tries": [{k: t.get(k) for k in ("stage", "float_nodes", "calibrate_method",
+                                                                             "verdict", "drop_points")}
+                                                      for t in (a.get("mixed_precision") or {}).get("tries", [])]}
+                                 for a in int8s}}
     return rows
 
 
