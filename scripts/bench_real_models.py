@@ -406,19 +406,54 @@ def bench(case: Case, work: Path) -> Dict[str, dict]:
     rows["_edgeopt"] = {"recommended": recommended, "reason": manifest["recommendation"]["reason"],
                         "convert_s": round(convert_s, 1), "notes": manifest["notes"], "warnings": manifest["warnings"],
                         "int8": {a["key"]: {"scheme": a["scheme"], "verdict": a["accuracy"]["verdict"],
+                                            "calibrate_method": (a.get("mixed_precision") or {}).get("calibrate_method"),
                                             "float_nodes": len(a.get("float_nodes") or []),
                                             "weights": a.get("weights"),
-                                            "mixed": (a.get("mixed_precision") or {}).get("result")} for a in int8s}}
+                                            "mixed": (a.get("mixed_precision") or {}).get("result"),
+                                            "tries": [{k: t.get(k) for k in ("stage", "float_nodes", "calibrate_method",
+                                                                             "verdict", "drop_points")}
+                                                      for t in (a.get("mixed_precision") or {}).get("tries", [])]}
+                                 for a in int8s}}
     return rows
+
+
+def host_line() -> str:
+    """This machine's CPU and the flags that decide onnxruntime's INT8 kernels."""
+    import platform
+
+    from edgeopt_converters.host_int8 import cpu_flags
+
+    flags = cpu_flags()
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    shown = ", ".join(f"{f} {'yes' if f in flags else 'no'}" for f in
+                      ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8"))
+    return f"Host: {platform.machine()}, {model}, {os.cpu_count()} CPUs; {shown}."
+
+
+def _label(name: str, info: dict) -> str:
+    """An edgeopt INT8 row's name with what mixed precision kept in float and which calibrator won."""
+    extra = []
+    if info.get("float_nodes"):
+        extra.append(f"{info['float_nodes']} nodes float")
+    if info.get("calibrate_method") and info["calibrate_method"] != "minmax":
+        extra.append(f"{info['calibrate_method']} calibration")
+    ratio = (info.get("weights") or {}).get("ratio")
+    if ratio is not None and info.get("float_nodes"):
+        extra.append(f"weights {ratio:.2f}x FP32")
+    return f"{name} ({', '.join(extra)})" if extra else name
 
 
 def markdown(results: Dict[str, Dict[str, dict]]) -> str:
     lines = ["| model | artifact | size MB | verdict | task figure | p50 ms | vs FP32 (95%) |",
              "|---|---|---|---|---|---|---|"]
     for model, rows in results.items():
+        int8 = rows.get("_edgeopt", {}).get("int8", {})
         for name, row in rows.items():
             if name.startswith("_"):
                 continue
+            if name.startswith("edgeopt:") and name[len("edgeopt:"):] in int8:
+                name = _label(name, int8[name[len("edgeopt:"):]])
             if "error" in row and "verdict" not in row:
                 lines.append(f"| {model} | {name} | - | - | {row['error']} | - | - |")
                 continue
@@ -444,6 +479,7 @@ def main(argv=None) -> int:
             for row in results[name].values():
                 row.pop("path", None)
         print(f"== {name}", json.dumps(results[name], indent=1, default=str), flush=True)
+    print(host_line())
     print(markdown(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1, default=str))

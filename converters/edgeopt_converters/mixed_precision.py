@@ -1,29 +1,50 @@
-"""Accuracy-aware mixed precision: when static INT8 fails its verdict, keep nodes in float.
+"""Accuracy-aware mixed precision: when static INT8 fails its verdict, search for what makes it pass.
 
-Nodes are ranked by the SQNR they lose (sensitivity.py, on a few calibration samples), then the
-most sensitive 1, 2, 4, 8, ... are kept in float, each attempt re-quantized with the same
-calibration ranges and judged by the same per-output verdicts as every artifact. The first attempt
-that passes is kept; the search stops when three attempts in a row gain nothing or after MAX_TRIES.
-The best attempt replaces the whole-graph artifact, and the manifest says which nodes stayed float.
+Every attempt is re-quantized and judged by the same per-output verdicts as every artifact; the
+best attempt so far (by verdict, then decisions lost, then cosine) is the base of the next stage,
+and the search ends at the first attempt that no longer fails. The stages, cheapest first:
+
+1. Structure: the post-processing tail (graph_regions.py: nodes after the last heavy compute on
+   every path to an output, such as a detector's box decoding and box/score concatenation) in
+   float: its most sensitive node alone, then all of it. These nodes have no real arithmetic.
+2. Calibrator: the other activation-range methods (minmax, percentile, entropy) with the best
+   float set so far. Outliers in a few calibration samples can make minmax scales coarse for every
+   later input; a clipped range can instead cut off values that matter: which wins is measured.
+3. Input-side prefix: the first share of the graph's multiply-accumulates (in graph order) in
+   float, bisected between none and half (PREFIX_STEPS attempts) for the smallest share whose
+   verdict no longer fails; at half, each calibrator is tried until one passes. A CNN's early high-resolution layers carry their INT8 error into
+   everything after them; a prefix measured by the verdict finds that without ranking single nodes.
+4. Sensitivity: nodes ranked by the SQNR they lose (sensitivity.py, on a few calibration samples,
+   measured on the best attempt so far), the most sensitive 1, 2, 4, 8, ... kept in float on top,
+   until three attempts in a row gain nothing, MAX_TRIES, or half of the quantized nodes.
+
+The best attempt replaces the whole-graph artifact; the manifest says what each attempt was and
+which nodes stayed float.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Sequence
+
+from edgeopt_agent.errors import require
 
 from . import accuracy as acc
 from .accuracy.judges import SEVERITY
+from .graph_regions import mac_shares, post_processing_tail
 from .passes.errors import StepFailed
+from .passes.quantize_onnx import CALIBRATION_METHODS
 from .recipe import with_exclusions
 from .sensitivity import node_sensitivity, quantized_nodes
 from .tensors import feed_batch
 
-MAX_TRIES = 8
+MAX_TRIES = 8  # sensitivity attempts
 STALE_TRIES = 3
 SENSITIVITY_SAMPLES = 4
 MAX_FLOAT_SHARE = 0.5  # past half of the quantized nodes in float, INT8 has little left to give
+MAX_PREFIX_SHARE = 0.5  # of the graph's multiply-accumulates
+PREFIX_STEPS = 4  # half, then bisection to 1/16 of the MACs
 
 
 def _badness(a) -> tuple:
@@ -31,70 +52,194 @@ def _badness(a) -> tuple:
     return (SEVERITY[a.verdict], a.drop_points if a.drop_points is not None else 0.0, -a.min_cosine)
 
 
-def _summary(a, floats: int) -> Dict[str, Any]:
-    return {"float_nodes": floats, "verdict": a.verdict, "reason": a.reason,
-            "drop_points": a.drop_points, "cosine": round(a.min_cosine, 6)}
+def _summary(a, floats: int, stage: str = "whole graph", method: Optional[str] = None) -> Dict[str, Any]:
+    out = {"float_nodes": floats, "stage": stage, "verdict": a.verdict, "reason": a.reason,
+           "drop_points": a.drop_points, "cosine": round(a.min_cosine, 6)}
+    if method:
+        out["calibrate_method"] = method
+    return out
+
+
+class _Search:
+    """The best attempt so far and the attempts made, each built and judged like any artifact."""
+
+    def __init__(self, ctx, record, prepared: Path, validate):
+        self.ctx, self.record, self.prepared, self.validate = ctx, record, prepared, validate
+        self.target = ctx.work / record.planned.filename
+        self.best, self.best_path = record, self.target
+        self.tries: List[Dict[str, Any]] = [_summary(record.accuracy, 0, method=record.planned.int8.calibrate_method)]
+        self.calibrations: Dict[str, Path] = {}
+        self.last_passed = False
+        self.budget_points = ctx.tolerances.budget_points
+
+    @property
+    def failed(self) -> bool:
+        return self.best.accuracy.verdict == acc.FAILED
+
+    @property
+    def floats(self) -> List[str]:
+        return list(self.best.planned.int8.nodes_to_exclude)
+
+    @property
+    def method(self) -> str:
+        return self.best.planned.int8.calibrate_method
+
+    def attempt(self, nodes: Sequence[str], stage: str, method: Optional[str] = None,
+                fewer_floats: bool = False) -> Optional[bool]:
+        """Build and judge one attempt; True if it beat the best so far, None if it could not be built.
+        With `fewer_floats`, a passing attempt with fewer float nodes than a passing best beats it too, as
+        long as the decisions it loses, as measured, are within the budget (not only its bound)."""
+        method = method or self.method
+        planned = with_exclusions(self.record.planned, nodes, method)
+        trial = self.ctx.work / ".steps" / f"mixed-{len(self.tries)}.onnx"
+        try:
+            info = _quantize(self.ctx, planned, self.prepared, trial, self._calibration(method))
+        except StepFailed as exc:
+            self.tries.append({"float_nodes": len(nodes), "stage": stage, "verdict": "not built", "reason": str(exc)})
+            return None
+        accuracy, io = self.validate(planned, trial)
+        self.tries.append(_summary(accuracy, len(nodes), stage, method))
+        self.last_passed = accuracy.verdict != acc.FAILED
+        smaller = (fewer_floats and accuracy.verdict != acc.FAILED and not self.failed and len(nodes) < len(self.floats)
+                   and SEVERITY[accuracy.verdict] <= SEVERITY[self.best.accuracy.verdict]
+                   and (accuracy.drop_points or 0.0) <= self.budget_points)
+        if _badness(accuracy) >= _badness(self.best.accuracy) and not smaller:
+            return False
+        self.best = replace(self.record, planned=planned, accuracy=accuracy, io=io, info=dict(self.record.info, **info))
+        self.best_path = trial
+        return True
+
+    def _calibration(self, method: str) -> Path:
+        """Where the ranges of `method` are cached: the whole-graph artifact's own for its method."""
+        from .passes.quantize_onnx import calibration_cache
+
+        if method == self.record.planned.int8.calibrate_method:
+            return calibration_cache(self.target)
+        return self.calibrations.setdefault(method, self.ctx.work / ".steps" / f"calibration-{method}.json")
 
 
 def search_mixed_precision(ctx, record, prepared: Path, validate):
     item = record.planned
-    target = ctx.work / item.filename
+    onnx = require("onnx", "convert")
     feeds = [feed for feed, _ in ctx.calibration.batches(feed_batch(ctx.specs))][:SENSITIVITY_SAMPLES]
+    target = ctx.work / item.filename
     candidates = quantized_nodes(target)
     ranked = node_sensitivity(prepared, target, feeds, ctx.threads, candidates)
-    tries: List[Dict[str, Any]] = [_summary(record.accuracy, 0)]
-    report: Dict[str, Any] = {"whole_graph": tries[0], "tries": tries,
+    search = _Search(ctx, record, prepared, validate)
+    report: Dict[str, Any] = {"whole_graph": search.tries[0], "tries": search.tries,
                               "sensitivity": [s.to_dict() for s in ranked[:10]]}
-    best, best_path, stale = record, target, 0
-    limit = max(1, int(len(ranked) * MAX_FLOAT_SHARE))
-    count = 1
-    while count <= limit and len(tries) <= MAX_TRIES and best.accuracy.verdict == acc.FAILED:
-        nodes = [s.name for s in ranked[:count]]
-        attempt = with_exclusions(item, nodes)
-        trial = ctx.work / ".steps" / f"mixed-{count}.onnx"
-        try:
-            info = _quantize(ctx, attempt, prepared, trial, target)
-        except StepFailed as exc:
-            tries.append({"float_nodes": count, "verdict": "not built", "reason": str(exc)})
-            break
-        accuracy, io = validate(attempt, trial)
-        tries.append(_summary(accuracy, count))
-        if _badness(accuracy) < _badness(best.accuracy):
-            info = dict(record.info, **info)
-            best = replace(record, planned=attempt, accuracy=accuracy, io=io, info=info)
-            best_path, stale = trial, 0
-        else:
-            stale += 1
-            if stale >= STALE_TRIES:
-                report["stopped"] = f"{STALE_TRIES} attempts in a row gained nothing"
-                break
-        count = min(count * 2, limit) if count < limit else limit + 1
-    if best is not record:
-        os.replace(best_path, target)
-    floats = list(best.planned.int8.nodes_to_exclude) if best.planned.int8 else []
+
+    tail_nodes = set(post_processing_tail(onnx.load(str(prepared), load_external_data=False))) & candidates
+    tail = [s.name for s in ranked if s.name in tail_nodes] + sorted(tail_nodes - {s.name for s in ranked})
+    report["post_processing_tail"] = tail
+    if tail:
+        search.attempt(tail[:1], "post-processing tail: its most sensitive node")
+        if search.failed and len(tail) > 1:
+            search.attempt(tail, "post-processing tail")
+
+    if search.failed:
+        for method in CALIBRATION_METHODS:
+            if method != search.method and search.failed:
+                search.attempt(search.floats, f"calibrator {method}", method)
+
+    if search.failed:
+        _prefix_stage(search, candidates, report)
+
+    if search.failed:
+        _sensitivity_stage(ctx, search, ranked, candidates, feeds, report)
+
+    if search.best is not record:
+        os.replace(search.best_path, target)
+    best = search.best
+    floats = search.floats
     report["float_nodes"] = floats
+    report["calibrate_method"] = best.planned.int8.calibrate_method
     if best.accuracy.verdict == acc.FAILED:
-        report["result"] = (f"no split found: with up to {tries[-1]['float_nodes']} of {len(ranked)} ranked nodes in "
-                            f"float the verdict stayed failed")
+        report["result"] = (f"no split found: with up to {max(t['float_nodes'] for t in search.tries)} of "
+                            f"{len(candidates)} quantized nodes in float and every calibrator the verdict stayed failed")
         ctx.warnings.append(f"{item.key}: mixed precision found no passing split ({best.accuracy.reason})")
     else:
-        report["result"] = f"{best.accuracy.verdict} with {len(floats)} nodes in float"
-        ctx.notes.append(f"{item.key}: whole-graph INT8 failed ({record.accuracy.reason}); {len(floats)} nodes kept "
-                         f"in float make it {best.accuracy.verdict}: {', '.join(floats)}")
+        method = best.planned.int8.calibrate_method
+        calibrated = f" with {method} calibration" if method != item.int8.calibrate_method else ""
+        how = f"{len(floats)} nodes kept in float{calibrated}" if floats else f"{method} calibration"
+        report["result"] = f"{best.accuracy.verdict}: {how}"
+        ctx.notes.append(f"{item.key}: whole-graph INT8 failed ({record.accuracy.reason}); {how} make it "
+                         f"{best.accuracy.verdict}" + (f": {', '.join(floats)}" if floats else ""))
     best.info["mixed_precision"] = report
     best.info["float_nodes"] = floats
-    best.info["scheme"] = best.planned.int8.scheme if best.planned.int8 else best.info.get("scheme")
+    best.info["scheme"] = best.planned.int8.scheme
     return best
 
 
-def _quantize(ctx, attempt, prepared: Path, trial: Path, whole_graph: Path) -> Dict[str, Any]:
-    """Re-quantize with the whole-graph attempt's calibration ranges (no second calibration)."""
+def _prefix_stage(search: _Search, candidates, report: Dict[str, Any]) -> None:
+    """Bisect the share of MACs kept in float from the input side (see the module doc)."""
+    onnx = require("onnx", "convert")
+    shares = mac_shares(onnx.load(str(search.prepared), load_external_data=False))
+    if not shares:
+        return
+    base = search.floats
+
+    def prefix(share: float) -> List[str]:
+        return base + [name for name, done in shares if name in candidates and name not in set(base)
+                       and done <= share + 1e-9]
+
+    low, high, share = 0.0, None, MAX_PREFIX_SHARE
+    nodes = prefix(share)
+    if len(nodes) == len(base):
+        return
+    # Which calibrator suits the rest of the graph is measured again with the prefix in float.
+    for method in [search.method] + [m for m in CALIBRATION_METHODS if m != search.method]:
+        kept = search.attempt(nodes, f"input-side prefix ({share:.0%} of MACs)", method)
+        if kept:
+            report["prefix_share"] = share
+        if kept is None or search.last_passed:
+            break
+    for step in range(PREFIX_STEPS):
+        if step:
+            nodes = prefix(share)
+            kept = None if len(nodes) == len(base) else search.attempt(
+                nodes, f"input-side prefix ({share:.0%} of MACs)", fewer_floats=True)
+            if kept is None:
+                break
+            if kept:
+                report["prefix_share"] = share
+        if not search.last_passed:
+            if high is None:
+                return  # half the MACs in float still fails: past that INT8 has little left to give
+            low = share
+        else:
+            high = share
+        share = (low + high) / 2
+
+
+def _sensitivity_stage(ctx, search: _Search, ranked, candidates, feeds, report: Dict[str, Any]) -> None:
+    """Keep the most sensitive 1, 2, 4, ... remaining nodes in float on top of the best attempt so far."""
+    base = search.floats
+    if search.best is not search.record:  # rank what is still lost, measured on the best attempt
+        ranked = node_sensitivity(search.prepared, search.best_path, feeds, ctx.threads, quantized_nodes(search.best_path))
+        report["sensitivity_after"] = [s.to_dict() for s in ranked[:10]]
+    order = [s.name for s in ranked if s.name not in set(base)]
+    limit = max(1, int(len(candidates) * MAX_FLOAT_SHARE) - len(base))
+    count, stale, tries = 1, 0, 0
+    while count <= min(limit, len(order)) and tries < MAX_TRIES and search.failed:
+        tries += 1
+        gained = search.attempt(base + order[:count], "sensitivity")
+        if gained is None:
+            break
+        stale = 0 if gained else stale + 1
+        if stale >= STALE_TRIES:
+            report["stopped"] = f"{STALE_TRIES} attempts in a row gained nothing"
+            break
+        count = min(count * 2, limit, len(order)) if count < min(limit, len(order)) else count + 1
+
+
+def _quantize(ctx, attempt, prepared: Path, trial: Path, cache: Path) -> Dict[str, Any]:
+    """Quantize with the ranges cached for the attempt's calibrator (each calibrator runs at most once)."""
     from .passes.base import StepContext
     from .passes.calibration import load_calibration
-    from .passes.quantize_onnx import QuantizeOnnxStatic, calibration_cache
+    from .passes.quantize_onnx import QuantizeOnnxStatic
 
     step = QuantizeOnnxStatic(attempt.int8)
     step_ctx = StepContext(ctx.source, ctx.specs, ctx.calibration, feed_batch(ctx.specs))
-    cache = calibration_cache(whole_graph)
     calibration = load_calibration(cache) if cache.is_file() else step.calibrate(step_ctx, prepared, cache)
     return step.run(step_ctx, prepared, trial, calibration).info

@@ -164,8 +164,8 @@ def tflite_dynamic_variant(item: PlannedArtifact) -> PlannedArtifact:
                            steps=(StepCall("export-tflite", TfliteOptions("int8", dynamic=True)),))
 
 
-def with_exclusions(item: PlannedArtifact, nodes: Sequence[str]) -> PlannedArtifact:
-    """The same static INT8 artifact with `nodes` kept in float."""
-    int8 = replace(item.int8, nodes_to_exclude=tuple(nodes))
+def with_exclusions(item: PlannedArtifact, nodes: Sequence[str], calibrate_method: Optional[str] = None) -> PlannedArtifact:
+    """The same static INT8 artifact with `nodes` kept in float (and another calibrator, if given)."""
+    int8 = replace(item.int8, nodes_to_exclude=tuple(nodes), calibrate_method=calibrate_method or item.int8.calibrate_method)
     steps = tuple(StepCall(c.name, int8) if c.name == "quantize-onnx-static" else c for c in item.steps)
     return replace(item, int8=int8, steps=steps)

@@ -16,6 +16,8 @@ import numpy as np
 from edgeopt_agent.errors import require
 from edgeopt_agent.runners.onnxruntime_import import import_onnxruntime
 
+from .graph_regions import typed_values
+
 CAP_DB = 60.0  # SQNR past this is as good as exact: keeps drops finite and ignores harmless rounding
 _QDQ = ("QuantizeLinear", "DequantizeLinear")
 _RENAMED = ("_QuantizeLinear_Input",)  # onnxruntime renames a quantized graph output's producer output
@@ -34,16 +36,7 @@ class NodeSensitivity:
 
 
 def _float_tensor_types(model) -> Dict[str, int]:
-    onnx = require("onnx", "convert")
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model)
-    except Exception:
-        inferred = model
-    types = {}
-    for value in list(inferred.graph.value_info) + list(inferred.graph.output) + list(inferred.graph.input):
-        if value.type.HasField("tensor_type"):
-            types[value.name] = value.type.tensor_type.elem_type
-    return types
+    return {value.name: value.type.tensor_type.elem_type for value in typed_values(model)}
 
 
 def _expose(model, names: Iterable[str], elem_types: Mapping[str, int]):

@@ -35,17 +35,18 @@ def test_yolo_detector_int8_is_judged_by_the_detections_it_still_finds(tmp_path)
     assert head["reference_detections"] >= 60, "the evaluation images must hold objects for the verdict to mean anything"
     assert fp32["verdict"] == "ok"
     # Whole-graph INT8 loses a large share of FP32's detections although the output's cosine stays high.
-    # Mixed precision keeps the most sensitive nodes in float and wins back detections, but on these images
-    # not enough for the 1-point budget (it stops at half the quantized nodes): still failed, FP32 recommended,
-    # and the manifest says what was tried.
+    # Mixed precision's stages (post-processing tail, calibrators, an input-side prefix of the MACs in
+    # float) win them back: the kept attempt no longer fails, its weights are really INT8, and the
+    # manifest says what was tried.
     mixed = artifacts["onnx-int8"]["mixed_precision"]
     assert mixed["whole_graph"]["verdict"] == "failed" and mixed["whole_graph"]["drop_points"] > 30
     assert len(mixed["tries"]) >= 3 and artifacts["onnx-int8"]["float_nodes"] == mixed["float_nodes"]
     assert int8["drop_points"] < mixed["whole_graph"]["drop_points"], "the kept attempt is the best one"
-    assert head["recall_pct"] < 99 and int8["cosine_similarity"] > 0.9
-    assert int8["verdict"] == "failed"
-    assert manifest["recommended"] == "onnx-fp32"
-    assert any("mixed precision found no passing split" in w for w in manifest["warnings"])
+    assert any(t["stage"] == "post-processing tail" for t in mixed["tries"])
+    assert any(t["stage"].startswith("input-side prefix") and t["verdict"] != "failed" for t in mixed["tries"])
+    assert head["recall_pct"] >= 97 and int8["cosine_similarity"] > 0.9
+    assert int8["verdict"] != "failed" and artifacts["onnx-int8"]["weights"]["quantized"]
+    assert not any("mixed precision found no passing split" in w for w in manifest["warnings"])
 
 
 def speech_frames(paths, silence_s: float = 0.5, frame: int = 512, context: int = 64) -> np.ndarray:
