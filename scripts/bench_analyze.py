@@ -36,6 +36,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from edgeopt.hostinfo import cpu_model, int8_flags
+
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -46,19 +48,9 @@ SECTION = "## Roofline prediction against measurement (`edgeopt analyze`)"
 
 
 def cpu_flags() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
+    if not Path("/proc/cpuinfo").is_file():
         return "unknown"
-    flags = set()
-    model = ""
-    for line in text.splitlines():
-        if line.startswith("flags") and not flags:
-            flags = set(line.split(":", 1)[1].split())
-        if line.startswith("model name") and not model:
-            model = line.split(":", 1)[1].strip()
-    wanted = ["avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8"]
-    return f"{model}; " + ", ".join(f"{f} {'yes' if f in flags else 'no'}" for f in wanted)
+    return f"{cpu_model()}; {int8_flags()}"
 
 
 def minilm_onnx(path: Path) -> Path:

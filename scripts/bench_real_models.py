@@ -421,14 +421,9 @@ def host_line() -> str:
     """This machine's CPU and the flags that decide onnxruntime's INT8 kernels."""
     import platform
 
-    from edgeopt_converters.host_int8 import cpu_flags
+    from edgeopt.hostinfo import cpu_model, int8_flags
 
-    flags = cpu_flags()
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
-    shown = ", ".join(f"{f} {'yes' if f in flags else 'no'}" for f in
-                      ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8"))
-    return f"Host: {platform.machine()}, {model}, {os.cpu_count()} CPUs; {shown}."
+    return f"Host: {platform.machine()}, {cpu_model()}, {os.cpu_count()} CPUs; {int8_flags()}."
 
 
 def _label(name: str, info: dict) -> str:

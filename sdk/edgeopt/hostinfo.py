@@ -4,6 +4,11 @@ from __future__ import annotations
 import platform
 from pathlib import Path
 
+from edgeopt_converters.host_int8 import cpu_flags
+
+# The flags that decide which INT8 kernels onnxruntime runs (and so what a benchmark measured).
+INT8_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8")
+
 
 def cpu_model() -> str:
     """The CPU's marketing name (from /proc/cpuinfo on Linux), else what platform knows."""
@@ -14,3 +19,9 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def int8_flags() -> str:
+    """Each of INT8_FLAGS with yes or no, as this CPU reports them."""
+    flags = cpu_flags()
+    return ", ".join(f"{flag} {'yes' if flag in flags else 'no'}" for flag in INT8_FLAGS)
