@@ -6,6 +6,8 @@ interleaved timing run per model:
              quantized passes), and its best INT8 whatever the verdict
   static     onnxruntime `quantize_static` with defaults on the FP32 ONNX (same calibration data)
   dynamic    onnxruntime `quantize_dynamic` with defaults
+  weight-only onnxruntime's MatMulNBits quantizer (INT8 and INT4 blocks of 32), where a graph has
+             MatMuls with constant weights
   olive      Microsoft Olive (`olive-ai`, the bench extra): OnnxStaticQuantization and
              OnnxDynamicQuantization with defaults, the better of the two by verdict then speed
 Every artifact is judged by edgeopt's accuracy verdicts (same output kinds, same evaluation data)
@@ -285,6 +287,21 @@ def ort_dynamic(case: Case, fp32: Path, out: Path) -> Path:
     return out
 
 
+def ort_weight_only(case: Case, fp32: Path, out: Path, bits: int) -> Path:
+    """onnxruntime's blockwise weight-only MatMul quantizer (MatMulNBits, block 32, symmetric),
+    computing with INT8 activations (accuracy_level 4: the fast CPU path; FP32 compute was 0.5x)."""
+    import onnx
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    quantizer = MatMulNBitsQuantizer(onnx.load(str(fp32)), bits=bits, block_size=32, is_symmetric=True,
+                                     accuracy_level=4, op_types_to_quantize=("MatMul",))
+    quantizer.process()
+    if not any(n.op_type == "MatMulNBits" for n in quantizer.model.model.graph.node):
+        raise RuntimeError("not applicable: no MatMul with constant weights")
+    quantizer.model.save_model_to_file(str(out), use_external_data_format=False)
+    return out
+
+
 def olive(case: Case, fp32: Path, work: Path, mode: str) -> Path:
     from olive.workflows import run
 
@@ -372,6 +389,8 @@ def bench(case: Case, work: Path) -> Dict[str, dict]:
         candidates[f"edgeopt:{a['key']}"] = out / a["path"]
     makers = {"ort-static": lambda: ort_static(case, fp32, work / "ort_static.onnx"),
               "ort-dynamic": lambda: ort_dynamic(case, fp32, work / "ort_dynamic.onnx"),
+              "ort-weight-only-int8": lambda: ort_weight_only(case, fp32, work / "ort_wo8.onnx", 8),
+              "ort-weight-only-int4": lambda: ort_weight_only(case, fp32, work / "ort_wo4.onnx", 4),
               "olive-static": lambda: olive(case, fp32, work, "static"),
               "olive-dynamic": lambda: olive(case, fp32, work, "dynamic")}
     for name, make in makers.items():
