@@ -86,19 +86,32 @@ def corpus_file(entry: str, name: str) -> Path:
     return path
 
 
-def face_tiles(faces, start: int, count: int, size: int = 320, face: int = 110):
-    """Canvases with four upscaled LFW faces each (`lfw` file): images a face detector finds several things in."""
+def face_grid_tiles(faces, start: int, count: int, grid: int = 3, size: int = 320, smallest: int = 70,
+                    largest: int = 100, face_crops: int = 100):
+    """Detector evaluation canvases that never repeat: tile i is drawn from a generator seeded by
+    start + i and holds grid x grid LFW faces (the `lfw` file's first 100 crops are faces, the rest
+    are not) at random sizes, offsets, mirroring, contrast and brightness on a random grey. About six
+    detections per 3x3 tile, against one per 2x2 canvas of the LFW crops in file order (the earlier
+    set, which repeated after 50 tiles). The 100 face crops recur in new
+    placements, so detections of one person are not fully independent."""
     import numpy as np
     from PIL import Image
 
+    cell = size // grid
     images = []
-    for i in range(count):
-        canvas = np.full((size, size), 0.5, np.float32)
-        for k in range(4):
-            crop = faces[(start + i * 4 + k) % len(faces)]
-            scaled = Image.fromarray((crop * 255).astype(np.uint8)).resize((face, face), Image.BILINEAR)
-            y, x = 40 + (k // 2) * 140, 30 + (k % 2) * 150
-            canvas[y:y + face, x:x + face] = np.asarray(scaled, np.float32) / 255
+    for index in range(start, start + count):
+        rng = np.random.default_rng(index)
+        canvas = np.full((size, size), rng.uniform(0.3, 0.7), np.float32)
+        for k in range(grid * grid):
+            side = min(int(rng.integers(smallest, largest + 1)), cell)
+            crop = faces[rng.integers(min(face_crops, len(faces)))]
+            if rng.random() < 0.5:
+                crop = crop[:, ::-1]
+            scaled = Image.fromarray((np.asarray(crop) * 255).astype(np.uint8)).resize((side, side), Image.BILINEAR)
+            face = (np.asarray(scaled, np.float32) / 255 - 0.5) * rng.uniform(0.8, 1.2) + 0.5 + rng.uniform(-0.1, 0.1)
+            y = (k // grid) * cell + int(rng.integers(0, cell - side + 1))
+            x = (k % grid) * cell + int(rng.integers(0, cell - side + 1))
+            canvas[y:y + side, x:x + side] = np.clip(face, 0.0, 1.0)
         images.append(np.stack([canvas] * 3))
     return np.stack(images)
 

@@ -27,7 +27,7 @@ from .accuracy.streaming import check_pairs, find_state_pairs, stream
 from .accuracy.user_metric import UserMetric, load_metric
 from .hashing import update_with_weights
 from .host_int8 import validation_session_config
-from .host_timing import time_interleaved
+from .host_timing import ORT_SIDE_BY_SIDE, time_interleaved
 from .manifest_build import ArtifactRecord, build_manifest, publish
 from .architecture import classify
 from .input_specs import concrete_specs, resolve_specs, tensor_inputs
@@ -467,7 +467,9 @@ def _time_all(ctx: _Context, records: List[ArtifactRecord], progress: ProgressRe
     fp32 = {r.planned.format: r.planned.key for r in records if r.planned.precision == "fp32"}
     baselines = {r.planned.key: fp32[r.planned.format] for r in records if r.planned.format in fp32}
     with captured_output("load artifacts for timing"):
-        predictors = {r.planned.key: open_predictor(ctx.work / r.path, ctx.threads) for r in records}
+        predictors = {r.planned.key: open_predictor(ctx.work / r.path, ctx.threads,
+                                                    ORT_SIDE_BY_SIDE if r.planned.format == "onnx" else None)
+                      for r in records}
     try:
         runs = {key: p.bound_call(feed) for key, p in predictors.items()}
         with progress.step(f"time on host (batch {feed_batch(ctx.specs)}, {ctx.threads} threads)", max_rounds) as advance:

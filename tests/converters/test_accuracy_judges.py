@@ -6,7 +6,7 @@ import pytest
 
 from edgeopt_agent.errors import UserError
 from edgeopt_converters.accuracy import compare, decide_kinds
-from edgeopt_converters.accuracy.detections import match
+from edgeopt_converters.accuracy.detections import SCORE_BAND, SCORE_THRESHOLD, match
 from edgeopt_converters.accuracy.intervals import paired_difference, samples_needed, wilson
 from edgeopt_converters.accuracy.judges import Tolerances, sqnr_db
 from edgeopt_converters.accuracy.kinds import infer_kind, parse_output_kinds
@@ -163,6 +163,21 @@ def test_detection_matching_counts_missed_and_spurious():
     cand[0, 4, 2] = 0.7  # and something FP32 did not see appears
     found = match(head, cand)
     assert (found.reference, found.found, found.spurious) == (2, 1, 1)
+
+
+def test_a_detection_that_only_crosses_the_score_threshold_is_kept_but_counted_apart():
+    head = np.zeros((1, 6, 100), np.float32)
+    for anchor, (x, score) in enumerate([(100, 0.27), (300, 0.27), (500, 0.22)]):
+        head[0, :4, anchor] = [x, 100, 20, 20]
+        head[0, 4, anchor] = score
+    cand = head.copy()
+    cand[0, 4, 0] = SCORE_THRESHOLD - SCORE_BAND / 2  # just across the line: the same detection
+    cand[0, 4, 1] = SCORE_THRESHOLD - 2 * SCORE_BAND  # far below it: lost
+    cand[0, 4, 2] = 0.27  # FP32 had it just under the line: not spurious
+    found = match(head, cand)
+    assert (found.reference, found.found, found.strict_found, found.spurious) == (2, 1, 0, 0)
+    strict = match(head, cand, band=0.0)
+    assert (strict.found, strict.spurious) == (0, 1)
 
 
 def test_detection_without_objects_in_the_data_is_unresolved():

@@ -8,7 +8,7 @@ import pytest
 import edgeopt
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from corpus import CorpusMissing, corpus_file, face_tiles  # noqa: E402
+from corpus import CorpusMissing, corpus_file, face_grid_tiles  # noqa: E402
 
 
 def corpus(entry, name):
@@ -23,8 +23,8 @@ def test_yolo_detector_int8_is_judged_by_the_detections_it_still_finds(tmp_path)
     """nudenet's YOLOv8n: boxes (pixels) and class scores share one output and, in INT8, one scale."""
     model = corpus("nudenet", "detector")
     faces = np.load(corpus("scikit-image", "lfw"))
-    np.savez(tmp_path / "calib.npz", images=face_tiles(faces, 0, 16))
-    np.savez(tmp_path / "eval.npz", images=face_tiles(faces, 64, 80))
+    np.savez(tmp_path / "calib.npz", images=face_grid_tiles(faces, 0, 16))
+    np.savez(tmp_path / "eval.npz", images=face_grid_tiles(faces, 1000, 80))
     manifest = edgeopt.convert(str(model), device="x86-64", output_dir=tmp_path / "out", input_shape="1,3,320,320",
                                calibration=tmp_path / "calib.npz", eval_data=tmp_path / "eval.npz", formats=["onnx"],
                                precisions=["fp32", "int8"], time_on_host=False)
@@ -32,7 +32,8 @@ def test_yolo_detector_int8_is_judged_by_the_detections_it_still_finds(tmp_path)
     fp32, int8 = (artifacts[k]["accuracy"] for k in ("onnx-fp32", "onnx-int8"))
     (head,) = int8["outputs"]
     assert head["kind"] == "detection" and head["kind_source"] == "inferred"
-    assert head["reference_detections"] >= 60, "the evaluation images must hold objects for the verdict to mean anything"
+    # About 500 detections: enough for 0 lost to show a loss under the 1-point budget (about 270 needed).
+    assert head["reference_detections"] >= 300, "the evaluation images must hold objects for the verdict to mean anything"
     assert fp32["verdict"] == "ok"
     # Whole-graph INT8 loses a large share of FP32's detections although the output's cosine stays high.
     # Mixed precision's stages (post-processing tail, calibrators, an input-side prefix of the MACs in
@@ -45,8 +46,17 @@ def test_yolo_detector_int8_is_judged_by_the_detections_it_still_finds(tmp_path)
     assert any(t["stage"] == "post-processing tail" for t in mixed["tries"])
     assert any(t["stage"].startswith("input-side prefix") and t["verdict"] != "failed" for t in mixed["tries"])
     assert head["recall_pct"] >= 97 and int8["cosine_similarity"] > 0.9
-    assert int8["verdict"] != "failed" and artifacts["onnx-int8"]["weights"]["quantized"]
+    assert int8["verdict"] == "ok" and artifacts["onnx-int8"]["weights"]["quantized"]
     assert not any("mixed precision found no passing split" in w for w in manifest["warnings"])
+
+
+def test_detector_evaluation_tiles_never_repeat_and_are_reproducible():
+    faces = np.load(corpus("scikit-image", "lfw"))
+    tiles = face_grid_tiles(faces, 1000, 12)
+    assert tiles.shape == (12, 3, 320, 320) and tiles.dtype == np.float32
+    assert len({t.tobytes() for t in tiles}) == 12
+    assert np.array_equal(face_grid_tiles(faces, 1005, 2), tiles[5:7]), "tile i depends on its seed only"
+    assert not {t.tobytes() for t in face_grid_tiles(faces, 0, 16)} & {t.tobytes() for t in tiles}
 
 
 def speech_frames(paths, silence_s: float = 0.5, frame: int = 512, context: int = 64) -> np.ndarray:

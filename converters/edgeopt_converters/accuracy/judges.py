@@ -214,6 +214,7 @@ def judge_detection(name, kind, ref, cand, tol: Tolerances) -> Judgement:
     figures = common_figures(ref, cand)
     found = match(ref, cand)
     figures.update(reference_detections=found.reference, found_detections=found.found,
+                   found_at_threshold=found.strict_found,
                    spurious_detections=found.spurious, mean_box_iou=found.mean_iou,
                    score_max_abs_error=found.score_max_abs_error, box_max_abs_error=found.box_max_abs_error,
                    recall_pct=found.found / found.reference * 100 if found.reference else None)
