@@ -28,6 +28,7 @@ model gets an out-of-sample calibrated error.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import platform
 import statistics
@@ -190,25 +191,87 @@ def main(argv=None) -> int:
                         help="time every artifact and kernel as the mean per call over windows this long")
     parser.add_argument("--models", nargs="*")
     parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument("--replay", type=Path,
+                        help="predict again from a run's recorded timings (its timings.json) instead of timing")
     args = parser.parse_args(argv)
 
-    from edgeopt_agent.bench.inputs import random_feeds
-    from edgeopt_agent.runners import open_runner
     from edgeopt_converters.graph_cost import analyze_onnx
-    from edgeopt_converters.host_peaks import kernels, machine_from
-    from edgeopt_converters.host_timing import time_interleaved
+    from edgeopt_converters.host_peaks import machine_from
     from edgeopt_converters.roofline import predict
 
     built = convert_all(args.models)
     machines = []
-    calibration = kernels(args.threads)
     artifacts = []  # (model, key, precision, path, shapes)
     for name, (out, manifest, shapes) in sorted(built.items()):
         for a in manifest["artifacts"]:
             if a["format"] == "onnx" and a["precision"] in ("fp32", "int8"):
                 artifacts.append((name, a["key"], a["precision"], out / a["path"], shapes))
 
-    measured, around = {}, {}
+    if args.replay:
+        measured, seconds, host = replayed(args.replay)
+    else:
+        measured, seconds = measure(built, artifacts, args)
+        host = {"cpu": cpu_flags(), "onnxruntime": _ort_version(), "load": _load()}
+        (OUT / "timings.json").write_text(json.dumps({
+            "measured": [[m, k, ms] for (m, k), ms in measured.items()], "seconds": seconds, "host": host,
+            "args": vars(args) | {"replay": None}}, indent=1))
+    around = {name: machine_from(s, args.threads) for name, s in seconds.items()}
+    machines = [around[name] for name in sorted(around)]
+
+    rows = []
+    for model, key, precision, path, shapes in artifacts:
+        if (model, key) not in measured:
+            continue
+        source = analyze_onnx(path, shapes or ())
+        cost = analyze_onnx(path, shapes or (), runtime="onnxruntime")
+        # The roofline timed in the same rounds as this model: on the graph onnxruntime executes with the
+        # per-kind roofs; on the artifact's own graph (the fusions guessed); and with the peaks only.
+        prediction = predict(cost, around[model])
+        guessed = predict(source, around[model])
+        peaks_only = predict(cost, replace(around[model], kinds={}))
+        shares = prediction.bound_share()
+        kind_ms = prediction.kind_ms()
+        rows.append({"model": model, "key": key, "precision": cost.precision, "gmacs": cost.macs / 1e9,
+                     "mb": cost.bytes / 1e6, "predicted_ms": prediction.roofline_ms, "peaks_only": peaks_only.roofline_ms,
+                     "source_graph": guessed.roofline_ms, "nodes": sum(1 for n in prediction.nodes if n.ms > 0),
+                     "measured_ms": measured[(model, key)], "memory_share": shares.get("memory", 0.0),
+                     "kind_ms": kind_ms, "top_kind": max(kind_ms, key=kind_ms.get) if kind_ms else "-"})
+    calibrate(rows)
+    text = render(rows, machines, args, host)
+    print(text)
+    if args.write_docs:
+        write_docs(text)
+    return 0
+
+
+def replayed(path: Path):
+    data = json.loads(path.read_text())
+    return {(m, k): ms for m, k, ms in data["measured"]}, data["seconds"], data["host"]
+
+
+def _ort_version() -> str:
+    import onnxruntime
+
+    return onnxruntime.__version__
+
+
+def _load() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+def measure(built, artifacts, args):
+    """Each artifact's time per call (ms) and, per model, the calibration kernels' seconds per call timed
+    in the same interleaved rounds."""
+    from edgeopt_agent.bench.inputs import random_feeds
+    from edgeopt_agent.runners import open_runner
+    from edgeopt_converters.host_peaks import kernels
+    from edgeopt_converters.host_timing import time_interleaved
+
+    calibration = kernels(args.threads)
+    measured, seconds = {}, {}
     for name in sorted(built):
         runners, calls = [], {}
         for model, key, precision, path, shapes in artifacts:
@@ -232,29 +295,9 @@ def main(argv=None) -> int:
             measured[(name, key)] = per_call_s[key] * 1000.0
         for r in runners:
             r.close()
-        around[name] = machine_from({k[len("kernel:"):]: t for k, t in per_call_s.items() if k.startswith("kernel:")},
-                                    args.threads)
-        machines.append(around[name])
+        seconds[name] = {k[len("kernel:"):]: t for k, t in per_call_s.items() if k.startswith("kernel:")}
         print(f"{name}: " + ", ".join(f"{k} {measured[(name, k)]:.2f} ms" for k in sorted(models)), flush=True)
-
-    rows = []
-    for model, key, precision, path, shapes in artifacts:
-        cost = analyze_onnx(path, shapes or ())
-        # The roofline timed in the same rounds as this model: with its per-kind roofs, and peaks only.
-        prediction = predict(cost, around[model])
-        peaks_only = predict(cost, replace(around[model], kinds={}))
-        shares = prediction.bound_share()
-        kind_ms = prediction.kind_ms()
-        rows.append({"model": model, "key": key, "precision": cost.precision, "gmacs": cost.macs / 1e9,
-                     "mb": cost.bytes / 1e6, "predicted_ms": prediction.roofline_ms, "peaks_only": peaks_only.roofline_ms,
-                     "measured_ms": measured[(model, key)], "memory_share": shares.get("memory", 0.0),
-                     "kind_ms": kind_ms, "top_kind": max(kind_ms, key=kind_ms.get) if kind_ms else "-"})
-    calibrate(rows)
-    text = render(rows, machines, args)
-    print(text)
-    if args.write_docs:
-        write_docs(text)
-    return 0
+    return measured, seconds
 
 
 def batched(call, window_s: float):
@@ -308,16 +351,15 @@ def _spread(machines, pick) -> str:
     return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
 
 
-def render(rows, machines, args) -> str:
+def render(rows, machines, args, host) -> str:
     kinds = sorted({k for m in machines for k in m.kinds})
     lines = [
         SECTION, "",
         f"`scripts/bench_analyze.py --threads {args.threads} --rounds {args.rounds} --min-round-s {args.min_round_s} "
         f"--window-s {args.window_s}`, "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, onnxruntime CPU, {args.threads} threads. "
-        f"Host: {platform.machine()}, {cpu_flags()}; a 2-vCPU VM shared with other jobs while it ran. "
-        "(The table this one replaces came from last session's host, which had AVX-512 and VNNI; its figures "
-        "are not comparable with these.)",
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, onnxruntime {host['onnxruntime']} CPU, "
+        f"{args.threads} threads. Host: {platform.machine()}, {host['cpu']}; a 2-vCPU VM, load average "
+        f"{host['load']} (1, 5, 15 min) when the timing ended.",
         "",
         f"This host's roofline, measured by the kernels of `edgeopt_converters.host_peaks` in the same interleaved "
         f"rounds as each of the {len(machines)} models (median over models, range in brackets): "
@@ -352,19 +394,21 @@ def render(rows, machines, args) -> str:
         "factor) fitted on the *other* half of the models at the same precision (halves alternate by name), so "
         "every calibrated error is out of sample. Error = (predicted - measured) / measured.",
         "",
-        "| model | artifact | GMAC | MB moved | slowest kind (predicted) | measured ms | predicted ms | error | "
-        "peaks-only error | calibrated ms | calibrated error |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | artifact | nodes run | GMAC | MB moved | slowest kind (predicted) | measured ms | predicted ms | "
+        "error | own-graph error | peaks-only error | calibrated ms | calibrated error |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         calibrated = (f"{r['calibrated']:.2f} | {_err(r['calibrated'], r['measured_ms']):+.0f}%" if r["calibrated"]
                       else "- | -")
-        lines.append(f"| {r['model']} | {r['key']} | {r['gmacs']:.2f} | {r['mb']:.1f} | {r['top_kind']} | "
+        lines.append(f"| {r['model']} | {r['key']} | {r['nodes']} | {r['gmacs']:.2f} | {r['mb']:.1f} | {r['top_kind']} | "
                      f"{r['measured_ms']:.2f} | {r['predicted_ms']:.2f} | {_err(r['predicted_ms'], r['measured_ms']):+.0f}% | "
+                     f"{_err(r['source_graph'], r['measured_ms']):+.0f}% | "
                      f"{_err(r['peaks_only'], r['measured_ms']):+.0f}% | {calibrated} |")
     lines += ["", f"Median absolute error: per-kind roofs, uncalibrated {_median_abs(rows, 'predicted_ms')} artifacts "
                   f"(target <= 30%); calibrated out of sample {_median_abs(rows, 'calibrated')} (target <= 15%); "
-                  f"with a whole-graph factor only {_median_abs(rows, 'whole_graph_calibrated')}. Peaks only, "
+                  f"with a whole-graph factor only {_median_abs(rows, 'whole_graph_calibrated')}. On the artifact's own "
+                  f"graph (fusions guessed), uncalibrated: {_median_abs(rows, 'source_graph')}. Peaks only, "
                   f"uncalibrated: {_median_abs(rows, 'peaks_only')}."]
     for precision in ("fp32", "int8"):
         mine = [r for r in rows if r["precision"] == precision]

@@ -2,7 +2,8 @@
 
 A node takes max(ops / peak, bytes / bandwidth) on a machine with that peak throughput (at the
 node's precision) and memory bandwidth, plus a fixed dispatch overhead per executed node where
-the machine's is known. Where the machine's last-level cache is known (this host's is), a node
+the machine's is known (a convolution's or matrix product's own where measured: it hands work to
+the runtime's thread pool, which a cheap elementwise node does not). Where the machine's last-level cache is known (this host's is), a node
 whose whole working set (inputs, weights, outputs) fits in half of it moves its bytes at the
 cache's bandwidth instead of DRAM's; the graph takes the sum (nodes run one after another), plus
 the machine's fixed cost of one run where known.
@@ -25,7 +26,7 @@ from edgeopt_agent.profiles import DeviceProfile
 
 from .graph_cost import GraphCost, NodeCost, analyze_onnx
 
-EXECUTED = ("compute", "elementwise", "move")  # roles that run a kernel of their own
+EXECUTED = ("compute", "elementwise", "move", "dispatch")  # roles that run a kernel of their own
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,12 @@ class Machine:
     notes: Tuple[str, ...] = ()
     kinds: Mapping[str, KindRoof] = field(default_factory=dict)  # roof_key(precision, kind) -> its own roof
     run_overhead_us: float = 0.0  # fixed cost of one run of a graph, whatever its nodes
+    compute_overhead_us: float = 0.0  # fixed cost of a convolution or matrix product (its thread hand-off); 0: overhead_us
+
+    def node_overhead_us(self, node: NodeCost) -> float:
+        if node.role == "compute" and self.compute_overhead_us:
+            return self.compute_overhead_us
+        return self.overhead_us
 
     @property
     def measured_kinds(self) -> bool:
@@ -84,6 +91,7 @@ class Machine:
         return {"name": self.name, "peak_gops": dict(self.peak_gops), "bandwidth_gbps": self.bandwidth_gbps,
                 "overhead_us": self.overhead_us, "cache_bytes": self.cache_bytes,
                 "cache_bandwidth_gbps": self.cache_bandwidth_gbps, "run_overhead_us": self.run_overhead_us,
+                "compute_overhead_us": self.compute_overhead_us,
                 "kinds": {k: v.to_dict() for k, v in sorted(self.kinds.items())},
                 "source": self.source, "notes": list(self.notes)}
 
@@ -195,7 +203,7 @@ def node_time(node: NodeCost, machine: Machine) -> NodeTime:
         (peak, used), key = machine.peak(node.precision), ""
     compute_s = node.ops / (peak * 1e9)
     memory_s = node.bytes / (bandwidth * 1e9)
-    overhead_s = machine.overhead_us * 1e-6
+    overhead_s = machine.node_overhead_us(node) * 1e-6
     if max(compute_s, memory_s) < overhead_s:
         bound = "overhead"
     else:

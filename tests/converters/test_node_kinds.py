@@ -117,7 +117,7 @@ def test_host_kind_roofs_come_from_each_kernels_time_net_of_the_run_and_its_othe
     assert host.overhead_us == pytest.approx(1.0) and host.run_overhead_us == pytest.approx(10.0)
     kinds_measured = {f"{kk.precision}/{kk.kind}" for kk in kernels}
     assert set(host.kinds) == kinds_measured
-    for key in ("fp32/elementwise", "int8/gemm", "fp32/depthwise"):
+    for key in ("fp32/elementwise", "int8/gemm", "int8/dynamic-gemm"):
         mine = [(i, kk) for i, kk in enumerate(kernels) if f"{kk.precision}/{kk.kind}" == key]
         nets = [(kk, 0.001 * (i + 1) - 11e-6 - (kk.nodes - 1) * 1e-6) for i, kk in mine]
         assert all(not kk.others for kk, _ in nets)
@@ -127,3 +127,32 @@ def test_host_kind_roofs_come_from_each_kernels_time_net_of_the_run_and_its_othe
     # The pool chain starts with a pointwise convolution: its time at the pointwise roof is taken off.
     pool = next((i, kk) for i, kk in enumerate(kernels) if kk.name == "int8/pool:0")
     assert pool[1].others and host.kinds["int8/pool"].gops > pool[1].ops / (0.001 * (pool[0] + 1)) / 1e9
+
+
+def test_a_convolutions_own_dispatch_cost_comes_from_the_tiny_convolution_chain():
+    from edgeopt_converters.host_peaks import KIND_PREFIX, machine_from
+    from edgeopt_converters.kind_kernels import kind_kernels
+    from edgeopt_converters.roofline import node_time
+
+    kernels = kind_kernels()
+    seconds = {"fp32": 0.01, "int8": 0.004, "dram": 0.01, "overhead": 200e-6, "run": 11e-6,
+               "dispatch": 10e-6 + 50 * 3e-6}  # a run's fixed cost, then 3 us per tiny convolution
+    seconds.update({KIND_PREFIX + kk.name: 0.001 * (i + 1) for i, kk in enumerate(kernels)})
+    host = machine_from(seconds, 1)
+    peak = 2.0 * 256 * 1024 * 1024 / 0.01  # the FP32 MatMul's operations per second
+    assert host.compute_overhead_us == pytest.approx(3.0 - 2 * 16 * 32 * 16 * 3 / peak * 1e6)
+    # The compute kinds' roofs are net of their nodes' own dispatch: 1 node of the int8 product kernel.
+    i, gemm = next((i, kk) for i, kk in enumerate(kernels) if kk.name == "int8/gemm:0")
+    net = 0.001 * (i + 1) - 11e-6 - (host.compute_overhead_us - host.overhead_us) * 1e-6
+    assert host.kinds["int8/gemm"].gops == pytest.approx(gemm.ops / net / 1e9)
+    # A convolution node pays it; an elementwise one the plain overhead.
+    conv = next(n for n in _kinds_nodes() if n.role == "compute")
+    add = next(n for n in _kinds_nodes() if n.role == "elementwise")
+    bare = Machine("m", {"fp32": 1e9}, 1e9, overhead_us=1.0, compute_overhead_us=3.0)
+    assert node_time(conv, bare).ms == pytest.approx(0.003, rel=1e-3)
+    assert node_time(add, bare).ms == pytest.approx(0.001, rel=1e-3)
+
+
+def _kinds_nodes():
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"), helper.make_node("Add", ["c", "c"], ["y"], name="add")]
+    return analyze_onnx(_model(nodes, [("x", F, [1, 4, 8, 8])], [_w("w", (4, 4, 1, 1))])).nodes
