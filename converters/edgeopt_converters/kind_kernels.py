@@ -151,13 +151,16 @@ def _int8_kernels(onnx, rng) -> List[Tuple[str, str, str, Any]]:
     """QDQ around float ops, U8 activations in and out, S8 weights in the 7-bit range; the matrix
     product as dynamic quantization runs it (MatMulInteger)."""
     h, U8 = onnx.helper, onnx.TensorProto.UINT8
-    qparams = [onnx.numpy_helper.from_array(np.array(0.05, np.float32), "s"),
-               onnx.numpy_helper.from_array(np.array(128, np.uint8), "z")]
+    # Each tensor its own scale, as calibration gives them: with one scale for all, onnxruntime may run a
+    # plain copy (a Concat of 8-bit data) where a model's node requantizes.
+    scales = {"x": 0.05, "x2": 0.07, "y_f": 0.09}
 
     def qdq(op, inputs: Sequence[Tuple[str, Sequence[int]]], **attrs):
-        nodes = [h.make_node("DequantizeLinear", [n, "s", "z"], [f"{n}_f"]) for n, _ in inputs]
+        qparams = [onnx.numpy_helper.from_array(np.array(128, np.uint8), "z")] + [
+            onnx.numpy_helper.from_array(np.array(scales[n], np.float32), f"s_{n}") for n in [i for i, _ in inputs] + ["y_f"]]
+        nodes = [h.make_node("DequantizeLinear", [n, f"s_{n}", "z"], [f"{n}_f"]) for n, _ in inputs]
         nodes += [h.make_node(op, [f"{n}_f" for n, _ in inputs], ["y_f"], **attrs),
-                  h.make_node("QuantizeLinear", ["y_f", "s", "z"], ["y"])]
+                  h.make_node("QuantizeLinear", ["y_f", "s_y_f", "z"], ["y"])]
         return _model(nodes, [(n, U8, s) for n, s in inputs], qparams, U8)
 
     matmul = _model([h.make_node("MatMulInteger", ["x", "w"], ["y"])], [("x", U8, [128, 384])],

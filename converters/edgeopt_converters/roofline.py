@@ -10,7 +10,8 @@ the machine's fixed cost of one run where known.
 
 Where the machine has a roof of its own for the node's kernel kind at the node's precision
 (`node_kinds`: dense, depthwise or pointwise convolution, matrix product, elementwise, ...), the
-node is timed with that kind's achieved throughput and bandwidth instead of the machine's peaks:
+node is timed with that kind's achieved throughput and bandwidth instead of the machine's peaks (an
+INT8 node of a kind measured only in float: the float roof of its kind):
 this host measures them with one small kernel per kind (`kind_kernels`); a board's profile states
 only its peaks. Per-kind efficiency factors fitted from fleet measurements (measured / predicted,
 `roofline_fit`) scale the prediction; without them the prediction is uncalibrated, and says so.
@@ -27,6 +28,7 @@ from edgeopt_agent.profiles import DeviceProfile
 from .graph_cost import GraphCost, NodeCost, analyze_onnx
 
 EXECUTED = ("compute", "elementwise", "move", "dispatch")  # roles that run a kernel of their own
+OVERHEAD = "overhead"  # kind_ms key of the nodes' fixed dispatch costs, calibrated apart from their work
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,7 @@ class NodeTime:
     bound: str  # "compute" | "memory" (DRAM or cache) | "overhead" | "none"
     peak_precision: str
     roof: str = ""  # roof_key of the kind roof it was timed with; "": the machine's peaks
+    overhead_ms: float = 0.0  # the part of `ms` that is the node's fixed dispatch cost
 
     def to_dict(self) -> dict:
         data = self.node.to_dict()
@@ -140,6 +143,10 @@ class Prediction:
     def factor(self, node: NodeCost) -> float:
         return self.kind_efficiency.get(node_roof_key(node), self.efficiency or 1.0)
 
+    def calibrated_ms(self, t: NodeTime) -> float:
+        overhead = self.kind_efficiency.get(OVERHEAD, self.efficiency or 1.0)
+        return (t.ms - t.overhead_ms) * self.factor(t.node) + t.overhead_ms * overhead
+
     @property
     def run_ms(self) -> float:
         return self.machine.run_overhead_us / 1000.0
@@ -150,7 +157,7 @@ class Prediction:
 
     @property
     def ms(self) -> float:
-        return self.run_ms + sum(n.ms * self.factor(n.node) for n in self.nodes)
+        return self.run_ms + sum(self.calibrated_ms(n) for n in self.nodes)
 
     @property
     def calibrated(self) -> bool:
@@ -165,12 +172,13 @@ class Prediction:
         return shares
 
     def kind_ms(self) -> Dict[str, float]:
-        """Uncalibrated predicted time per roof key ("int8/depthwise"): what per-kind efficiency is fitted against."""
+        """Uncalibrated predicted time per roof key ("int8/depthwise"), the nodes' fixed dispatch costs apart
+        (OVERHEAD): what per-kind efficiency is fitted against."""
         times: Dict[str, float] = {}
         for n in self.nodes:
-            if n.ms > 0:
-                key = node_roof_key(n.node)
-                times[key] = times.get(key, 0.0) + n.ms
+            for key, ms in ((node_roof_key(n.node), n.ms - n.overhead_ms), (OVERHEAD, n.overhead_ms)):
+                if ms > 0:
+                    times[key] = times.get(key, 0.0) + ms
         return times
 
     def to_dict(self, top: Optional[int] = None) -> dict:
@@ -195,6 +203,11 @@ def node_time(node: NodeCost, machine: Machine) -> NodeTime:
         return NodeTime(node, 0.0, "none", node.precision)
     key = node_roof_key(node)
     own = machine.kinds.get(key)
+    if own is None and node.precision != "fp32" and roof_key("fp32", node.kind) in machine.kinds:
+        # No kernel of this kind at this precision: the runtime's float kernel of the kind is the nearer
+        # figure (8-bit data in and out, the arithmetic as slow), not the machine's INT8 matrix peak.
+        key = roof_key("fp32", node.kind)
+        own = machine.kinds[key]
     bandwidth = machine.bandwidth_for(node.bytes)
     if own is not None:
         peak, used = own.gops, node.precision
@@ -208,7 +221,7 @@ def node_time(node: NodeCost, machine: Machine) -> NodeTime:
         bound = "overhead"
     else:
         bound = "compute" if compute_s >= memory_s else "memory"
-    return NodeTime(node, (max(compute_s, memory_s) + overhead_s) * 1000.0, bound, used, key)
+    return NodeTime(node, (max(compute_s, memory_s) + overhead_s) * 1000.0, bound, used, key, overhead_s * 1000.0)
 
 
 def predict(cost: GraphCost, machine: Machine, efficiency: Optional[float] = None, samples: int = 0,
