@@ -16,9 +16,11 @@ the time the scheduler gives to other jobs, which a 200 ms model run cannot. The
 calibration by microbenchmark: none of
 them is a node of the models evaluated, and nothing is fitted to the models' measured times.
 
-Each artifact is predicted twice: with the per-kind roofs (what `edgeopt analyze --device host`
-does now) and with the machine's peaks only (the one-peak-per-precision roofline as it was), so the
-two are compared on the same measurements.
+Each artifact is predicted three times on the same measurements: on the graph onnxruntime executes
+(its fusions applied, `ort_graph`) with the per-kind roofs (what `edgeopt analyze --device host` does
+now); on the artifact's own graph with the fusions guessed (the previous model); and with the
+machine's peaks only. Every run writes its timings to .bench/analyze/timings.json; `--replay FILE`
+predicts again from such a file without timing anything.
 
 Calibration: models are split in two halves (alternating by name); efficiency factors (whole graph,
 and per kernel kind where the data allows: edgeopt_converters.roofline_fit, as the fleet's) are
@@ -368,7 +370,8 @@ def render(rows, machines, args, host) -> str:
         f"DRAM {_spread(machines, lambda m: m.bandwidth_gbps)} GB/s, "
         f"last-level cache {machines[0].cache_bytes / 2**20:.0f} MiB at "
         f"{_spread(machines, lambda m: m.cache_bandwidth_gbps)} GB/s, "
-        f"{_spread(machines, lambda m: m.overhead_us)} us per node, "
+        f"{_spread(machines, lambda m: m.overhead_us)} us per node "
+        f"({_spread(machines, lambda m: m.compute_overhead_us or m.overhead_us)} us per convolution or matrix product), "
         f"{_spread(machines, lambda m: m.run_overhead_us)} us per run. Per kernel kind (one small single-node "
         "model each, `edgeopt_converters.kind_kernels`; throughput and bandwidth net of a run's fixed cost):",
         "",
@@ -384,15 +387,18 @@ def render(rows, machines, args, host) -> str:
     lines += [
         "",
         f"Measured: every artifact and kernel is run repeatedly over windows of about {args.window_s * 1000:.0f} ms "
-        "(mean per call within a window, median over windows; on this loaded host a short call's median would miss "
-        "the time the scheduler gives to other jobs, which a 200 ms model run cannot), in interleaved rounds "
-        "(every artifact of a model in turn, with the kernels). Predicted: "
-        "the sum over nodes, each timed with its kernel kind's measured roof at its precision (a kind without "
-        "one: the measured peaks), plus per-node overhead and one run's fixed cost. Peaks only: the same "
-        "graph costs against the measured peaks alone (the previous model). Calibrated: the prediction times "
-        "efficiency factors (whole graph, and per kernel kind where the data allows, ridge towards the whole-graph "
-        "factor) fitted on the *other* half of the models at the same precision (halves alternate by name), so "
-        "every calibrated error is out of sample. Error = (predicted - measured) / measured.",
+        "(mean per call within a window, median over windows), in interleaved rounds (every artifact of a model in "
+        "turn, with the kernels). Predicted: the graph onnxruntime executes on this host (saved after its "
+        "optimizations at ORT_ENABLE_ALL: its QDQ, dynamic-INT8, activation and layout fusions) is costed node by "
+        "node; each node takes its kernel kind's measured roof at its precision (an INT8 node of a kind measured "
+        "only in float: the float roof; a kind without one: the measured peaks), plus its dispatch cost (a "
+        "convolution's or matrix product's own, measured by a chain of tiny convolutions; any other node's, by a "
+        "chain of tiny Relu), plus one run's fixed cost. Own graph: the same roofs on the artifact's own graph "
+        "with the fusions guessed (the previous model). Peaks only: the executed graph against the measured peaks "
+        "alone. Calibrated: the prediction times efficiency factors fitted on the *other* half of the models at "
+        "the same precision (halves alternate by name), so every calibrated error is out of sample: a whole-graph "
+        "factor (geometric mean of measured / predicted) and per kernel kind and for the dispatch costs apart, "
+        "fitted in log space with a ridge towards the whole-graph factor. Error = (predicted - measured) / measured.",
         "",
         "| model | artifact | nodes run | GMAC | MB moved | slowest kind (predicted) | measured ms | predicted ms | "
         "error | own-graph error | peaks-only error | calibrated ms | calibrated error |",
