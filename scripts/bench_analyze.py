@@ -213,7 +213,8 @@ def main(argv=None) -> int:
         measured, seconds, host = replayed(args.replay)
     else:
         measured, seconds = measure(built, artifacts, args)
-        host = {"cpu": cpu_flags(), "onnxruntime": _ort_version(), "load": _load()}
+        host = {"cpu": cpu_flags(), "onnxruntime": _ort_version(), "load": _load(),
+                "when": time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}
         (OUT / "timings.json").write_text(json.dumps({
             "measured": [[m, k, ms] for (m, k), ms in measured.items()], "seconds": seconds, "host": host,
             "args": vars(args) | {"replay": None}}, indent=1))
@@ -359,7 +360,7 @@ def render(rows, machines, args, host) -> str:
         SECTION, "",
         f"`scripts/bench_analyze.py --threads {args.threads} --rounds {args.rounds} --min-round-s {args.min_round_s} "
         f"--window-s {args.window_s}`, "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, onnxruntime {host['onnxruntime']} CPU, "
+        f"{host.get('when') or time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, onnxruntime {host['onnxruntime']} CPU, "
         f"{args.threads} threads. Host: {platform.machine()}, {host['cpu']}; a 2-vCPU VM, load average "
         f"{host['load']} (1, 5, 15 min) when the timing ended.",
         "",
