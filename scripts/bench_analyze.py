@@ -16,9 +16,11 @@ the time the scheduler gives to other jobs, which a 200 ms model run cannot. The
 calibration by microbenchmark: none of
 them is a node of the models evaluated, and nothing is fitted to the models' measured times.
 
-Each artifact is predicted twice: with the per-kind roofs (what `edgeopt analyze --device host`
-does now) and with the machine's peaks only (the one-peak-per-precision roofline as it was), so the
-two are compared on the same measurements.
+Each artifact is predicted three times on the same measurements: on the graph onnxruntime executes
+(its fusions applied, `ort_graph`) with the per-kind roofs (what `edgeopt analyze --device host` does
+now); on the artifact's own graph with the fusions guessed (the previous model); and with the
+machine's peaks only. Every run writes its timings to .bench/analyze/timings.json; `--replay FILE`
+predicts again from such a file without timing anything.
 
 Calibration: models are split in two halves (alternating by name); efficiency factors (whole graph,
 and per kernel kind where the data allows: edgeopt_converters.roofline_fit, as the fleet's) are
@@ -28,6 +30,7 @@ model gets an out-of-sample calibrated error.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import platform
 import statistics
@@ -190,25 +193,88 @@ def main(argv=None) -> int:
                         help="time every artifact and kernel as the mean per call over windows this long")
     parser.add_argument("--models", nargs="*")
     parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument("--replay", type=Path,
+                        help="predict again from a run's recorded timings (its timings.json) instead of timing")
     args = parser.parse_args(argv)
 
-    from edgeopt_agent.bench.inputs import random_feeds
-    from edgeopt_agent.runners import open_runner
     from edgeopt_converters.graph_cost import analyze_onnx
-    from edgeopt_converters.host_peaks import kernels, machine_from
-    from edgeopt_converters.host_timing import time_interleaved
+    from edgeopt_converters.host_peaks import machine_from
     from edgeopt_converters.roofline import predict
 
     built = convert_all(args.models)
     machines = []
-    calibration = kernels(args.threads)
     artifacts = []  # (model, key, precision, path, shapes)
     for name, (out, manifest, shapes) in sorted(built.items()):
         for a in manifest["artifacts"]:
             if a["format"] == "onnx" and a["precision"] in ("fp32", "int8"):
                 artifacts.append((name, a["key"], a["precision"], out / a["path"], shapes))
 
-    measured, around = {}, {}
+    if args.replay:
+        measured, seconds, host = replayed(args.replay)
+    else:
+        measured, seconds = measure(built, artifacts, args)
+        host = {"cpu": cpu_flags(), "onnxruntime": _ort_version(), "load": _load(),
+                "when": time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}
+        (OUT / "timings.json").write_text(json.dumps({
+            "measured": [[m, k, ms] for (m, k), ms in measured.items()], "seconds": seconds, "host": host,
+            "args": vars(args) | {"replay": None}}, indent=1))
+    around = {name: machine_from(s, args.threads) for name, s in seconds.items()}
+    machines = [around[name] for name in sorted(around)]
+
+    rows = []
+    for model, key, precision, path, shapes in artifacts:
+        if (model, key) not in measured:
+            continue
+        source = analyze_onnx(path, shapes or ())
+        cost = analyze_onnx(path, shapes or (), runtime="onnxruntime")
+        # The roofline timed in the same rounds as this model: on the graph onnxruntime executes with the
+        # per-kind roofs; on the artifact's own graph (the fusions guessed); and with the peaks only.
+        prediction = predict(cost, around[model])
+        guessed = predict(source, around[model])
+        peaks_only = predict(cost, replace(around[model], kinds={}))
+        shares = prediction.bound_share()
+        kind_ms = prediction.kind_ms()
+        rows.append({"model": model, "key": key, "precision": cost.precision, "gmacs": cost.macs / 1e9,
+                     "mb": cost.bytes / 1e6, "predicted_ms": prediction.roofline_ms, "peaks_only": peaks_only.roofline_ms,
+                     "source_graph": guessed.roofline_ms, "nodes": sum(1 for n in prediction.nodes if n.ms > 0),
+                     "measured_ms": measured[(model, key)], "memory_share": shares.get("memory", 0.0),
+                     "kind_ms": kind_ms, "top_kind": max(kind_ms, key=kind_ms.get) if kind_ms else "-"})
+    calibrate(rows)
+    text = render(rows, machines, args, host)
+    print(text)
+    if args.write_docs:
+        write_docs(text)
+    return 0
+
+
+def replayed(path: Path):
+    data = json.loads(path.read_text())
+    return {(m, k): ms for m, k, ms in data["measured"]}, data["seconds"], data["host"]
+
+
+def _ort_version() -> str:
+    import onnxruntime
+
+    return onnxruntime.__version__
+
+
+def _load() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+def measure(built, artifacts, args):
+    """Each artifact's time per call (ms) and, per model, the calibration kernels' seconds per call timed
+    in the same interleaved rounds."""
+    from edgeopt_agent.bench.inputs import random_feeds
+    from edgeopt_agent.runners import open_runner
+    from edgeopt_converters.host_peaks import kernels
+    from edgeopt_converters.host_timing import time_interleaved
+
+    calibration = kernels(args.threads)
+    measured, seconds = {}, {}
     for name in sorted(built):
         runners, calls = [], {}
         for model, key, precision, path, shapes in artifacts:
@@ -232,29 +298,9 @@ def main(argv=None) -> int:
             measured[(name, key)] = per_call_s[key] * 1000.0
         for r in runners:
             r.close()
-        around[name] = machine_from({k[len("kernel:"):]: t for k, t in per_call_s.items() if k.startswith("kernel:")},
-                                    args.threads)
-        machines.append(around[name])
+        seconds[name] = {k[len("kernel:"):]: t for k, t in per_call_s.items() if k.startswith("kernel:")}
         print(f"{name}: " + ", ".join(f"{k} {measured[(name, k)]:.2f} ms" for k in sorted(models)), flush=True)
-
-    rows = []
-    for model, key, precision, path, shapes in artifacts:
-        cost = analyze_onnx(path, shapes or ())
-        # The roofline timed in the same rounds as this model: with its per-kind roofs, and peaks only.
-        prediction = predict(cost, around[model])
-        peaks_only = predict(cost, replace(around[model], kinds={}))
-        shares = prediction.bound_share()
-        kind_ms = prediction.kind_ms()
-        rows.append({"model": model, "key": key, "precision": cost.precision, "gmacs": cost.macs / 1e9,
-                     "mb": cost.bytes / 1e6, "predicted_ms": prediction.roofline_ms, "peaks_only": peaks_only.roofline_ms,
-                     "measured_ms": measured[(model, key)], "memory_share": shares.get("memory", 0.0),
-                     "kind_ms": kind_ms, "top_kind": max(kind_ms, key=kind_ms.get) if kind_ms else "-"})
-    calibrate(rows)
-    text = render(rows, machines, args)
-    print(text)
-    if args.write_docs:
-        write_docs(text)
-    return 0
+    return measured, seconds
 
 
 def batched(call, window_s: float):
@@ -308,16 +354,15 @@ def _spread(machines, pick) -> str:
     return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
 
 
-def render(rows, machines, args) -> str:
+def render(rows, machines, args, host) -> str:
     kinds = sorted({k for m in machines for k in m.kinds})
     lines = [
         SECTION, "",
         f"`scripts/bench_analyze.py --threads {args.threads} --rounds {args.rounds} --min-round-s {args.min_round_s} "
         f"--window-s {args.window_s}`, "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, onnxruntime CPU, {args.threads} threads. "
-        f"Host: {platform.machine()}, {cpu_flags()}; a 2-vCPU VM shared with other jobs while it ran. "
-        "(The table this one replaces came from last session's host, which had AVX-512 and VNNI; its figures "
-        "are not comparable with these.)",
+        f"{host.get('when') or time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, onnxruntime {host['onnxruntime']} CPU, "
+        f"{args.threads} threads. Host: {platform.machine()}, {host['cpu']}; a 2-vCPU VM, load average "
+        f"{host['load']} (1, 5, 15 min) when the timing ended.",
         "",
         f"This host's roofline, measured by the kernels of `edgeopt_converters.host_peaks` in the same interleaved "
         f"rounds as each of the {len(machines)} models (median over models, range in brackets): "
@@ -326,7 +371,8 @@ def render(rows, machines, args) -> str:
         f"DRAM {_spread(machines, lambda m: m.bandwidth_gbps)} GB/s, "
         f"last-level cache {machines[0].cache_bytes / 2**20:.0f} MiB at "
         f"{_spread(machines, lambda m: m.cache_bandwidth_gbps)} GB/s, "
-        f"{_spread(machines, lambda m: m.overhead_us)} us per node, "
+        f"{_spread(machines, lambda m: m.overhead_us)} us per node "
+        f"({_spread(machines, lambda m: m.compute_overhead_us or m.overhead_us)} us per convolution or matrix product), "
         f"{_spread(machines, lambda m: m.run_overhead_us)} us per run. Per kernel kind (one small single-node "
         "model each, `edgeopt_converters.kind_kernels`; throughput and bandwidth net of a run's fixed cost):",
         "",
@@ -342,29 +388,34 @@ def render(rows, machines, args) -> str:
     lines += [
         "",
         f"Measured: every artifact and kernel is run repeatedly over windows of about {args.window_s * 1000:.0f} ms "
-        "(mean per call within a window, median over windows; on this loaded host a short call's median would miss "
-        "the time the scheduler gives to other jobs, which a 200 ms model run cannot), in interleaved rounds "
-        "(every artifact of a model in turn, with the kernels). Predicted: "
-        "the sum over nodes, each timed with its kernel kind's measured roof at its precision (a kind without "
-        "one: the measured peaks), plus per-node overhead and one run's fixed cost. Peaks only: the same "
-        "graph costs against the measured peaks alone (the previous model). Calibrated: the prediction times "
-        "efficiency factors (whole graph, and per kernel kind where the data allows, ridge towards the whole-graph "
-        "factor) fitted on the *other* half of the models at the same precision (halves alternate by name), so "
-        "every calibrated error is out of sample. Error = (predicted - measured) / measured.",
+        "(mean per call within a window, median over windows), in interleaved rounds (every artifact of a model in "
+        "turn, with the kernels). Predicted: the graph onnxruntime executes on this host (saved after its "
+        "optimizations at ORT_ENABLE_ALL: its QDQ, dynamic-INT8, activation and layout fusions) is costed node by "
+        "node; each node takes its kernel kind's measured roof at its precision (an INT8 node of a kind measured "
+        "only in float: the float roof; a kind without one: the measured peaks), plus its dispatch cost (a "
+        "convolution's or matrix product's own, measured by a chain of tiny convolutions; any other node's, by a "
+        "chain of tiny Relu), plus one run's fixed cost. Own graph: the same roofs on the artifact's own graph "
+        "with the fusions guessed (the previous model). Peaks only: the executed graph against the measured peaks "
+        "alone. Calibrated: the prediction times efficiency factors fitted on the *other* half of the models at "
+        "the same precision (halves alternate by name), so every calibrated error is out of sample: a whole-graph "
+        "factor (geometric mean of measured / predicted) and per kernel kind and for the dispatch costs apart, "
+        "fitted in log space with a ridge towards the whole-graph factor. Error = (predicted - measured) / measured.",
         "",
-        "| model | artifact | GMAC | MB moved | slowest kind (predicted) | measured ms | predicted ms | error | "
-        "peaks-only error | calibrated ms | calibrated error |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | artifact | nodes run | GMAC | MB moved | slowest kind (predicted) | measured ms | predicted ms | "
+        "error | own-graph error | peaks-only error | calibrated ms | calibrated error |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         calibrated = (f"{r['calibrated']:.2f} | {_err(r['calibrated'], r['measured_ms']):+.0f}%" if r["calibrated"]
                       else "- | -")
-        lines.append(f"| {r['model']} | {r['key']} | {r['gmacs']:.2f} | {r['mb']:.1f} | {r['top_kind']} | "
+        lines.append(f"| {r['model']} | {r['key']} | {r['nodes']} | {r['gmacs']:.2f} | {r['mb']:.1f} | {r['top_kind']} | "
                      f"{r['measured_ms']:.2f} | {r['predicted_ms']:.2f} | {_err(r['predicted_ms'], r['measured_ms']):+.0f}% | "
+                     f"{_err(r['source_graph'], r['measured_ms']):+.0f}% | "
                      f"{_err(r['peaks_only'], r['measured_ms']):+.0f}% | {calibrated} |")
     lines += ["", f"Median absolute error: per-kind roofs, uncalibrated {_median_abs(rows, 'predicted_ms')} artifacts "
                   f"(target <= 30%); calibrated out of sample {_median_abs(rows, 'calibrated')} (target <= 15%); "
-                  f"with a whole-graph factor only {_median_abs(rows, 'whole_graph_calibrated')}. Peaks only, "
+                  f"with a whole-graph factor only {_median_abs(rows, 'whole_graph_calibrated')}. On the artifact's own "
+                  f"graph (fusions guessed), uncalibrated: {_median_abs(rows, 'source_graph')}. Peaks only, "
                   f"uncalibrated: {_median_abs(rows, 'peaks_only')}."]
     for precision in ("fp32", "int8"):
         mine = [r for r in rows if r["precision"] == precision]

@@ -18,6 +18,11 @@ What runtimes do to every graph is applied, since it decides what is really move
 - reshapes and other views move nothing;
 - a node whose inputs are all weights (or shapes fixed when the graph is loaded) is computed once
   at load time (constant folding), not per run.
+Those are guesses at what a runtime does. With `runtime="onnxruntime"` the graph costed is the one
+onnxruntime executes on this host (`ort_graph`: its own fusions, layouts and constant folding
+applied), and no fusion is guessed: every node left in it runs, each at the precision of the data
+it reads (its QLinear* / QGemm / DynamicQuantizeMatMul kernels, and layout moves and pools on
+8-bit data, are INT8).
 """
 from __future__ import annotations
 
@@ -30,30 +35,37 @@ from edgeopt_agent.errors import UserError, require
 
 from .node_kinds import kind_of
 
-COMPUTE = ("Conv", "ConvInteger", "QLinearConv", "FusedConv", "ConvTranspose", "MatMul", "MatMulInteger",
-           "QLinearMatMul", "FusedMatMul", "Gemm", "LSTM", "GRU", "RNN", "Einsum")
+COMPUTE = ("Conv", "ConvInteger", "QLinearConv", "FusedConv", "NhwcConv", "ConvTranspose", "MatMul", "MatMulInteger",
+           "QLinearMatMul", "FusedMatMul", "Gemm", "FusedGemm", "QGemm", "DynamicQuantizeMatMul",
+           "MatMulIntegerToFloat", "Attention", "QAttention", "LSTM", "DynamicQuantizeLSTM", "GRU", "RNN", "Einsum")
 # Nodes that only relabel a tensor: no arithmetic, no pass over memory.
 VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Shape", "Size", "Constant", "Dropout",
          "ConstantOfShape", "Range")
 # Nodes that copy or rearrange: no arithmetic, bytes in and out.
 MOVES = ("Transpose", "Concat", "Split", "Slice", "Gather", "GatherElements", "GatherND", "Pad", "Expand", "Tile",
-         "Cast", "DepthToSpace", "SpaceToDepth", "Resize", "Upsample", "ScatterND", "Where", "NonZero", "TopK")
+         "Cast", "DepthToSpace", "SpaceToDepth", "Resize", "Upsample", "ScatterND", "Where", "NonZero", "TopK",
+         "ReorderInput", "ReorderOutput", "QLinearConcat")
+GATHERS = ("Gather", "GatherElements", "GatherND")
 FUSABLE = ("Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Tanh", "BatchNormalization",
            "PRelu", "Elu", "Selu", "Softplus")
-POOLS = ("MaxPool", "AveragePool", "LpPool")
-GLOBAL_POOLS = ("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool")
+POOLS = ("MaxPool", "AveragePool", "LpPool", "NhwcMaxPool", "QLinearAveragePool")
+GLOBAL_POOLS = ("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", "QLinearGlobalAveragePool")
 # Operations per output element where one element costs more than one (an estimate: exp, sums, divisions).
 PER_ELEMENT = {"Softmax": 5, "LogSoftmax": 5, "LayerNormalization": 8, "InstanceNormalization": 8,
-               "GroupNormalization": 8, "BatchNormalization": 2, "Erf": 4, "Gelu": 8, "HardSwish": 3,
+               "GroupNormalization": 8, "SkipLayerNormalization": 9, "SimplifiedLayerNormalization": 6,
+               "SkipSimplifiedLayerNormalization": 7, "FastGelu": 8, "BiasGelu": 9, "QLinearSigmoid": 4, "BatchNormalization": 2, "Erf": 4, "Gelu": 8, "HardSwish": 3,
                "Sigmoid": 4, "Tanh": 4, "Exp": 4, "Log": 4, "Pow": 4, "Sqrt": 2, "Reciprocal": 2, "Div": 2,
                "QuantizeLinear": 3, "DequantizeLinear": 2, "DynamicQuantizeLinear": 4}
 _QUANTIZED = ("int8", "uint8", "int4", "uint4")
-_INT8_KERNELS = ("ConvInteger", "QLinearConv", "MatMulInteger", "QLinearMatMul")
+_INT8_KERNELS = ("ConvInteger", "QLinearConv", "MatMulInteger", "QLinearMatMul", "QGemm", "DynamicQuantizeMatMul",
+                 "MatMulIntegerToFloat", "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearSigmoid",
+                 "QLinearLeakyRelu", "QLinearAveragePool", "QLinearGlobalAveragePool", "QLinearSoftmax",
+                 "DynamicQuantizeLSTM", "QAttention")
 # Ops whose QDQ form runtimes run as one INT8 kernel (onnxruntime's QDQ fusions: QLinearConv,
 # QLinearMatMul, QGemm, QLinearAdd/Mul, QLinearConcat, QLinear pools and activations; TFLite and
 # TensorRT cover at least these) or on INT8 data as it is (layout moves and views).
 INT8_KERNEL_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "Add", "Mul", "Concat", "AveragePool",
-                   "GlobalAveragePool", "MaxPool", "Sigmoid", "LeakyRelu", "Relu", "Clip") + MOVES + VIEWS
+                   "GlobalAveragePool", "MaxPool", "NhwcMaxPool", "GlobalMaxPool", "Sigmoid", "LeakyRelu", "Relu", "Clip") + MOVES + VIEWS
 
 
 @dataclass
@@ -64,7 +76,7 @@ class NodeCost:
     weight_bytes: float
     activation_bytes: float
     precision: str  # the precision its arithmetic runs at: "fp32" | "fp16" | "int8"
-    role: str  # "compute" | "elementwise" | "move" | "view" | "fused" | "folded"
+    role: str  # "compute" | "elementwise" | "move" | "dispatch" (a view the runtime runs) | "view" | "fused" | "folded"
     note: str = ""
     kind: str = ""  # the kernel kind it runs (node_kinds): what its achieved speed depends on
 
@@ -136,8 +148,15 @@ class _Tensor:
         return 0.0 if self.shape is None else self.elements * _ELEMENT_BYTES.get(self.dtype, 4)
 
 
-def analyze_onnx(model: Union[str, Path, Any], input_shapes: Sequence[Sequence[int]] = ()) -> GraphCost:
-    """Per-node cost of an ONNX model. `input_shapes` fixes the graph inputs' shapes, in order."""
+RUNTIMES = ("onnxruntime",)  # runtimes whose executed graph can be costed instead of the model's own
+
+
+def analyze_onnx(model: Union[str, Path, Any], input_shapes: Sequence[Sequence[int]] = (),
+                 runtime: Optional[str] = None) -> GraphCost:
+    """Per-node cost of an ONNX model. `input_shapes` fixes the graph inputs' shapes, in order.
+    `runtime="onnxruntime"`: cost the graph onnxruntime executes on this host (`ort_graph`) instead."""
+    if runtime is not None and runtime not in RUNTIMES:
+        raise UserError(f"no executed graph for runtime {runtime!r}; available: {', '.join(RUNTIMES)}")
     onnx = require("onnx", "convert")
     if not hasattr(model, "graph"):
         path = Path(model)
@@ -149,6 +168,11 @@ def analyze_onnx(model: Union[str, Path, Any], input_shapes: Sequence[Sequence[i
             raise UserError(f"{path.name} is not an ONNX model: {exc}") from exc
     model = _with_fixed_inputs(model, input_shapes)
     notes: List[str] = []
+    if runtime == "onnxruntime":
+        from .ort_graph import LEVEL, optimized
+
+        model = optimized(model)
+        notes.append(f"costed as onnxruntime executes it on this host (graph optimized at {LEVEL})")
     try:
         inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
     except Exception as exc:
@@ -166,7 +190,8 @@ def analyze_onnx(model: Union[str, Path, Any], input_shapes: Sequence[Sequence[i
     weights |= {o for n in graph.node if n.op_type == "Constant" for o in n.output}
     inputs = {i.name: tensors[i.name].shape for i in graph.input if i.name not in weights}
     folded = _constant_folded(graph, tensors, weights)
-    analysis = _Graph(graph, tensors, weights | {o for n in graph.node if id(n) in folded for o in n.output}, folded)
+    analysis = _Graph(graph, tensors, weights | {o for n in graph.node if id(n) in folded for o in n.output}, folded,
+                      executed=runtime is not None)
     nodes = [analysis.cost(node, index) for index, node in enumerate(graph.node)]
     unknown = [n.name for n in nodes if n.note.startswith("unknown shape")]
     if unknown:
@@ -287,7 +312,9 @@ def _attribute(node, name: str, default=None):
 
 
 class _Graph:
-    def __init__(self, graph, tensors: Mapping[str, _Tensor], weights: set, folded: set = frozenset()):
+    def __init__(self, graph, tensors: Mapping[str, _Tensor], weights: set, folded: set = frozenset(),
+                 executed: bool = False):
+        self.executed = executed  # the runtime's own optimized graph: no fusion to guess, every node runs
         self.tensors = tensors
         self.weights = weights
         self.folded = folded  # ids of nodes computed once at load time
@@ -315,13 +342,13 @@ class _Graph:
 
     def read_bytes(self, name: str, reader) -> float:
         """Bytes `reader` reads for `name`: an INT8 kernel reads a dequantized tensor at its quantized size."""
-        source = self._dq_source(name)
+        source = None if self.executed else self._dq_source(name)
         return self.tensor(source).nbytes if source and self.int8_kernel(reader) else self.tensor(name).nbytes
 
     def write_bytes(self, name: str, writer) -> float:
         """Bytes `writer` writes for `name`: an INT8 kernel whose output is only quantized writes it quantized."""
         users = self.consumers.get(name, [])
-        if (users and name not in self.graph_outputs and self.int8_kernel(writer)
+        if (not self.executed and users and name not in self.graph_outputs and self.int8_kernel(writer)
                 and all(u.op_type == "QuantizeLinear" for u in users)):
             return self.tensor(users[0].output[0]).nbytes
         return self.tensor(name).nbytes
@@ -337,12 +364,14 @@ class _Graph:
             return True
         if node.op_type not in INT8_KERNEL_OPS:
             return False
+        if self.executed:  # a layout move or pool the runtime left on 8-bit data
+            return bool(node.input) and self.tensor(node.input[0]).dtype in _QUANTIZED
         data = [i for i in node.input[:2] if i]
         return bool(data) and all(self._dq_source(i) is not None and self.tensor(self._dq_source(i)).dtype in _QUANTIZED
                                   for i in data)
 
     def _fused_into_producer(self, node) -> bool:
-        if node.op_type not in FUSABLE or not node.input:
+        if self.executed or node.op_type not in FUSABLE or not node.input:
             return False
         source = self.producer.get(node.input[0])
         return (source is not None and source.op_type in COMPUTE
@@ -350,6 +379,8 @@ class _Graph:
 
     def _folded_qdq(self, node) -> bool:
         """A Q/DQ node the runtime folds into its neighbours' INT8 kernels."""
+        if self.executed:
+            return False
         if node.op_type == "DequantizeLinear":
             users = self.consumers.get(node.output[0], [])
             if not users or node.output[0] in self.graph_outputs or not all(self.int8_kernel(u) for u in users):
@@ -375,8 +406,11 @@ class _Graph:
         outputs = [self.tensor(o) for o in node.output if o]
         precision = self._precision(node)
         kind = self.kind(node)
-        if op in VIEWS:
+        if op in VIEWS and not (self.executed and id(node) not in self.folded):
             return NodeCost(name, op, 0.0, 0.0, 0.0, precision, "view", kind=kind)
+        if op in VIEWS:  # the runtime still runs it: no work, but one kernel dispatch
+            return NodeCost(name, op, 0.0, 0.0, 0.0, precision, "dispatch", "relabels a tensor; still a kernel call",
+                            kind)
         if id(node) in self.folded:
             return NodeCost(name, op, 0.0, 0.0, 0.0, precision, "folded", "computed once when the graph is loaded "
                             "(constant inputs)", kind)
@@ -386,8 +420,11 @@ class _Graph:
         if any(t.shape is None for t in outputs):
             return NodeCost(name, op, 0.0, 0.0, 0.0, precision, "compute" if op in COMPUTE else "elementwise",
                             "unknown shape", kind)
-        weight_bytes = sum(self.read_bytes(i, node) for i in node.input if i and self.is_weight(i))
-        activation_bytes = sum(self.read_bytes(i, node) for i in node.input if i and not self.is_weight(i))
+        read = {i: self.read_bytes(i, node) for i in node.input if i}
+        if op in GATHERS and node.input[0] in read:  # reads the rows it gathers, not the whole table
+            read[node.input[0]] = min(read[node.input[0]], outputs[0].nbytes)
+        weight_bytes = sum(b for i, b in read.items() if self.is_weight(i))
+        activation_bytes = sum(b for i, b in read.items() if not self.is_weight(i))
         activation_bytes += sum(self.write_bytes(o, node) for o in node.output if o)
         ops, role = self._ops(node, outputs)
         if self._fused_into_producer(node):
@@ -409,7 +446,7 @@ class _Graph:
         def shape(position: int) -> Optional[Tuple[int, ...]]:
             return self.tensor(node.input[position]).shape if len(node.input) > position and node.input[position] else None
 
-        if op in ("Conv", "ConvInteger", "FusedConv", "QLinearConv"):
+        if op in ("Conv", "ConvInteger", "FusedConv", "NhwcConv", "QLinearConv"):
             weight = shape(3 if op == "QLinearConv" else 1)
             if weight is None:
                 return 0.0, "compute"
@@ -419,18 +456,22 @@ class _Graph:
             if weight is None or data is None:
                 return 0.0, "compute"
             return 2.0 * math.prod(data) * weight[1] * math.prod(weight[2:]), "compute"
-        if op in ("MatMul", "MatMulInteger", "FusedMatMul", "QLinearMatMul"):
+        if op in ("MatMul", "MatMulInteger", "FusedMatMul", "QLinearMatMul", "DynamicQuantizeMatMul",
+                  "MatMulIntegerToFloat"):
             a = shape(0)
             if a is None:
                 return 0.0, "compute"
-            return 2.0 * out.elements * a[-1], "compute"
-        if op == "Gemm":
+            k = a[-2] if op == "FusedMatMul" and _attribute(node, "transA", 0) else a[-1]
+            return 2.0 * out.elements * k, "compute"
+        if op in ("Gemm", "FusedGemm", "QGemm"):
             a = shape(0)
             if a is None:
                 return 0.0, "compute"
             k = a[0] if _attribute(node, "transA", 0) else a[-1]
             return 2.0 * out.elements * k, "compute"
-        if op in ("LSTM", "GRU", "RNN"):
+        if op in ("Attention", "QAttention"):
+            return self._attention_ops(node), "compute"
+        if op in ("LSTM", "DynamicQuantizeLSTM", "GRU", "RNN"):
             return self._recurrent_ops(node), "compute"
         if op in POOLS:
             return float(out.elements * math.prod(_attribute(node, "kernel_shape", [1]))), "elementwise"
@@ -441,14 +482,28 @@ class _Graph:
             return 0.0, "move"
         return float(PER_ELEMENT.get(op, 1) * out.elements), "elementwise"
 
+    def _attention_ops(self, node) -> float:
+        """onnxruntime's fused self-attention: the Q, K and V projections (input (B, S, H) @ weights (H, 3H)),
+        scores and context (two (S x S x H) products per batch) and the softmax over the scores."""
+        data, weight = self.tensor(node.input[0]).shape, self.tensor(node.input[1]).shape
+        if data is None or weight is None or len(data) != 3:
+            return 0.0
+        batch, steps, _ = data
+        heads = int(_attribute(node, "num_heads", 1))
+        projection = 2.0 * batch * steps * weight[0] * weight[1]
+        core = 2.0 * 2.0 * batch * steps * steps * (weight[1] // 3)
+        return projection + core + PER_ELEMENT["Softmax"] * batch * heads * steps * steps
+
     def _recurrent_ops(self, node) -> float:
         data, weight = self.tensor(node.input[0]).shape, self.tensor(node.input[1]).shape
         recurrence = self.tensor(node.input[2]).shape
         if data is None or weight is None or recurrence is None:
             return 0.0
         steps, batch = data[0], data[1]
-        directions, gates_hidden, input_size = weight
-        hidden = recurrence[2]
+        if node.op_type == "DynamicQuantizeLSTM":  # its weights are stored transposed: (directions, input, 4 * hidden)
+            (directions, input_size, gates_hidden), hidden = weight, recurrence[1]
+        else:
+            (directions, gates_hidden, input_size), hidden = weight, recurrence[2]
         return 2.0 * steps * batch * directions * gates_hidden * (input_size + hidden)
 
 

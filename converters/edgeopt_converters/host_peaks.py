@@ -6,7 +6,9 @@
 - cache: the last-level cache's size from Linux sysfs, and its bandwidth by the same Add on a
   tensor that fits in an eighth of it (none where sysfs does not say);
 - overhead: a chain of 200 Relu nodes on a 16-element tensor, per node; the fixed cost of a run:
-  one such Relu, less one node's overhead;
+  one such Relu, less one node's overhead; a convolution's or matrix product's own (its hand-off
+  to the thread pool): a chain of 50 tiny 1-D convolutions (16 channels, 32 steps), per node, less
+  its arithmetic at the FP32 peak;
 - per kernel kind and precision (`kind_kernels`: dense, depthwise and pointwise convolution,
   matrix product, elementwise, normalization, pooling, layout moves, quantize/dequantize; INT8 as
   onnxruntime runs QDQ artifacts): the throughput and bandwidth one typical node of that kind
@@ -18,6 +20,7 @@ Each is the best of several timed runs (what the hardware can reach, not what a 
 from __future__ import annotations
 
 import functools
+import math
 import platform
 import time
 from dataclasses import replace
@@ -29,12 +32,14 @@ import numpy as np
 from edgeopt_agent.bench.spec import available_cpus
 from edgeopt_agent.errors import require
 
-from .kind_kernels import COMPUTE_KINDS, kind_kernels
+from .kind_kernels import COMPUTE_KINDS, COMPUTE_ROLE_KINDS, kind_kernels
 from .roofline import KindRoof, Machine, node_time, roof_key
 
 _M, _K, _N = 256, 1024, 1024
 _BANDWIDTH_ELEMENTS = 8 * 2**20  # float32: 32 MiB
 _CHAIN = 200
+_TINY = 50  # tiny convolutions in the dispatch chain
+_TINY_SHAPE = (1, 16, 32)  # 16 channels, 32 steps; 3-tap kernels, 16 -> 16
 KIND_PREFIX = "kind:"
 
 
@@ -126,6 +131,12 @@ def kernels(threads: int) -> Dict[str, Callable[[], object]]:
         "run": _run(_session(_model(chain[:1], relus.graph.input, [helper.make_tensor_value_info("t1", tp.FLOAT, None)]),
                              threads), {"t0": np.ones((1, 16), np.float32)}),
     }
+    tiny = [helper.make_node("Conv", [f"c{i}", f"w{i}"], [f"c{i + 1}"], pads=[1, 1]) for i in range(_TINY)]
+    tiny_weights = [onnx.numpy_helper.from_array(0.1 * rng.standard_normal((16, 16, 3)).astype(np.float32), f"w{i}")
+                    for i in range(_TINY)]
+    convs = _model(tiny, [helper.make_tensor_value_info("c0", tp.FLOAT, list(_TINY_SHAPE))],
+                   [helper.make_tensor_value_info(f"c{_TINY}", tp.FLOAT, None)], tiny_weights)
+    calls["dispatch"] = _run(_session(convs, threads), {"c0": np.ones(_TINY_SHAPE, np.float32)})
     for kernel in kind_kernels():
         calls[KIND_PREFIX + kernel.name] = _run(_session(kernel.model, threads), kernel.feeds)
     if _cache_elements():
@@ -147,7 +158,9 @@ def _kind_roofs(seconds: Dict[str, float], run_s: float, base: Machine) -> Dict[
             continue
         so_far = replace(base, kinds=_with_peaks(roofs, base))
         others_s = sum(node_time(n, so_far).ms for n in kernel.others) / 1000.0
-        net = max(seconds[name] - run_s - (kernel.nodes - 1) * base.overhead_us * 1e-6 - others_s, 1e-7)
+        dispatch_s = (kernel.nodes * (base.compute_overhead_us if kernel.kind in COMPUTE_ROLE_KINDS and base.compute_overhead_us
+                                      else base.overhead_us) - base.overhead_us) * 1e-6  # run_s holds one node's
+        net = max(seconds[name] - run_s - dispatch_s - others_s, 1e-7)
         key = roof_key(kernel.precision, kernel.kind)
         old = roofs.get(key)
         gops, gbps = kernel.ops / net / 1e9, kernel.bytes / net / 1e9
@@ -181,6 +194,11 @@ def machine_from(seconds: Dict[str, float], threads: int) -> Machine:
         cache_bytes=float(cache) if "cache" in seconds else 0.0, cache_bandwidth_gbps=cache_gbps,
         run_overhead_us=max(run_s - overhead_s, 0.0) * 1e6,
     )
+    if "dispatch" in seconds:
+        tiny_ops = 2.0 * math.prod(_TINY_SHAPE) * 16 * 3
+        per_node = (seconds["dispatch"] - max(run_s - overhead_s, 0.0)) / _TINY - tiny_ops / (base.peak_gops["fp32"] * 1e9)
+        base = replace(base, compute_overhead_us=max(per_node, overhead_s) * 1e6,
+                       source=base.source + f", {_TINY} chained tiny 1-D Conv")
     kinds = _kind_roofs(seconds, run_s, base)
     if not kinds:
         return base

@@ -6,10 +6,12 @@ of 64 channels at 28x28, a depthwise 3x3 of 96 channels at 56x56, a 128x384x384 
 graph (NCHWc, NHWC) are not charged to one node. INT8 kernels are written as a converter writes them (QDQ around a float op, U8 activations,
 S8 weights in the 7-bit range of reduce_range), so onnxruntime fuses them into the same INT8
 kernels it runs an artifact with (QLinearConv, QLinearAdd, ...); the matrix product is
-MatMulInteger, as dynamic quantization of transformers runs it. A kind with two kernels gets the
+MatMulInteger, and dynamic quantization's fused product is onnxruntime's DynamicQuantizeMatMul
+(the activation quantized inside the kernel, float out), as it runs dynamically quantized transformers. A kind with two kernels gets the
 better of each figure (an envelope, as a roofline is).
 
-Each kernel's operations and bytes come from `graph_cost`, the same counting the prediction uses.
+Each kernel's operations and bytes come from `graph_cost` on the graph onnxruntime executes, the same
+counting the prediction uses.
 """
 from __future__ import annotations
 
@@ -39,7 +41,9 @@ class KindKernel:
 
 
 _RNG_SEED = 0
-COMPUTE_KINDS = (k.CONV, k.POINTWISE, k.GEMM)  # their kernels measure throughput; bytes move at the machine's bandwidth
+COMPUTE_KINDS = (k.CONV, k.POINTWISE, k.GEMM, k.DYNAMIC_GEMM)  # their kernels measure throughput; bytes move at
+# the machine's bandwidth
+COMPUTE_ROLE_KINDS = COMPUTE_KINDS + (k.DEPTHWISE,)  # kinds whose nodes are convolutions or matrix products
 
 
 def _model(nodes, inputs: Sequence[Tuple[str, int, Sequence[int]]], initializers=(), output_type: int = 1):
@@ -48,7 +52,7 @@ def _model(nodes, inputs: Sequence[Tuple[str, int, Sequence[int]]], initializers
     helper = onnx.helper
     graph = helper.make_graph(nodes, "kind_kernel", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
                               [helper.make_tensor_value_info("y", output_type, None)], list(initializers))
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
 
 
 def _float_kernels(onnx, rng) -> List[Tuple[str, str, str, Any]]:
@@ -147,20 +151,29 @@ def _int8_kernels(onnx, rng) -> List[Tuple[str, str, str, Any]]:
     """QDQ around float ops, U8 activations in and out, S8 weights in the 7-bit range; the matrix
     product as dynamic quantization runs it (MatMulInteger)."""
     h, U8 = onnx.helper, onnx.TensorProto.UINT8
-    qparams = [onnx.numpy_helper.from_array(np.array(0.05, np.float32), "s"),
-               onnx.numpy_helper.from_array(np.array(128, np.uint8), "z")]
+    # Each tensor its own scale, as calibration gives them: with one scale for all, onnxruntime may run a
+    # plain copy (a Concat of 8-bit data) where a model's node requantizes.
+    scales = {"x": 0.05, "x2": 0.07, "y_f": 0.09}
 
     def qdq(op, inputs: Sequence[Tuple[str, Sequence[int]]], **attrs):
-        nodes = [h.make_node("DequantizeLinear", [n, "s", "z"], [f"{n}_f"]) for n, _ in inputs]
+        qparams = [onnx.numpy_helper.from_array(np.array(128, np.uint8), "z")] + [
+            onnx.numpy_helper.from_array(np.array(scales[n], np.float32), f"s_{n}") for n in [i for i, _ in inputs] + ["y_f"]]
+        nodes = [h.make_node("DequantizeLinear", [n, f"s_{n}", "z"], [f"{n}_f"]) for n, _ in inputs]
         nodes += [h.make_node(op, [f"{n}_f" for n, _ in inputs], ["y_f"], **attrs),
-                  h.make_node("QuantizeLinear", ["y_f", "s", "z"], ["y"])]
+                  h.make_node("QuantizeLinear", ["y_f", "s_y_f", "z"], ["y"])]
         return _model(nodes, [(n, U8, s) for n, s in inputs], qparams, U8)
 
     matmul = _model([h.make_node("MatMulInteger", ["x", "w"], ["y"])], [("x", U8, [128, 384])],
                     [onnx.numpy_helper.from_array(rng.integers(-64, 64, (384, 384)).astype(np.int8), "w")],
                     onnx.TensorProto.INT32)
+    dynamic = _model([h.make_node("DynamicQuantizeMatMul", ["x", "w", "ws", "wz"], ["y"], domain="com.microsoft")],
+                     [("x", onnx.TensorProto.FLOAT, [128, 384])],
+                     [onnx.numpy_helper.from_array(rng.integers(-127, 128, (384, 384)).astype(np.int8), "w"),
+                      onnx.numpy_helper.from_array(np.array(0.01, np.float32), "ws"),
+                      onnx.numpy_helper.from_array(np.array(0, np.int8), "wz")])
     return _chains(onnx, rng, quantized=True) + [
         (k.GEMM, "MatMulInteger 128x384 @ 384x384", matmul),
+        (k.DYNAMIC_GEMM, "DynamicQuantizeMatMul 128x384 @ 384x384 (float in and out)", dynamic),
         (k.ELEMENTWISE, "QDQ Add of two 1x64x56x56", qdq("Add", [("x", [1, 64, 56, 56]), ("x2", [1, 64, 56, 56])])),
         (k.MOVE, "QDQ Concat of two 1x64x40x40", qdq("Concat", [("x", [1, 64, 40, 40]), ("x2", [1, 64, 40, 40])], axis=1)),
     ]
@@ -185,7 +198,7 @@ def _work(model, precision: str, kind: str):
     from .graph_cost import analyze_onnx
     from .roofline import EXECUTED
 
-    executed = [n for n in analyze_onnx(model).nodes if n.role in EXECUTED]
+    executed = [n for n in analyze_onnx(model, runtime="onnxruntime").nodes if n.role in EXECUTED]
     mine = [n for n in executed if n.kind == kind and n.precision == precision]
     return mine, tuple(n for n in executed if n not in mine)
 

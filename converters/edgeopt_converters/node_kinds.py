@@ -15,6 +15,7 @@ CONV = "conv"  # dense convolution with a spatial kernel (grouped ones included)
 DEPTHWISE = "depthwise"  # one input channel per group
 POINTWISE = "pointwise"  # 1x1 convolution, one group
 GEMM = "gemm"  # matrix products and recurrences
+DYNAMIC_GEMM = "dynamic-gemm"  # dynamic INT8: the activation quantized inside the product's kernel, float out
 ELEMENTWISE = "elementwise"  # activations and arithmetic, element by element
 NORMALIZATION = "normalization"  # batch/layer/instance norms and softmax (reductions over an axis)
 POOL = "pool"  # pooling, reductions, resizing
@@ -22,15 +23,18 @@ MOVE = "move"  # copies and rearrangements: no arithmetic
 QDQ = "qdq"  # quantize / dequantize passes a runtime does not fold into an INT8 kernel
 VIEW = "view"  # relabels a tensor: no work
 
-KINDS = (CONV, DEPTHWISE, POINTWISE, GEMM, ELEMENTWISE, NORMALIZATION, POOL, MOVE, QDQ)
+KINDS = (CONV, DEPTHWISE, POINTWISE, GEMM, DYNAMIC_GEMM, ELEMENTWISE, NORMALIZATION, POOL, MOVE, QDQ)
 
-_CONVS = ("Conv", "ConvInteger", "QLinearConv", "FusedConv", "ConvTranspose")
-_GEMMS = ("MatMul", "MatMulInteger", "QLinearMatMul", "FusedMatMul", "Gemm", "Einsum", "LSTM", "GRU", "RNN",
-          "DynamicQuantizeMatMul", "MatMulIntegerToFloat")
+_CONVS = ("Conv", "ConvInteger", "QLinearConv", "FusedConv", "NhwcConv", "ConvTranspose")
+_GEMMS = ("MatMul", "MatMulInteger", "QLinearMatMul", "FusedMatMul", "Gemm", "Einsum", "LSTM", "GRU", "RNN", "QGemm",
+          "FusedGemm", "Attention")
+# onnxruntime's dynamic INT8 kernels (its fusions of DynamicQuantizeLinear + MatMulInteger + rescale, and of
+# dynamically quantized attention and LSTM)
+_DYNAMIC_GEMMS = ("DynamicQuantizeMatMul", "MatMulIntegerToFloat", "QAttention", "DynamicQuantizeLSTM")
 _NORMALIZATIONS = ("BatchNormalization", "LayerNormalization", "InstanceNormalization", "GroupNormalization",
-                   "SimplifiedLayerNormalization", "SkipLayerNormalization", "LpNormalization", "Softmax",
-                   "LogSoftmax")
-_POOLS = ("MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", "Resize",
+                   "SimplifiedLayerNormalization", "SkipLayerNormalization", "SkipSimplifiedLayerNormalization",
+                   "LpNormalization", "Softmax", "LogSoftmax", "QLinearSoftmax")
+_POOLS = ("MaxPool", "NhwcMaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", "Resize",
           "Upsample", "QLinearAveragePool", "QLinearGlobalAveragePool")
 _QDQ = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear")
 
@@ -53,6 +57,8 @@ def kind_of(op_type: str, weight_shape: Optional[Sequence[int]] = None, group: i
         return conv_kind(weight_shape, group)
     if op_type in _GEMMS:
         return GEMM
+    if op_type in _DYNAMIC_GEMMS:
+        return DYNAMIC_GEMM
     if op_type in _NORMALIZATIONS:
         return NORMALIZATION
     if op_type in _POOLS or op_type.startswith("Reduce"):

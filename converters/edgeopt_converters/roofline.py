@@ -2,14 +2,16 @@
 
 A node takes max(ops / peak, bytes / bandwidth) on a machine with that peak throughput (at the
 node's precision) and memory bandwidth, plus a fixed dispatch overhead per executed node where
-the machine's is known. Where the machine's last-level cache is known (this host's is), a node
+the machine's is known (a convolution's or matrix product's own where measured: it hands work to
+the runtime's thread pool, which a cheap elementwise node does not). Where the machine's last-level cache is known (this host's is), a node
 whose whole working set (inputs, weights, outputs) fits in half of it moves its bytes at the
 cache's bandwidth instead of DRAM's; the graph takes the sum (nodes run one after another), plus
 the machine's fixed cost of one run where known.
 
 Where the machine has a roof of its own for the node's kernel kind at the node's precision
 (`node_kinds`: dense, depthwise or pointwise convolution, matrix product, elementwise, ...), the
-node is timed with that kind's achieved throughput and bandwidth instead of the machine's peaks:
+node is timed with that kind's achieved throughput and bandwidth instead of the machine's peaks (an
+INT8 node of a kind measured only in float: the float roof of its kind):
 this host measures them with one small kernel per kind (`kind_kernels`); a board's profile states
 only its peaks. Per-kind efficiency factors fitted from fleet measurements (measured / predicted,
 `roofline_fit`) scale the prediction; without them the prediction is uncalibrated, and says so.
@@ -25,7 +27,8 @@ from edgeopt_agent.profiles import DeviceProfile
 
 from .graph_cost import GraphCost, NodeCost, analyze_onnx
 
-EXECUTED = ("compute", "elementwise", "move")  # roles that run a kernel of their own
+EXECUTED = ("compute", "elementwise", "move", "dispatch")  # roles that run a kernel of their own
+OVERHEAD = "overhead"  # kind_ms key of the nodes' fixed dispatch costs, calibrated apart from their work
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,12 @@ class Machine:
     notes: Tuple[str, ...] = ()
     kinds: Mapping[str, KindRoof] = field(default_factory=dict)  # roof_key(precision, kind) -> its own roof
     run_overhead_us: float = 0.0  # fixed cost of one run of a graph, whatever its nodes
+    compute_overhead_us: float = 0.0  # fixed cost of a convolution or matrix product (its thread hand-off); 0: overhead_us
+
+    def node_overhead_us(self, node: NodeCost) -> float:
+        if node.role == "compute" and self.compute_overhead_us:
+            return self.compute_overhead_us
+        return self.overhead_us
 
     @property
     def measured_kinds(self) -> bool:
@@ -84,6 +93,7 @@ class Machine:
         return {"name": self.name, "peak_gops": dict(self.peak_gops), "bandwidth_gbps": self.bandwidth_gbps,
                 "overhead_us": self.overhead_us, "cache_bytes": self.cache_bytes,
                 "cache_bandwidth_gbps": self.cache_bandwidth_gbps, "run_overhead_us": self.run_overhead_us,
+                "compute_overhead_us": self.compute_overhead_us,
                 "kinds": {k: v.to_dict() for k, v in sorted(self.kinds.items())},
                 "source": self.source, "notes": list(self.notes)}
 
@@ -112,6 +122,7 @@ class NodeTime:
     bound: str  # "compute" | "memory" (DRAM or cache) | "overhead" | "none"
     peak_precision: str
     roof: str = ""  # roof_key of the kind roof it was timed with; "": the machine's peaks
+    overhead_ms: float = 0.0  # the part of `ms` that is the node's fixed dispatch cost
 
     def to_dict(self) -> dict:
         data = self.node.to_dict()
@@ -132,6 +143,10 @@ class Prediction:
     def factor(self, node: NodeCost) -> float:
         return self.kind_efficiency.get(node_roof_key(node), self.efficiency or 1.0)
 
+    def calibrated_ms(self, t: NodeTime) -> float:
+        overhead = self.kind_efficiency.get(OVERHEAD, self.efficiency or 1.0)
+        return (t.ms - t.overhead_ms) * self.factor(t.node) + t.overhead_ms * overhead
+
     @property
     def run_ms(self) -> float:
         return self.machine.run_overhead_us / 1000.0
@@ -142,7 +157,7 @@ class Prediction:
 
     @property
     def ms(self) -> float:
-        return self.run_ms + sum(n.ms * self.factor(n.node) for n in self.nodes)
+        return self.run_ms + sum(self.calibrated_ms(n) for n in self.nodes)
 
     @property
     def calibrated(self) -> bool:
@@ -157,12 +172,13 @@ class Prediction:
         return shares
 
     def kind_ms(self) -> Dict[str, float]:
-        """Uncalibrated predicted time per roof key ("int8/depthwise"): what per-kind efficiency is fitted against."""
+        """Uncalibrated predicted time per roof key ("int8/depthwise"), the nodes' fixed dispatch costs apart
+        (OVERHEAD): what per-kind efficiency is fitted against."""
         times: Dict[str, float] = {}
         for n in self.nodes:
-            if n.ms > 0:
-                key = node_roof_key(n.node)
-                times[key] = times.get(key, 0.0) + n.ms
+            for key, ms in ((node_roof_key(n.node), n.ms - n.overhead_ms), (OVERHEAD, n.overhead_ms)):
+                if ms > 0:
+                    times[key] = times.get(key, 0.0) + ms
         return times
 
     def to_dict(self, top: Optional[int] = None) -> dict:
@@ -187,6 +203,11 @@ def node_time(node: NodeCost, machine: Machine) -> NodeTime:
         return NodeTime(node, 0.0, "none", node.precision)
     key = node_roof_key(node)
     own = machine.kinds.get(key)
+    if own is None and node.precision != "fp32" and roof_key("fp32", node.kind) in machine.kinds:
+        # No kernel of this kind at this precision: the runtime's float kernel of the kind is the nearer
+        # figure (8-bit data in and out, the arithmetic as slow), not the machine's INT8 matrix peak.
+        key = roof_key("fp32", node.kind)
+        own = machine.kinds[key]
     bandwidth = machine.bandwidth_for(node.bytes)
     if own is not None:
         peak, used = own.gops, node.precision
@@ -195,12 +216,12 @@ def node_time(node: NodeCost, machine: Machine) -> NodeTime:
         (peak, used), key = machine.peak(node.precision), ""
     compute_s = node.ops / (peak * 1e9)
     memory_s = node.bytes / (bandwidth * 1e9)
-    overhead_s = machine.overhead_us * 1e-6
+    overhead_s = machine.node_overhead_us(node) * 1e-6
     if max(compute_s, memory_s) < overhead_s:
         bound = "overhead"
     else:
         bound = "compute" if compute_s >= memory_s else "memory"
-    return NodeTime(node, (max(compute_s, memory_s) + overhead_s) * 1000.0, bound, used, key)
+    return NodeTime(node, (max(compute_s, memory_s) + overhead_s) * 1000.0, bound, used, key, overhead_s * 1000.0)
 
 
 def predict(cost: GraphCost, machine: Machine, efficiency: Optional[float] = None, samples: int = 0,

@@ -2,10 +2,10 @@
 
 The whole-graph factor is the geometric mean of measured / predicted. Where the measured
 artifacts' predicted times are known per kernel kind (`Prediction.kind_ms`: "int8/depthwise" ->
-ms), a factor per kind is fitted too: the factors f_k that make sum_k f_k * predicted_k closest
-to measured (relative error, least squares), each pulled towards the whole-graph factor by a
-ridge term, so a kind that few artifacts spend time in keeps (nearly) the whole-graph factor and
-one that many do gets its own. Kinds that take under MIN_SHARE of every artifact's predicted time
+ms, and the nodes' fixed dispatch costs as "overhead"), a factor per kind is fitted too: the
+factors f_k that make sum_k f_k * predicted_k closest to measured (error of the logarithm, least
+squares), each pulled towards the whole-graph factor by a ridge term, so a kind that few artifacts
+spend time in keeps (nearly) the whole-graph factor and one that many do gets its own. Kinds that take under MIN_SHARE of every artifact's predicted time
 are not fitted (they keep the whole-graph factor).
 """
 from __future__ import annotations
@@ -40,7 +40,13 @@ def whole_graph_factor(rows: Sequence[Mapping[str, Any]]) -> Optional[float]:
 
 
 def fit(rows: Sequence[Mapping[str, Any]], ridge: float = RIDGE) -> Fit:
-    """Fit from rows of predicted_ms, measured_ms and (optionally) kind_ms."""
+    """Fit from rows of predicted_ms, measured_ms and (optionally) kind_ms.
+
+    Per kind, in log space: the factors g_k (relative to the whole-graph factor F) minimize
+    sum_i log(F * (sum_k g_k p_ik + rest_i) / m_i)^2 + ridge * sum_k log(g_k)^2, so an artifact 3x too
+    slow weighs as much as one 3x too fast, a kind the data cannot separate stays at F, and no factor
+    turns negative. Solved by Gauss-Newton from g = 1.
+    """
     usable = [r for r in rows if r["predicted_ms"] > 0 and r["measured_ms"] > 0]
     factor = whole_graph_factor(usable)
     if factor is None:
@@ -55,21 +61,22 @@ def fit(rows: Sequence[Mapping[str, Any]], ridge: float = RIDGE) -> Fit:
     kinds = sorted(counts)
     if len(split) < 2 or not kinds:
         return Fit(factor, len(usable))
-    # Unknowns g_k = f_k / factor. Row i: (factor * (sum_k g_k p_ik + rest_i) - m_i) / m_i.
-    a = np.zeros((len(split) + len(kinds), len(kinds)))
-    b = np.zeros(len(split) + len(kinds))
-    for i, r in enumerate(split):
-        measured = r["measured_ms"]
-        rest = sum(ms for kind, ms in r["kind_ms"].items() if kind not in counts)
-        for j, kind in enumerate(kinds):
-            a[i, j] = factor * r["kind_ms"].get(kind, 0.0) / measured
-        b[i] = 1.0 - factor * rest / measured
+    p = np.array([[r["kind_ms"].get(kind, 0.0) for kind in kinds] for r in split])
+    rest = np.array([sum(ms for kind, ms in r["kind_ms"].items() if kind not in counts) for r in split])
+    target = np.log(np.array([r["measured_ms"] for r in split]) / factor)
+    low, high = np.log(_LIMITS[0]), np.log(_LIMITS[1])
+    log_g = np.zeros(len(kinds))
     weight = math.sqrt(ridge)
-    for j in range(len(kinds)):
-        a[len(split) + j, j] = weight
-        b[len(split) + j] = weight
-    g = np.clip(np.linalg.lstsq(a, b, rcond=None)[0], *_LIMITS)
-    return Fit(factor, len(usable), {kind: float(factor * g[j]) for j, kind in enumerate(kinds)}, counts)
+    for _ in range(50):
+        g = np.exp(log_g)
+        predicted = p @ g + rest
+        residual = np.concatenate([np.log(predicted) - target, weight * log_g])
+        jacobian = np.vstack([p * g / predicted[:, None], weight * np.eye(len(kinds))])
+        step = np.linalg.lstsq(jacobian, -residual, rcond=None)[0]
+        log_g = np.clip(log_g + step, low, high)
+        if np.max(np.abs(step)) < 1e-9:
+            break
+    return Fit(factor, len(usable), {kind: float(factor * math.exp(log_g[j])) for j, kind in enumerate(kinds)}, counts)
 
 
 def scoped(rows: Sequence[Mapping[str, Any]], precision: str) -> tuple:

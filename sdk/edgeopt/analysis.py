@@ -5,8 +5,9 @@
 
 For each ONNX artifact (a file, or every ONNX artifact of a conversion's OUTDIR): per node its
 operations, bytes, arithmetic intensity and roofline verdict on the board, and the whole graph's
-predicted latency. `--device host` times nodes with this host's own roofs, measured per kernel
-kind and precision by small onnxruntime kernels; a board is timed at its profile's stated peaks.
+predicted latency. `--device host` costs the graph onnxruntime executes on this host (after its
+fusions) and times its nodes with this host's own roofs, measured per kernel kind and precision by
+small onnxruntime kernels; a board is timed at its profile's stated peaks on the artifact's graph.
 Where the fleet has results of the same artifacts, each board's measured p50 is set against its
 prediction, the pair is stored (`roofline_fits`, with the predicted time per kernel kind), and the
 board's efficiency factors (whole graph, and per kernel kind where its measured artifacts allow:
@@ -142,6 +143,10 @@ def analyze(path, device: str, input_shapes: Sequence[Sequence[int]] = (), db: O
     manifest, found, notes = targets(Path(path))
     board = machine(device, threads)
     costs = {t.key: analyze_onnx(t.path, input_shapes) for t in found}
+    # This host runs the artifacts with onnxruntime: cost the graph it executes. A board's runtime may be
+    # another (TFLite, TensorRT) on another machine: it keeps the artifact's own graph.
+    executed = ({t.key: analyze_onnx(t.path, input_shapes, runtime="onnxruntime") for t in found} if device == HOST
+                else costs)
     fleet_rows: List[Dict[str, Any]] = []
     fits: List[Dict[str, Any]] = []
     if db is not None:
@@ -159,7 +164,7 @@ def analyze(path, device: str, input_shapes: Sequence[Sequence[int]] = (), db: O
             store.close()
     artifacts = []
     for t in found:
-        cost = costs[t.key]
+        cost = executed[t.key]
         found, scope = efficiency(fits, device, cost.precision)
         prediction = predict(cost, board, found.factor, found.samples, found.kinds)
         if found.factor is not None:

@@ -95,15 +95,19 @@ def test_a_node_is_timed_with_its_kinds_roof_and_the_rest_at_the_peaks():
     prediction = predict(cost, machine)
     times = {t.node.name: t.ms for t in prediction.nodes}
     assert prediction.roofline_ms == pytest.approx(0.030 + sum(times.values()))
-    assert prediction.kind_ms() == pytest.approx({"fp32/conv": times["conv"], "fp32/depthwise": times["dw"],
-                                                  "fp32/elementwise": times["sig"] + times["mul"]})
+    overhead = 4 * 2e-3  # each node's dispatch, apart from its work
+    assert prediction.kind_ms() == pytest.approx({"fp32/conv": times["conv"] - 2e-3, "fp32/depthwise": times["dw"] - 2e-3,
+                                                  "fp32/elementwise": times["sig"] + times["mul"] - 4e-3,
+                                                  "overhead": overhead})
     assert any("measured per-kind roofs" in n for n in prediction.notes)
     # Without kind roofs every node is timed at the peaks, as before.
     plain = predict(cost, Machine("m", {"fp32": 100.0}, 10.0))
     assert all(t.roof == "" for t in plain.nodes) and any("no per-kind figures" in n for n in plain.notes)
     # Per-kind efficiency: depthwise x3, every other kind at the whole-graph factor 1.5.
     calibrated = predict(cost, machine, efficiency=1.5, samples=4, kind_efficiency={"fp32/depthwise": 3.0})
-    assert calibrated.ms == pytest.approx(0.030 + 3.0 * times["dw"] + 1.5 * (times["conv"] + times["sig"] + times["mul"]))
+    # (dispatch costs are a kind of their own: without a factor of theirs, the whole-graph one)
+    assert calibrated.ms == pytest.approx(0.030 + 3.0 * (times["dw"] - 2e-3)
+                                          + 1.5 * (times["conv"] + times["sig"] + times["mul"] + 2e-3))
 
 
 def test_host_kind_roofs_come_from_each_kernels_time_net_of_the_run_and_its_other_nodes():
@@ -117,7 +121,7 @@ def test_host_kind_roofs_come_from_each_kernels_time_net_of_the_run_and_its_othe
     assert host.overhead_us == pytest.approx(1.0) and host.run_overhead_us == pytest.approx(10.0)
     kinds_measured = {f"{kk.precision}/{kk.kind}" for kk in kernels}
     assert set(host.kinds) == kinds_measured
-    for key in ("fp32/elementwise", "int8/gemm", "fp32/depthwise"):
+    for key in ("fp32/elementwise", "int8/gemm", "int8/dynamic-gemm"):
         mine = [(i, kk) for i, kk in enumerate(kernels) if f"{kk.precision}/{kk.kind}" == key]
         nets = [(kk, 0.001 * (i + 1) - 11e-6 - (kk.nodes - 1) * 1e-6) for i, kk in mine]
         assert all(not kk.others for kk, _ in nets)
@@ -127,3 +131,54 @@ def test_host_kind_roofs_come_from_each_kernels_time_net_of_the_run_and_its_othe
     # The pool chain starts with a pointwise convolution: its time at the pointwise roof is taken off.
     pool = next((i, kk) for i, kk in enumerate(kernels) if kk.name == "int8/pool:0")
     assert pool[1].others and host.kinds["int8/pool"].gops > pool[1].ops / (0.001 * (pool[0] + 1)) / 1e9
+
+
+def test_a_convolutions_own_dispatch_cost_comes_from_the_tiny_convolution_chain():
+    from edgeopt_converters.host_peaks import KIND_PREFIX, machine_from
+    from edgeopt_converters.kind_kernels import kind_kernels
+    from edgeopt_converters.roofline import node_time
+
+    kernels = kind_kernels()
+    seconds = {"fp32": 0.01, "int8": 0.004, "dram": 0.01, "overhead": 200e-6, "run": 11e-6,
+               "dispatch": 10e-6 + 50 * 3e-6}  # a run's fixed cost, then 3 us per tiny convolution
+    seconds.update({KIND_PREFIX + kk.name: 0.001 * (i + 1) for i, kk in enumerate(kernels)})
+    host = machine_from(seconds, 1)
+    peak = 2.0 * 256 * 1024 * 1024 / 0.01  # the FP32 MatMul's operations per second
+    assert host.compute_overhead_us == pytest.approx(3.0 - 2 * 16 * 32 * 16 * 3 / peak * 1e6)
+    # The compute kinds' roofs are net of their nodes' own dispatch: 1 node of the int8 product kernel.
+    i, gemm = next((i, kk) for i, kk in enumerate(kernels) if kk.name == "int8/gemm:0")
+    net = 0.001 * (i + 1) - 11e-6 - (host.compute_overhead_us - host.overhead_us) * 1e-6
+    assert host.kinds["int8/gemm"].gops == pytest.approx(gemm.ops / net / 1e9)
+    # A convolution node pays it; an elementwise one the plain overhead.
+    conv = next(n for n in _kinds_nodes() if n.role == "compute")
+    add = next(n for n in _kinds_nodes() if n.role == "elementwise")
+    bare = Machine("m", {"fp32": 1e9}, 1e9, overhead_us=1.0, compute_overhead_us=3.0)
+    assert node_time(conv, bare).ms == pytest.approx(0.003, rel=1e-3)
+    assert node_time(add, bare).ms == pytest.approx(0.001, rel=1e-3)
+
+
+def _kinds_nodes():
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"), helper.make_node("Add", ["c", "c"], ["y"], name="add")]
+    return analyze_onnx(_model(nodes, [("x", F, [1, 4, 8, 8])], [_w("w", (4, 4, 1, 1))])).nodes
+
+
+def test_a_prediction_splits_each_nodes_dispatch_cost_from_its_work_and_calibrates_them_apart():
+    bare = Machine("m", {"fp32": 1e9}, 1e9, overhead_us=1.0, compute_overhead_us=3.0)
+    cost = type("Cost", (), {"nodes": _kinds_nodes()})()
+    prediction = predict(cost, bare)
+    kinds = prediction.kind_ms()
+    assert kinds["overhead"] == pytest.approx(0.004, rel=1e-3)  # 3 us for the Conv, 1 us for the Add
+    assert sum(kinds.values()) == pytest.approx(prediction.roofline_ms)
+    work = prediction.roofline_ms - 0.004
+    scaled = predict(cost, bare, efficiency=2.0, kind_efficiency={"overhead": 5.0})
+    assert scaled.ms == pytest.approx(2.0 * work + 5.0 * 0.004)
+
+
+def test_an_int8_node_of_a_kind_measured_only_in_float_takes_the_float_roof_not_the_int8_peak():
+    from edgeopt_converters.graph_cost import NodeCost
+
+    softmax = NodeCost("sm", "QLinearSoftmax", 4e6, 0.0, 2e6, "int8", "elementwise", kind="normalization")
+    machine = Machine("m", {"fp32": 100.0, "int8": 400.0}, 10.0, kinds={"fp32/normalization": KindRoof(2.0, 4.0)})
+    timed = node_time(softmax, machine)
+    assert timed.roof == "fp32/normalization" and timed.ms == pytest.approx(max(4e6 / 2e9, 2e6 / 4e9) * 1e3)
+    assert predict(type("Cost", (), {"nodes": [softmax]})(), machine).kind_ms() == {"int8/normalization": timed.ms}

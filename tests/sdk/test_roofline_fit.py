@@ -67,3 +67,20 @@ def test_the_store_keeps_each_pairs_predicted_time_per_kind(tmp_path):
         rows = {r["artifact_key"]: r for r in store.roofline_fits("rpi5")}
     assert rows["onnx-int8"]["kind_ms"] == {"int8/conv": 7.0, "fp32/qdq": 3.0}
     assert rows["onnx-fp32"]["kind_ms"] == {}
+
+
+def test_the_fit_is_in_log_space_and_scales_dispatch_overhead_apart_from_work():
+    # Work is 1.5x its roofline time on every artifact; fixed dispatch costs are 4x theirs.
+    rows = [_row(key, {"fp32/conv": work, "overhead": overhead}, 1.5 * work + 4.0 * overhead, precision="fp32")
+            for key, work, overhead in (("big", 20.0, 0.2), ("mid", 5.0, 1.0), ("tiny", 0.1, 0.4))]
+    found = fit(rows)  # the ridge keeps each factor a little towards the whole-graph one (2.17 here)
+    assert found.factor == pytest.approx(2.1707, rel=1e-3)
+    assert found.kinds["fp32/conv"] == pytest.approx(1.5, rel=0.05)
+    assert found.kinds["overhead"] == pytest.approx(4.0, rel=0.1)
+    for r in rows:
+        assert found.predicted(r["kind_ms"]) == pytest.approx(r["measured_ms"], rel=0.07)
+    loose = fit(rows, ridge=0.01)
+    assert loose.kinds["fp32/conv"] == pytest.approx(1.5, rel=0.01) and loose.kinds["overhead"] == pytest.approx(4.0, rel=0.01)
+    # One artifact 2x too slow and one 2x too fast: no correction at all.
+    even = fit([_row("slow", {"fp32/conv": 1.0}, 2.0), _row("fast", {"fp32/conv": 1.0}, 0.5)])
+    assert even.factor == pytest.approx(1.0) and even.kinds["fp32/conv"] == pytest.approx(1.0)
