@@ -87,13 +87,14 @@ def corpus_file(entry: str, name: str) -> Path:
 
 
 def face_grid_tiles(faces, start: int, count: int, grid: int = 3, size: int = 320, smallest: int = 70,
-                    largest: int = 100, face_crops: int = 100):
+                    largest: int = 100, face_crops: int = 100, placed: list = None):
     """Detector evaluation canvases that never repeat: tile i is drawn from a generator seeded by
     start + i and holds grid x grid LFW faces (the `lfw` file's first 100 crops are faces, the rest
     are not) at random sizes, offsets, mirroring, contrast and brightness on a random grey. About six
     detections per 3x3 tile, against one per 2x2 canvas of the LFW crops in file order (the earlier
     set, which repeated after 50 tiles). The 100 face crops recur in new
-    placements, so detections of one person are not fully independent."""
+    placements, so detections of one person are not fully independent. `placed`, if given, receives
+    each tile's pasted squares as [(x0, y0, x1, y1), ...]: the ground truth of where faces are."""
     import numpy as np
     from PIL import Image
 
@@ -102,6 +103,7 @@ def face_grid_tiles(faces, start: int, count: int, grid: int = 3, size: int = 32
     for index in range(start, start + count):
         rng = np.random.default_rng(index)
         canvas = np.full((size, size), rng.uniform(0.3, 0.7), np.float32)
+        squares = []
         for k in range(grid * grid):
             side = min(int(rng.integers(smallest, largest + 1)), cell)
             crop = faces[rng.integers(min(face_crops, len(faces)))]
@@ -112,6 +114,9 @@ def face_grid_tiles(faces, start: int, count: int, grid: int = 3, size: int = 32
             y = (k // grid) * cell + int(rng.integers(0, cell - side + 1))
             x = (k % grid) * cell + int(rng.integers(0, cell - side + 1))
             canvas[y:y + side, x:x + side] = np.clip(face, 0.0, 1.0)
+            squares.append((x, y, x + side, y + side))
+        if placed is not None:
+            placed.append(squares)
         images.append(np.stack([canvas] * 3))
     return np.stack(images)
 
