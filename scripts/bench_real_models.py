@@ -455,7 +455,7 @@ def bench(case: Case, work: Path) -> Dict[str, dict]:
                                             "float_nodes": len(a.get("float_nodes") or []),
                                             "weights": a.get("weights"),
                                             "mixed": (a.get("mixed_precision") or {}).get("result"),
-                                            "tries": [{k: t.get(k) for k in ("stage", "float_nodes", "calibrate_method",
+                                            "tries": [{k: t.get(k) for k in ("stage", "float_nodes", "calibrate_method", "op_types",
                                                                              "verdict", "drop_points")}
                                                       for t in (a.get("mixed_precision") or {}).get("tries", [])]}
                                  for a in int8s}}

@@ -14,6 +14,7 @@ and the search ends at the first attempt that no longer fails. The stages, cheap
    float, bisected between none and half (PREFIX_STEPS attempts) for the smallest share whose
    verdict no longer fails; at half, each calibrator is tried until one passes. A CNN's early high-resolution layers carry their INT8 error into
    everything after them; a prefix measured by the verdict finds that without ranking single nodes.
+   Before it, one attempt quantizes only the multiply-accumulate ops (mac_only.py).
 4. Sensitivity: nodes ranked by the SQNR they lose (sensitivity.py, on a few calibration samples,
    measured on the best attempt so far), the most sensitive 1, 2, 4, 8, ... kept in float on top,
    until three attempts in a row gain nothing, MAX_TRIES, or half of the quantized nodes.
@@ -26,16 +27,17 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from edgeopt_agent.errors import require
 
 from . import accuracy as acc
 from .accuracy.judges import SEVERITY
 from .graph_regions import mac_shares, post_processing_tail
+from .mac_only import mac_only_stage, restricted
 from .passes.errors import StepFailed
 from .passes.quantize_onnx import CALIBRATION_METHODS
-from .recipe import with_exclusions
+from .recipe import with_exclusions, with_int8
 from .sensitivity import node_sensitivity, quantized_nodes
 from .tensors import feed_batch
 
@@ -85,20 +87,25 @@ class _Search:
         return self.best.planned.int8.calibrate_method
 
     def attempt(self, nodes: Sequence[str], stage: str, method: Optional[str] = None,
-                fewer_floats: bool = False) -> Optional[bool]:
+                fewer_floats: bool = False, op_types: Optional[Tuple[str, ...]] = None) -> Optional[bool]:
         """Build and judge one attempt; True if it beat the best so far, None if it could not be built.
         With `fewer_floats`, a passing attempt with fewer float nodes than a passing best beats it too, as
         long as the decisions it loses, as measured, are within the budget (not only its bound)."""
         method = method or self.method
         planned = with_exclusions(self.record.planned, nodes, method)
+        # `op_types` restricts what is quantized; by default as in the best attempt so far.
+        planned = with_int8(planned, restricted(planned.int8, op_types or self.best.planned.int8.op_types))
         trial = self.ctx.work / ".steps" / f"mixed-{len(self.tries)}.onnx"
         try:
-            info = _quantize(self.ctx, planned, self.prepared, trial, self._calibration(method))
+            info = _quantize(self.ctx, planned, self.prepared, trial, self._calibration(method),
+                             self.record.planned.int8.op_types)
         except StepFailed as exc:
             self.tries.append({"float_nodes": len(nodes), "stage": stage, "verdict": "not built", "reason": str(exc)})
             return None
         accuracy, io = self.validate(planned, trial)
         self.tries.append(_summary(accuracy, len(nodes), stage, method))
+        if planned.int8.op_types != self.record.planned.int8.op_types:
+            self.tries[-1]["op_types"] = list(planned.int8.op_types)
         self.last_passed = accuracy.verdict != acc.FAILED
         smaller = (fewer_floats and accuracy.verdict != acc.FAILED and not self.failed and len(nodes) < len(self.floats)
                    and SEVERITY[accuracy.verdict] <= SEVERITY[self.best.accuracy.verdict]
@@ -143,6 +150,9 @@ def search_mixed_precision(ctx, record, prepared: Path, validate):
                 search.attempt(search.floats, f"calibrator {method}", method)
 
     if search.failed:
+        mac_only_stage(search, report)
+
+    if search.failed:
         _prefix_stage(search, candidates, report)
 
     if search.failed:
@@ -162,6 +172,8 @@ def search_mixed_precision(ctx, record, prepared: Path, validate):
         method = best.planned.int8.calibrate_method
         calibrated = f" with {method} calibration" if method != item.int8.calibrate_method else ""
         how = f"{len(floats)} nodes kept in float{calibrated}" if floats else f"{method} calibration"
+        if best.planned.int8.op_types != item.int8.op_types:
+            how += ", only " + "/".join(best.planned.int8.op_types) + " in INT8"
         report["result"] = f"{best.accuracy.verdict}: {how}"
         ctx.notes.append(f"{item.key}: whole-graph INT8 failed ({record.accuracy.reason}); {how} make it "
                          f"{best.accuracy.verdict}" + (f": {', '.join(floats)}" if floats else ""))
@@ -233,13 +245,16 @@ def _sensitivity_stage(ctx, search: _Search, ranked, candidates, feeds, report: 
         count = min(count * 2, limit, len(order)) if count < min(limit, len(order)) else count + 1
 
 
-def _quantize(ctx, attempt, prepared: Path, trial: Path, cache: Path) -> Dict[str, Any]:
-    """Quantize with the ranges cached for the attempt's calibrator (each calibrator runs at most once)."""
+def _quantize(ctx, attempt, prepared: Path, trial: Path, cache: Path,
+              calibrated_ops: Optional[Tuple[str, ...]] = None) -> Dict[str, Any]:
+    """Quantize with the ranges cached for the attempt's calibrator (each calibrator runs at most once,
+    over the tensors of `calibrated_ops`, the search's own op types, whatever the attempt quantizes)."""
     from .passes.base import StepContext
     from .passes.calibration import load_calibration
     from .passes.quantize_onnx import QuantizeOnnxStatic
 
     step = QuantizeOnnxStatic(attempt.int8)
     step_ctx = StepContext(ctx.source, ctx.specs, ctx.calibration, feed_batch(ctx.specs))
-    calibration = load_calibration(cache) if cache.is_file() else step.calibrate(step_ctx, prepared, cache)
+    calibrator = QuantizeOnnxStatic(replace(attempt.int8, op_types=calibrated_ops))
+    calibration = load_calibration(cache) if cache.is_file() else calibrator.calibrate(step_ctx, prepared, cache)
     return step.run(step_ctx, prepared, trial, calibration).info

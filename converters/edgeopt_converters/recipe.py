@@ -166,6 +166,11 @@ def tflite_dynamic_variant(item: PlannedArtifact) -> PlannedArtifact:
 
 def with_exclusions(item: PlannedArtifact, nodes: Sequence[str], calibrate_method: Optional[str] = None) -> PlannedArtifact:
     """The same static INT8 artifact with `nodes` kept in float (and another calibrator, if given)."""
-    int8 = replace(item.int8, nodes_to_exclude=tuple(nodes), calibrate_method=calibrate_method or item.int8.calibrate_method)
+    return with_int8(item, replace(item.int8, nodes_to_exclude=tuple(nodes),
+                                   calibrate_method=calibrate_method or item.int8.calibrate_method))
+
+
+def with_int8(item: PlannedArtifact, int8: OnnxInt8Options) -> PlannedArtifact:
+    """The same static INT8 artifact quantized with `int8` instead."""
     steps = tuple(StepCall(c.name, int8) if c.name == "quantize-onnx-static" else c for c in item.steps)
     return replace(item, int8=int8, steps=steps)

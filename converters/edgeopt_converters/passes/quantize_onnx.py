@@ -54,6 +54,7 @@ class OnnxInt8Options:
             [(self.per_channel, "per-channel"), (self.reduce_range, "reduce-range"),
              (self.symmetric_activations, "symmetric-activations"),
              (not self.quantize_outputs, "input-only (TensorRT layout)"),
+             (bool(self.op_types) and self.quantize_outputs, "(" + "/".join(self.op_types or ()) + " only)"),
              (self.calibrate_method != "minmax", self.calibrate_method)],
             len(self.nodes_to_exclude),
         )
