@@ -196,7 +196,7 @@ def machine_from(seconds: Dict[str, float], threads: int) -> Machine:
     )
     if "dispatch" in seconds:
         tiny_ops = 2.0 * math.prod(_TINY_SHAPE) * 16 * 3
-        per_node = (seconds["dispatch"] - max(run_s - overhead_s, 0.0)) / _TINY - tiny_ops / (base.peak_gops["fp32"] * 1e9)
+        per_node = (seconds["dispatch"] - base.run_overhead_us * 1e-6) / _TINY - tiny_ops / (base.peak_gops["fp32"] * 1e9)
         base = replace(base, compute_overhead_us=max(per_node, overhead_s) * 1e6,
                        source=base.source + f", {_TINY} chained tiny 1-D Conv")
     kinds = _kind_roofs(seconds, run_s, base)

@@ -136,7 +136,8 @@ def search_mixed_precision(ctx, record, prepared: Path, validate):
     report: Dict[str, Any] = {"whole_graph": search.tries[0], "tries": search.tries,
                               "sensitivity": [s.to_dict() for s in ranked[:10]]}
 
-    tail_nodes = set(post_processing_tail(onnx.load(str(prepared), load_external_data=False))) & candidates
+    graph = onnx.load(str(prepared), load_external_data=False)  # what the structural stages read
+    tail_nodes = set(post_processing_tail(graph)) & candidates
     tail = [s.name for s in ranked if s.name in tail_nodes] + sorted(tail_nodes - {s.name for s in ranked})
     report["post_processing_tail"] = tail
     if tail:
@@ -153,7 +154,7 @@ def search_mixed_precision(ctx, record, prepared: Path, validate):
         mac_only_stage(search, report)
 
     if search.failed:
-        _prefix_stage(search, candidates, report)
+        _prefix_stage(search, mac_shares(graph), candidates, report)
 
     if search.failed:
         _sensitivity_stage(ctx, search, ranked, candidates, feeds, report)
@@ -183,10 +184,9 @@ def search_mixed_precision(ctx, record, prepared: Path, validate):
     return best
 
 
-def _prefix_stage(search: _Search, candidates, report: Dict[str, Any]) -> None:
-    """Bisect the share of MACs kept in float from the input side (see the module doc)."""
-    onnx = require("onnx", "convert")
-    shares = mac_shares(onnx.load(str(search.prepared), load_external_data=False))
+def _prefix_stage(search: _Search, shares: Sequence[Tuple[str, float]], candidates, report: Dict[str, Any]) -> None:
+    """Bisect the share of MACs kept in float from the input side (see the module doc); `shares` as
+    graph_regions.mac_shares gives them."""
     if not shares:
         return
     base = search.floats

@@ -142,11 +142,10 @@ def analyze(path, device: str, input_shapes: Sequence[Sequence[int]] = (), db: O
             threads: Optional[int] = None, top: Optional[int] = 15) -> Dict[str, Any]:
     manifest, found, notes = targets(Path(path))
     board = machine(device, threads)
-    costs = {t.key: analyze_onnx(t.path, input_shapes) for t in found}
     # This host runs the artifacts with onnxruntime: cost the graph it executes. A board's runtime may be
     # another (TFLite, TensorRT) on another machine: it keeps the artifact's own graph.
-    executed = ({t.key: analyze_onnx(t.path, input_shapes, runtime="onnxruntime") for t in found} if device == HOST
-                else costs)
+    runtime = "onnxruntime" if device == HOST else None
+    costs = {t.key: analyze_onnx(t.path, input_shapes, runtime=runtime) for t in found}
     fleet_rows: List[Dict[str, Any]] = []
     fits: List[Dict[str, Any]] = []
     if db is not None:
@@ -155,7 +154,9 @@ def analyze(path, device: str, input_shapes: Sequence[Sequence[int]] = (), db: O
         store = open_store(db, create=False)
         try:
             if manifest is not None:
-                fleet_rows, fleet_notes = compare_with_fleet(store, manifest, costs)
+                # The fleet's boards: each artifact's own graph.
+                own = costs if runtime is None else {t.key: analyze_onnx(t.path, input_shapes) for t in found}
+                fleet_rows, fleet_notes = compare_with_fleet(store, manifest, own)
                 notes.extend(fleet_notes)
             else:
                 notes.append("an ONNX file alone has no model hash to find fleet results by; give the OUTDIR")
@@ -164,15 +165,15 @@ def analyze(path, device: str, input_shapes: Sequence[Sequence[int]] = (), db: O
             store.close()
     artifacts = []
     for t in found:
-        cost = executed[t.key]
-        found, scope = efficiency(fits, device, cost.precision)
-        prediction = predict(cost, board, found.factor, found.samples, found.kinds)
-        if found.factor is not None:
+        cost = costs[t.key]
+        fitted, scope = efficiency(fits, device, cost.precision)
+        prediction = predict(cost, board, fitted.factor, fitted.samples, fitted.kinds)
+        if fitted.factor is not None:
             prediction.notes.append(
-                f"calibrated by {device}'s efficiency {found.factor:.2f} (measured / predicted) over {found.samples} "
+                f"calibrated by {device}'s efficiency {fitted.factor:.2f} (measured / predicted) over {fitted.samples} "
                 f"fleet result(s) at {scope}" + (
-                    "; per kernel kind: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(found.kinds.items()))
-                    if found.kinds else "; too few results to fit per kernel kind"))
+                    "; per kernel kind: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(fitted.kinds.items()))
+                    if fitted.kinds else "; too few results to fit per kernel kind"))
         artifacts.append(artifact_summary(t, cost, prediction, top))
     return {"device": device, "machine": board.to_dict(), "figures": figures(board, device), "artifacts": artifacts,
             "fleet": fleet_rows, "notes": notes}

@@ -136,17 +136,18 @@ class _FakeSearch:
 def test_the_input_side_prefix_is_bisected_to_the_smallest_share_that_passes(tmp_path):
     path = tmp_path / "head.onnx"
     onnx.save(yolo_like_head(), str(path))
-    shares = dict(mac_shares(onnx.load(str(path))))
+    ordered = mac_shares(onnx.load(str(path)))
+    shares = dict(ordered)
     assert shares["backbone"] < shares["neck"] < shares["box_conv"] < shares["head_concat"] == 1.0
     candidates = {n.name for n in yolo_like_head().graph.node}
     search = _FakeSearch(path, ["backbone"])  # only the first convolution needs float
     report = {}
-    _prefix_stage(search, candidates, report)
+    _prefix_stage(search, ordered, candidates, report)
     assert len(search.tried) == PREFIX_STEPS and search.tried[0][0] == "input-side prefix (50% of MACs)"
     assert search.floats == ["backbone", "backbone_act"], "the smallest passing prefix is kept"
     kept_stage = next(stage for stage, nodes in search.tried if nodes == search.floats)
     assert f"({report['prefix_share']:.0%} of MACs)" in kept_stage
     # When half of the MACs in float still fails with every calibrator, the stage stops there.
     hopeless = _FakeSearch(path, ["score_conv"])
-    _prefix_stage(hopeless, candidates, {})
+    _prefix_stage(hopeless, ordered, candidates, {})
     assert len(hopeless.tried) == len(CALIBRATION_METHODS) and hopeless.failed

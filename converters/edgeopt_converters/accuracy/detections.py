@@ -87,7 +87,10 @@ def match(reference: np.ndarray, candidate: np.ndarray, threshold: float = SCORE
     total = found = strict = candidates = spurious = 0
     ious: List[float] = []
     for i in range(len(reference)):
-        ref_dets = detect(ref_boxes[i], ref_scores[i], threshold)
+        # Greedy NMS keeps boxes best first, so FP32's detections at the threshold are the start of those
+        # down to the band's floor.
+        near = detect(ref_boxes[i], ref_scores[i], threshold - band)
+        ref_dets = [d for d in near if d[1] >= threshold]
         cand_dets = detect(cand_boxes[i], cand_scores[i], threshold - band)
         total += len(ref_dets)
         candidates += sum(score >= threshold for _, score, _ in cand_dets)
@@ -99,7 +102,6 @@ def match(reference: np.ndarray, candidate: np.ndarray, threshold: float = SCORE
                 found += 1
                 strict += cand_dets[best][1] >= threshold
                 ious.append(best_iou)
-        near = detect(ref_boxes[i], ref_scores[i], threshold - band)
         taken = np.zeros(len(near), dtype=bool)
         for cls, score, box in cand_dets:
             if score >= threshold:
