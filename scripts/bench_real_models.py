@@ -207,13 +207,20 @@ LINES = ["Region-based segmentation", "Let us first determine markers", "backgro
          "orientation classifier"]
 
 
-def _render(text: str, width: int = 320, height: int = 48, flip: bool = False) -> np.ndarray:
-    from PIL import Image, ImageDraw, ImageFont
+def _font(size: int):
+    """Pillow's bundled font at `size` pixels (older Pillow: its one bitmap size)."""
+    from PIL import ImageFont
 
     try:
-        font = ImageFont.load_default(size=26)
+        return ImageFont.load_default(size=size)
     except TypeError:
-        font = ImageFont.load_default()
+        return ImageFont.load_default()
+
+
+def _render(text: str, width: int = 320, height: int = 48, flip: bool = False) -> np.ndarray:
+    from PIL import Image, ImageDraw
+
+    font = _font(26)
     image = Image.new("RGB", (width, height), "white")
     ImageDraw.Draw(image).text((6, 8), text, fill="black", font=font)
     if flip:
@@ -225,12 +232,9 @@ def _render(text: str, width: int = 320, height: int = 48, flip: bool = False) -
 def _render_line(text: str, width: int = 320, height: int = 48) -> np.ndarray:
     """A text line as PP-OCR's recognizer is fed: drawn at its natural width, resized to `height` rows
     (squeezed into `width` if wider, as PP-OCR's own resize does), then padded on the right."""
-    from PIL import Image, ImageDraw, ImageFont
+    from PIL import Image, ImageDraw
 
-    try:
-        font = ImageFont.load_default(size=26)
-    except TypeError:
-        font = ImageFont.load_default()
+    font = _font(26)
     left, top, right, bottom = ImageDraw.Draw(Image.new("RGB", (1, 1))).textbbox((0, 0), text, font=font)
     line = Image.new("RGB", (right - left + 12, bottom - top + 16), "white")
     ImageDraw.Draw(line).text((6 - left, 8 - top), text, fill="black", font=font)
@@ -293,12 +297,9 @@ def classifier(work: Path) -> Case:
 
 def _page(index: int, size: int = 224) -> np.ndarray:
     """A page of text lines (RGB uint8), the input a document orientation classifier expects."""
-    from PIL import Image, ImageDraw, ImageFont
+    from PIL import Image, ImageDraw
 
-    try:
-        font = ImageFont.load_default(size=15)
-    except TypeError:
-        font = ImageFont.load_default()
+    font = _font(15)
     image = Image.new("RGB", (size, size), "white")
     draw = ImageDraw.Draw(image)
     for row in range(10):
