@@ -27,7 +27,7 @@ import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -36,6 +36,7 @@ from corpus import corpus_file, face_grid_tiles  # noqa: E402
 
 import edgeopt  # noqa: E402
 from edgeopt_converters import accuracy as acc  # noqa: E402
+from edgeopt_converters.accuracy import ctc  # noqa: E402
 from edgeopt_converters.host_timing import ORT_SIDE_BY_SIDE, time_interleaved  # noqa: E402
 
 THREADS = 2
@@ -50,7 +51,7 @@ class Case:
     dtypes: List[str]
     calibration: Dict[str, np.ndarray]
     evaluation: Dict[str, np.ndarray]
-    kind: str  # edgeopt output kind of the first output
+    kind: Optional[str]  # edgeopt output kind of the first output; None: edgeopt infers it
     task: Callable[[List[np.ndarray], List[np.ndarray]], str]  # (reference outputs, candidate outputs) -> figure
     whole: bool = False  # data arrays hold whole samples (inputs without a shared batch axis)
 
@@ -245,15 +246,6 @@ def _render_line(text: str, width: int = 320, height: int = 48) -> np.ndarray:
     return array.transpose(2, 0, 1)
 
 
-def _edit_distance(a: str, b: str) -> int:
-    row = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        previous, row[0] = row[0], i
-        for j, cb in enumerate(b, 1):
-            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (ca != cb))
-    return row[-1]
-
-
 def ocr(work: Path) -> Case:
     import onnx
 
@@ -270,11 +262,11 @@ def ocr(work: Path) -> Case:
         read, wanted = [line.strip() for line in decode(got[0])], LINES
         same = sum(a.strip() == b for a, b in zip(decode(ref[0]), read))
         exact = sum(a == b for a, b in zip(read, wanted))
-        cer = sum(_edit_distance(a, b) for a, b in zip(read, wanted)) / sum(len(b) for b in wanted)
+        cer = sum(ctc.edit_distance(a, b) for a, b in zip(read, wanted)) / sum(len(b) for b in wanted)
         return f"lines decoded as FP32 {same}/{len(ref[0])}; read right {exact}/{len(wanted)}, character errors {cer:.1%}"
 
     return Case("ocr", "PP-OCRv4 text recognizer (CTC), 48x320", model, ["1,3,48,320"], [],
-                {"x": images[::2]}, {"x": images}, "sequence", task)
+                {"x": images[::2]}, {"x": images}, None, task)  # None: edgeopt infers a CTC head
 
 
 def top1_task(labels: np.ndarray):
@@ -422,7 +414,7 @@ def _outputs(path: Path, case: Case) -> List[np.ndarray]:
 
 def _judge(reference: List[np.ndarray], got: List[np.ndarray], case: Case) -> acc.Accuracy:
     names = [f"output_{i}" for i in range(len(reference))]
-    kinds = acc.decide_kinds(names, reference, {names[0]: case.kind})
+    kinds = acc.decide_kinds(names, reference, {names[0]: case.kind} if case.kind else {})
     return acc.compare(reference, got, None, names, kinds, acc.Tolerances())
 
 
@@ -437,7 +429,8 @@ def bench(case: Case, work: Path) -> Dict[str, dict]:
     manifest = edgeopt.convert(str(case.onnx), device="x86-64", output_dir=work / "edgeopt", input_shape=case.shapes or None,
                                input_dtype=case.dtypes or None, calibration=work / "calib.npz",
                                eval_data=work / "eval.npz", formats=["onnx"], precisions=["fp32", "int8"],
-                               threads=THREADS, output_kinds={_first_output(case.onnx): case.kind})
+                               threads=THREADS,
+                               output_kinds={_first_output(case.onnx): case.kind} if case.kind else {})
     convert_s = time.perf_counter() - started
     out = work / "edgeopt"
     artifacts = {a["key"]: a for a in manifest["artifacts"]}

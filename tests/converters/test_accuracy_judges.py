@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from edgeopt_agent.errors import UserError
-from edgeopt_converters.accuracy import compare, decide_kinds
+from edgeopt_converters.accuracy import compare, ctc, decide_kinds
 from edgeopt_converters.accuracy.detections import SCORE_BAND, SCORE_THRESHOLD, match
 from edgeopt_converters.accuracy.intervals import paired_difference, samples_needed, wilson
 from edgeopt_converters.accuracy.judges import Tolerances, sqnr_db
@@ -214,6 +214,66 @@ def test_sequences_are_judged_per_step():
     judged = compare([probs.astype(np.float32)], [cand.astype(np.float32)], names=["ctc"]).outputs[0]
     assert judged.kind.kind == "sequence" and judged.verdict == "failed"
     assert judged.figures["step_agreement"] == pytest.approx(80, abs=1)
+
+
+def ctc_output(strings, steps=40, classes=30, blank=0, shift=0):
+    """Per-step probabilities of a CTC head reading `strings`: each symbol for two steps, then a blank."""
+    logits = np.full((len(strings), steps, classes), -4.0)
+    logits[:, :, blank] = 4.0
+    for row, symbols in enumerate(strings):
+        for i, symbol in enumerate(symbols):
+            start = 3 * i + shift
+            logits[row, start:start + 2, blank] = -4.0
+            logits[row, start:start + 2, symbol] = 4.0
+    probs = np.exp(logits)
+    return (probs / probs.sum(-1, keepdims=True)).astype(np.float32)
+
+
+def ctc_strings(count=40, length=12, classes=30, blank=0):
+    symbols = [c for c in range(classes) if c != blank]
+    return [list(RNG.choice(symbols, size=length)) for _ in range(count)]
+
+
+def test_ctc_decoding_and_edit_distance():
+    assert ctc.collapse([0, 5, 5, 0, 5, 7, 7, 0], blank=0) == [5, 5, 7]
+    assert ctc.collapse([29, 3, 3, 29], blank=29) == [3]
+    assert ctc.edit_distance("kitten", "sitting") == 3
+    assert ctc.edit_distance([], [1, 2]) == 2 and ctc.edit_distance([4, 2], [4, 2]) == 0
+
+
+@pytest.mark.parametrize("blank", [0, 29])
+def test_a_blank_dominated_sequence_is_inferred_as_ctc(blank):
+    probs = ctc_output(ctc_strings(blank=blank), blank=blank)
+    inferred = infer_kind("softmax_11.tmp_0", probs)
+    assert inferred.kind == "ctc" and f"class {blank} wins" in inferred.why
+    assert ctc.blank_index(probs.argmax(-1), probs.shape[-1]) == blank
+
+
+def test_ctc_is_judged_on_decoded_strings_not_steps():
+    strings = ctc_strings()
+    ref = ctc_output(strings)
+    shifted = ref.copy()
+    shifted[:10] = ctc_output(strings[:10], shift=1)  # a quarter of the strings one step later: no string changes
+    judged = compare([ref], [shifted], names=["softmax_11.tmp_0"]).outputs[0]
+    assert judged.kind.kind == "ctc" and judged.verdict == "ok", judged.reason
+    assert judged.figures["step_agreement"] < 90 and judged.figures["symbol_edits"] == 0
+    assert judged.figures["strings_same_pct"] == 100 and judged.figures["reference_symbols"] == 40 * 12
+    per_step = decide_kinds(["softmax_11.tmp_0"], [ref], {"softmax_11.tmp_0": "sequence"})
+    assert compare([ref], [shifted], names=["softmax_11.tmp_0"], kinds=per_step).verdict == "failed"
+
+    misread = [list(s) for s in strings]
+    for symbols in misread:
+        symbols[5] = 1 if symbols[5] != 1 else 2  # one symbol per string read wrong
+    judged = compare([ref], [ctc_output(misread)], names=["softmax_11.tmp_0"]).outputs[0]
+    assert judged.verdict == "failed" and judged.figures["symbol_edits"] == 40
+    assert judged.figures["strings_same_pct"] == 0
+    assert judged.loss_points.estimate == pytest.approx(40 / 480)
+
+
+def test_ctc_output_where_nothing_is_read_is_unresolved():
+    empty = ctc_output([[] for _ in range(8)])
+    judged = compare([empty], [empty.copy()], names=["y"], kinds=decide_kinds(["y"], [empty], {"y": "ctc"})).outputs[0]
+    assert judged.verdict == "unresolved" and "reads any symbol" in judged.reason
 
 
 def test_masks_are_judged_by_iou():

@@ -2,7 +2,7 @@
 
 Verdicts: "ok", "unresolved" (the evaluation data cannot decide; `samples_needed` says how much
 more would) and "failed". Counted decisions (top-1, flipped probabilities, per-step argmax,
-missed detections) are judged by a one-sided 95 % bound against the budget in percentage points;
+symbols of decoded CTC strings, missed detections) are judged by a one-sided 95 % bound against the budget in percentage points;
 continuous figures (cosine, SQNR, IoU) by fixed floors.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from . import intervals
+from . import ctc, intervals
 from .detections import SCORE_THRESHOLD, match
 from .kinds import OutputKind
 
@@ -190,6 +190,28 @@ def judge_sequence(name, kind, ref, cand, tol: Tolerances) -> Judgement:
                     "steps whose argmax changed", tol)
 
 
+def judge_ctc(name, kind, ref, cand, tol: Tolerances) -> Judgement:
+    """Greedy-decoded strings against FP32's: symbols inserted, deleted or substituted, per symbol read."""
+    figures = common_figures(ref, cand)
+    ref_steps, cand_steps = ref.argmax(-1), cand.argmax(-1)
+    figures["step_agreement"] = float((ref_steps == cand_steps).mean() * 100) if ref_steps.size else None
+    blank = ctc.likely_blank(ref_steps, ref.shape[-1])
+    edits = trials = same = 0
+    for ref_row, cand_row in zip(ref_steps, cand_steps):
+        read, got = ctc.collapse(ref_row, blank), ctc.collapse(cand_row, blank)
+        edits += ctc.edit_distance(read, got)
+        trials += max(len(read), len(got))
+        same += read == got
+    figures.update(blank_index=blank, reference_symbols=sum(len(ctc.collapse(r, blank)) for r in ref_steps),
+                   symbol_edits=edits, strings_same_pct=same / len(ref) * 100 if len(ref) else None)
+    if trials == 0:
+        return Judgement(name, kind, UNRESOLVED, f"neither FP32 nor the artifact reads any symbol (blank is class "
+                         f"{blank}), so nothing shows whether the artifact reads as FP32; give --eval-data with "
+                         f"text or speech in it", figures)
+    return _counted(name, kind, figures, edits, trials,
+                    f"symbols edited against FP32's decoded strings ({same}/{len(ref)} strings the same)", tol)
+
+
 def judge_mask(name, kind, ref, cand, tol: Tolerances) -> Judgement:
     figures = common_figures(ref, cand)
     if ref.shape[1] == 1:
@@ -239,6 +261,8 @@ def judge(name: str, kind: OutputKind, ref: np.ndarray, cand: np.ndarray, labels
         judged = judge_embedding(name, kind, ref, cand, tol)
     elif kind.kind == "sequence":
         judged = judge_sequence(name, kind, ref, cand, tol)
+    elif kind.kind == "ctc":
+        judged = judge_ctc(name, kind, ref, cand, tol)
     elif kind.kind == "mask":
         judged = judge_mask(name, kind, ref, cand, tol)
     elif kind.kind == "detection":

@@ -14,6 +14,8 @@ import numpy as np
 
 from edgeopt_agent.errors import UserError
 
+from . import ctc
+
 KINDS = {
     "classes": "class scores [N, C]: top-1 agreement (top-1 accuracy with labels)",
     "detection": "detection head [N, 4+C, A] or [N, A, 4+C]: recall of FP32's detections, box IoU, score error",
@@ -21,6 +23,7 @@ KINDS = {
     "probability": "probabilities in [0, 1]: absolute error, decisions flipped at 0.5",
     "regression": "real values: error against the output's range (SQNR), cosine",
     "sequence": "per-step scores [N, T, C]: per-step argmax agreement",
+    "ctc": "CTC per-step scores [N, T, C], blank first or last: decoded strings, symbols edited against FP32's",
     "mask": "masks [N, C, H, W]: IoU of the thresholded (or argmax) maps",
     "state": "recurrent state fed back as an input: judged by streaming it",
 }
@@ -85,8 +88,21 @@ def infer_kind(name: str, reference: np.ndarray, given: Optional[str] = None, st
     if hinted == "classes" and reference.ndim == 3 and reference.shape[1] >= 2:
         hinted = "sequence"
     if hinted and _fits(hinted, reference):
-        return OutputKind(hinted, False, f"name '{name}'")
-    return by_shape
+        return _ctc_if_blank(OutputKind(hinted, False, f"name '{name}'"), reference)
+    return _ctc_if_blank(by_shape, reference)
+
+
+def _ctc_if_blank(kind: OutputKind, ref: np.ndarray) -> OutputKind:
+    """A sequence whose first or last class wins most steps reads as a CTC head: judged on decoded strings."""
+    if kind.kind != "sequence" or ref.size == 0:
+        return kind
+    steps = ref.argmax(-1)
+    blank = ctc.blank_index(steps, ref.shape[-1])
+    if blank is None:
+        return kind
+    share = ctc.class_shares(steps, ref.shape[-1])[blank]
+    return OutputKind("ctc", False, f"{kind.why}; class {blank} wins {share:.0%} of steps, more than any other: "
+                                    f"a CTC blank")
 
 
 def _fits(kind: str, ref: np.ndarray) -> bool:
@@ -101,7 +117,7 @@ def _fits(kind: str, ref: np.ndarray) -> bool:
         return len(per_sample) == 3 and min(per_sample[1:]) >= _MASK_SIDE
     if kind == "probability":
         return _in_unit_range(ref)
-    if kind == "sequence":
+    if kind in ("sequence", "ctc"):
         return len(per_sample) == 2 and per_sample[0] >= 2 and per_sample[1] >= 2
     return True
 

@@ -42,7 +42,7 @@ file, an ExportedProgram .pt2, an .onnx file, or example:digits-cnn (bundled).""
               help="Fail when any artifact's outputs have a cosine similarity to FP32 below X (any output kind).")
 @click.option("--output-kind", "output_kinds", multiple=True, metavar="NAME=KIND",
               help="How an output is judged (repeatable): classes, detection, embedding, probability, regression, "
-                   "sequence, mask, state. Inferred from name, shape and values when not given.")
+                   "sequence, ctc, mask, state. Inferred from name, shape and values when not given.")
 @click.option("--state", "state_pairs", multiple=True, metavar="INPUT=OUTPUT",
               help="A recurrent state the model returns and takes back (repeatable); stateful models are judged "
                    "streamed, each artifact fed its own state. Detected from names and shapes when not given.")
