@@ -2,8 +2,8 @@
 
 Verdicts: "ok", "unresolved" (the evaluation data cannot decide; `samples_needed` says how much
 more would) and "failed". Counted decisions (top-1, flipped probabilities, per-step argmax,
-symbols of decoded CTC strings, missed detections) are judged by a one-sided 95 % bound against the budget in percentage points;
-continuous figures (cosine, SQNR, IoU) by fixed floors.
+symbols of decoded CTC strings, missed detections) are judged by a one-sided 95 % bound against
+the budget in percentage points; continuous figures (cosine, SQNR, IoU) by fixed floors.
 """
 from __future__ import annotations
 
@@ -196,14 +196,14 @@ def judge_ctc(name, kind, ref, cand, tol: Tolerances) -> Judgement:
     ref_steps, cand_steps = ref.argmax(-1), cand.argmax(-1)
     figures["step_agreement"] = float((ref_steps == cand_steps).mean() * 100) if ref_steps.size else None
     blank = ctc.likely_blank(ref_steps, ref.shape[-1])
-    edits = trials = same = 0
+    edits = trials = same = symbols = 0
     for ref_row, cand_row in zip(ref_steps, cand_steps):
         read, got = ctc.collapse(ref_row, blank), ctc.collapse(cand_row, blank)
         edits += ctc.edit_distance(read, got)
         trials += max(len(read), len(got))
         same += read == got
-    figures.update(blank_index=blank, reference_symbols=sum(len(ctc.collapse(r, blank)) for r in ref_steps),
-                   symbol_edits=edits, strings_same_pct=same / len(ref) * 100 if len(ref) else None)
+        symbols += len(read)
+    figures.update(blank_index=blank, reference_symbols=symbols, symbol_edits=edits, strings_same_pct=same / len(ref) * 100 if len(ref) else None)
     if trials == 0:
         return Judgement(name, kind, UNRESOLVED, f"neither FP32 nor the artifact reads any symbol (blank is class "
                          f"{blank}), so nothing shows whether the artifact reads as FP32; give --eval-data with "
