@@ -3,8 +3,8 @@
 A CTC head scores every time step over an alphabet plus a blank. The text is the per-step argmax
 with repeated symbols collapsed and blanks dropped, so most step changes (blank against a repeat,
 a letter one step earlier) change nothing a reader sees. Blank is the first class (PaddleOCR,
-torchaudio, wav2vec2) or the last (TensorFlow/Keras); FP32's own output says which: the blank
-wins more steps than any other class.
+torchaudio, wav2vec2) or the last (Keras's ctc_batch_cost and ctc_decode); FP32's own output says
+which: the blank wins more steps than any other class.
 """
 from __future__ import annotations
 
