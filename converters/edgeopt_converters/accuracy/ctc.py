@@ -21,19 +21,17 @@ def class_shares(steps: np.ndarray, classes: int) -> np.ndarray:
     return counts / max(int(steps.size), 1)
 
 
-def likely_blank(steps: np.ndarray, classes: int) -> int:
-    """Of the first and the last class, the one that wins more steps."""
-    shares = class_shares(steps, classes)
-    return 0 if shares[0] >= shares[-1] else classes - 1
+def likely_blank(shares: np.ndarray) -> int:
+    """Of the first and the last class, the one that wins more steps (`shares` as class_shares gives them)."""
+    return 0 if shares[0] >= shares[-1] else len(shares) - 1
 
 
-def blank_index(steps: np.ndarray, classes: int) -> Optional[int]:
+def blank_index(shares: np.ndarray) -> Optional[int]:
     """The blank (first or last class) if FP32's steps read like CTC output, else None.
 
     The blank wins more steps than any other class and at least MIN_BLANK_SHARE of them.
     """
-    shares = class_shares(steps, classes)
-    blank = likely_blank(steps, classes)
+    blank = likely_blank(shares)
     others = np.delete(shares, blank)
     if shares[blank] < MIN_BLANK_SHARE or (others.size and shares[blank] <= others.max()):
         return None

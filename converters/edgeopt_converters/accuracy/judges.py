@@ -182,20 +182,24 @@ def judge_embedding(name, kind, ref, cand, tol: Tolerances) -> Judgement:
     return Judgement(name, kind, OK if ok else FAILED, shown, figures)
 
 
-def judge_sequence(name, kind, ref, cand, tol: Tolerances) -> Judgement:
+def _step_figures(ref, cand):
+    """Common figures with the per-step argmax agreement, and each side's per-step argmax."""
     figures = common_figures(ref, cand)
     ref_steps, cand_steps = ref.argmax(-1), cand.argmax(-1)
     figures["step_agreement"] = float((ref_steps == cand_steps).mean() * 100) if ref_steps.size else None
+    return figures, ref_steps, cand_steps
+
+
+def judge_sequence(name, kind, ref, cand, tol: Tolerances) -> Judgement:
+    figures, ref_steps, cand_steps = _step_figures(ref, cand)
     return _counted(name, kind, figures, int((ref_steps != cand_steps).sum()), int(ref_steps.size),
                     "steps whose argmax changed", tol)
 
 
 def judge_ctc(name, kind, ref, cand, tol: Tolerances) -> Judgement:
     """Greedy-decoded strings against FP32's: symbols inserted, deleted or substituted, per symbol read."""
-    figures = common_figures(ref, cand)
-    ref_steps, cand_steps = ref.argmax(-1), cand.argmax(-1)
-    figures["step_agreement"] = float((ref_steps == cand_steps).mean() * 100) if ref_steps.size else None
-    blank = ctc.likely_blank(ref_steps, ref.shape[-1])
+    figures, ref_steps, cand_steps = _step_figures(ref, cand)
+    blank = ctc.likely_blank(ctc.class_shares(ref_steps, ref.shape[-1]))
     edits = trials = same = symbols = 0
     for ref_row, cand_row in zip(ref_steps, cand_steps):
         read, got = ctc.collapse(ref_row, blank), ctc.collapse(cand_row, blank)
@@ -203,7 +207,8 @@ def judge_ctc(name, kind, ref, cand, tol: Tolerances) -> Judgement:
         trials += max(len(read), len(got))
         same += read == got
         symbols += len(read)
-    figures.update(blank_index=blank, reference_symbols=symbols, symbol_edits=edits, strings_same_pct=same / len(ref) * 100 if len(ref) else None)
+    figures.update(blank_index=blank, reference_symbols=symbols, symbol_edits=edits,
+                   strings_same_pct=same / len(ref) * 100 if len(ref) else None)
     if trials == 0:
         return Judgement(name, kind, UNRESOLVED, f"neither FP32 nor the artifact reads any symbol (blank is class "
                          f"{blank}), so nothing shows whether the artifact reads as FP32; give --eval-data with "

@@ -96,13 +96,12 @@ def _ctc_if_blank(kind: OutputKind, ref: np.ndarray) -> OutputKind:
     """A sequence whose first or last class wins most steps reads as a CTC head: judged on decoded strings."""
     if kind.kind != "sequence" or ref.size == 0:
         return kind
-    steps = ref.argmax(-1)
-    blank = ctc.blank_index(steps, ref.shape[-1])
+    shares = ctc.class_shares(ref.argmax(-1), ref.shape[-1])
+    blank = ctc.blank_index(shares)
     if blank is None:
         return kind
-    share = ctc.class_shares(steps, ref.shape[-1])[blank]
-    return OutputKind("ctc", False, f"{kind.why}; class {blank} wins {share:.0%} of steps, more than any other: "
-                                    f"a CTC blank")
+    return OutputKind("ctc", False, f"{kind.why}; class {blank} wins {shares[blank]:.0%} of steps, more than any "
+                                    f"other: a CTC blank")
 
 
 def _fits(kind: str, ref: np.ndarray) -> bool:
