@@ -11,6 +11,7 @@ interleaved rounds (batch 1). Needs `scripts/corpus.py fetch --all` and the benc
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import sys
@@ -35,7 +36,8 @@ def prepared(source: Path, work: Path) -> Path:
     for dim, size in zip(model.graph.input[0].type.tensor_type.shape.dim, (1, 3, 48, 320)):
         dim.dim_value = size  # the shape the bench feeds, as `--input-shape 1,3,48,320` fixes it
     onnx.save(version_converter.convert_version(model, 13), str(work / "folded.onnx"))
-    quant_pre_process(str(work / "folded.onnx"), str(work / "prepared.onnx"))
+    with contextlib.chdir(work):  # its shape inference leaves temporary files in the working directory
+        quant_pre_process(str(work / "folded.onnx"), str(work / "prepared.onnx"))
     return work / "prepared.onnx"
 
 
