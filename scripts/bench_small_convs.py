@@ -1,14 +1,16 @@
-"""Small convolutions on this host: what one node costs when its filter, not its arithmetic, dominates.
+"""Small convolutions on this host: what one node costs when onnxruntime unfolds it into its float GEMM.
 
     .venv/bin/python scripts/bench_small_convs.py [--threads 2]
 
 Chains of 20 convolutions (3 taps, C -> C channels) at a few output positions, written as 1-D
-convolutions (which onnxruntime runs outside its NCHWc layout) and as 2-D ones of height 1 (which it
-converts to NCHWc, reordering the filter once at session start), each at ORT_ENABLE_ALL and at
-ORT_ENABLE_BASIC (no NCHWc). All variants are timed in interleaved rounds (host_timing), and the
-per-node time is the chain's p50 divided by its length. The roofline (`edgeopt analyze`) charges a
-node's filter bytes once at cache bandwidth; this shows what onnxruntime pays (docs/BENCHMARKS.md,
-the roofline section).
+convolutions (which onnxruntime runs outside its NCHWc layout: unfolded, im2col, into MLAS's SGEMM,
+which packs the unfolded input in 16-column panels and computes whole panels) and as 2-D ones of
+height 1 (which it converts to NCHWc), each at ORT_ENABLE_ALL and at ORT_ENABLE_BASIC (no NCHWc). All
+variants are timed in interleaved rounds (host_timing), and the per-node time is the chain's p50
+divided by its length. If the panels decide, an unfolded convolution costs the same from 2 to 16
+positions and steps up at 17; at 1 position it is a matrix-vector product. The roofline (`edgeopt
+analyze`) charges such a node its padded work (node_kinds.GEMM_CONV); docs/BENCHMARKS.md, the
+roofline section, records the runs.
 """
 from __future__ import annotations
 
@@ -55,7 +57,7 @@ def session(model: bytes, level: str, threads: int):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--positions", type=int, nargs="*", default=[4, 16, 256])
+    parser.add_argument("--positions", type=int, nargs="*", default=[1, 4, 16, 17, 256])
     parser.add_argument("--channels", type=int, nargs="*", default=[32, 128])
     args = parser.parse_args(argv)
 

@@ -22,7 +22,8 @@ Those are guesses at what a runtime does. With `runtime="onnxruntime"` the graph
 onnxruntime executes on this host (`ort_graph`: its own fusions, layouts and constant folding
 applied), and no fusion is guessed: every node left in it runs, each at the precision of the data
 it reads (its QLinear* / QGemm / DynamicQuantizeMatMul kernels, and layout moves and pools on
-8-bit data, are INT8).
+8-bit data, are INT8); a float convolution it leaves outside its NCHWc layout is unfolded into its
+float matrix product, whose work (`padded_ops`) fills whole 16-column panels (node_kinds.GEMM_CONV).
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from edgeopt_agent.errors import UserError, require
 
-from .node_kinds import kind_of
+from .node_kinds import DEPTHWISE, GEMM_CONV, gemm_conv_ops, kind_of
 
 COMPUTE = ("Conv", "ConvInteger", "QLinearConv", "FusedConv", "NhwcConv", "ConvTranspose", "MatMul", "MatMulInteger",
            "QLinearMatMul", "FusedMatMul", "Gemm", "FusedGemm", "QGemm", "DynamicQuantizeMatMul",
@@ -57,6 +58,8 @@ PER_ELEMENT = {"Softmax": 5, "LogSoftmax": 5, "LayerNormalization": 8, "Instance
                "Sigmoid": 4, "Tanh": 4, "Exp": 4, "Log": 4, "Pow": 4, "Sqrt": 2, "Reciprocal": 2, "Div": 2,
                "QuantizeLinear": 3, "DequantizeLinear": 2, "DynamicQuantizeLinear": 4}
 _QUANTIZED = ("int8", "uint8", "int4", "uint4")
+_NCHWC = "com.microsoft.nchwc"  # the domain of onnxruntime's blocked-layout convolutions in its executed graph
+_UNBLOCKED_CONVS = ("Conv", "FusedConv")  # float convolutions it runs as im2col + SGEMM outside that domain
 _INT8_KERNELS = ("ConvInteger", "QLinearConv", "MatMulInteger", "QLinearMatMul", "QGemm", "DynamicQuantizeMatMul",
                  "MatMulIntegerToFloat", "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearSigmoid",
                  "QLinearLeakyRelu", "QLinearAveragePool", "QLinearGlobalAveragePool", "QLinearSoftmax",
@@ -79,6 +82,12 @@ class NodeCost:
     role: str  # "compute" | "elementwise" | "move" | "dispatch" (a view the runtime runs) | "view" | "fused" | "folded"
     note: str = ""
     kind: str = ""  # the kernel kind it runs (node_kinds): what its achieved speed depends on
+    padded_ops: float = 0.0  # operations its kernel performs where padding makes them more than `ops`; 0: `ops`
+
+    @property
+    def kernel_ops(self) -> float:
+        """Operations its kernel really performs (a GEMM_CONV node's whole SGEMM panels), which its time depends on."""
+        return self.padded_ops or self.ops
 
     @property
     def bytes(self) -> float:
@@ -398,7 +407,11 @@ class _Graph:
         weight = None
         if len(node.input) > 1:
             weight = self.tensor(node.input[3 if node.op_type == "QLinearConv" else 1]).shape
-        return kind_of(node.op_type, weight, int(_attribute(node, "group", 1)), VIEWS, MOVES)
+        kind = kind_of(node.op_type, weight, int(_attribute(node, "group", 1)), VIEWS, MOVES)
+        if (self.executed and node.op_type in _UNBLOCKED_CONVS and node.domain != _NCHWC and kind != DEPTHWISE
+                and self._precision(node) == "fp32"):
+            return GEMM_CONV
+        return kind
 
     def cost(self, node, index: int) -> NodeCost:
         name = node.name or f"{node.op_type}_{index}"
@@ -429,7 +442,9 @@ class _Graph:
         ops, role = self._ops(node, outputs)
         if self._fused_into_producer(node):
             return NodeCost(name, op, ops, 0.0, 0.0, precision, "fused", "fused into the node before it", kind)
-        return NodeCost(name, op, ops, weight_bytes, activation_bytes, precision, role, kind=kind)
+        padded = gemm_conv_ops(ops, math.prod(outputs[0].shape[2:])) if kind == GEMM_CONV else 0.0
+        return NodeCost(name, op, ops, weight_bytes, activation_bytes, precision, role, kind=kind,
+                        padded_ops=padded if padded > ops else 0.0)
 
     def _precision(self, node) -> str:
         if self._quantized_inputs(node):

@@ -9,11 +9,11 @@
   one such Relu, less one node's overhead; a convolution's or matrix product's own (its hand-off
   to the thread pool): a chain of 50 tiny 1-D convolutions (16 channels, 32 steps), per node, less
   its arithmetic at the FP32 peak;
-- per kernel kind and precision (`kind_kernels`: dense, depthwise and pointwise convolution,
-  matrix product, elementwise, normalization, pooling, layout moves, quantize/dequantize; INT8 as
+- per kernel kind and precision (`kind_kernels`: dense, depthwise and pointwise convolution, a
+  float convolution unfolded into the GEMM outside NCHWc, matrix product, elementwise, normalization, pooling, layout moves, quantize/dequantize; INT8 as
   onnxruntime runs QDQ artifacts): the throughput and bandwidth one typical node of that kind
-  reaches, its run's fixed cost and one node's overhead taken off. The dense, pointwise and matrix
-  kernels are compute-bound: they measure throughput only, and their nodes move bytes at the
+  reaches, its run's fixed cost and one node's overhead taken off. The dense, pointwise, unfolded and
+  matrix kernels are compute-bound: they measure throughput only, and their nodes move bytes at the
   machine's bandwidth.
 Each is the best of several timed runs (what the hardware can reach, not what a noisy moment gave).
 """

@@ -2,13 +2,15 @@
 
 Shapes are those of typical nodes of the CNNs and transformers edgeopt converts (a 3x3 convolution
 of 64 channels at 28x28, a depthwise 3x3 of 96 channels at 56x56, a 128x384x384 matrix product,
-...); convolutions and pools run three in a row, so the layout changes a runtime makes once per
-graph (NCHWc, NHWC) are not charged to one node. INT8 kernels are written as a converter writes them (QDQ around a float op, U8 activations,
-S8 weights in the 7-bit range of reduce_range), so onnxruntime fuses them into the same INT8
-kernels it runs an artifact with (QLinearConv, QLinearAdd, ...); the matrix product is
-MatMulInteger, and dynamic quantization's fused product is onnxruntime's DynamicQuantizeMatMul
-(the activation quantized inside the kernel, float out), as it runs dynamically quantized transformers. A kind with two kernels gets the
-better of each figure (an envelope, as a roofline is).
+..., and in float a 1-D convolution of 96 channels at 16 positions, which onnxruntime runs outside
+its NCHWc layout as one full SGEMM panel); convolutions and pools run three in a row, so the layout
+changes a runtime makes once per graph (NCHWc, NHWC) are not charged to one node. INT8 kernels are
+written as a converter writes them (QDQ around a float op, U8 activations, S8 weights in the 7-bit
+range of reduce_range), so onnxruntime fuses them into the same INT8 kernels it runs an artifact
+with (QLinearConv, QLinearAdd, ...); the matrix product is MatMulInteger, and dynamic quantization's
+fused product is onnxruntime's DynamicQuantizeMatMul (the activation quantized inside the kernel,
+float out), as it runs dynamically quantized transformers. A kind with two kernels gets the better
+of each figure (an envelope, as a roofline is).
 
 Each kernel's operations and bytes come from `graph_cost` on the graph onnxruntime executes, the same
 counting the prediction uses.
@@ -34,15 +36,15 @@ class KindKernel:
     what: str  # a few words on its shape
     model: Any  # onnx.ModelProto
     feeds: Dict[str, np.ndarray]
-    ops: float  # of its nodes of this kind and precision
+    ops: float  # of its nodes of this kind and precision, as their kernels perform them (padding included)
     bytes: float
     nodes: int  # how many nodes of this kind and precision it runs
     others: Tuple[Any, ...] = ()  # graph_cost.NodeCost of the nodes it runs besides (their time is taken off)
 
 
 _RNG_SEED = 0
-COMPUTE_KINDS = (k.CONV, k.POINTWISE, k.GEMM, k.DYNAMIC_GEMM)  # their kernels measure throughput; bytes move at
-# the machine's bandwidth
+# Kinds whose kernels measure throughput; their nodes' bytes move at the machine's bandwidth.
+COMPUTE_KINDS = (k.CONV, k.POINTWISE, k.GEMM_CONV, k.GEMM, k.DYNAMIC_GEMM)
 COMPUTE_ROLE_KINDS = COMPUTE_KINDS + (k.DEPTHWISE,)  # kinds whose nodes are convolutions or matrix products
 
 
@@ -140,6 +142,10 @@ def _chains(onnx, rng, quantized: bool) -> List[Tuple[str, str, str, Any]]:
          _chain(onnx, rng, quantized, [1, 96, 56, 56], [("Conv", (96, 1, 3, 3), dict(same, group=96))] * 3)),
         (k.POINTWISE, f"3x {what}Conv 1x1 96->96 at 28x28",
          _chain(onnx, rng, quantized, [1, 96, 28, 28], [("Conv", (96, 96, 1, 1), one)] * 3)),
+    ] + ([] if quantized else [
+        (k.GEMM_CONV, "3x 1-D Conv 5 taps 96->96 at 16 positions (one SGEMM panel)",
+         _chain(onnx, rng, False, [1, 96, 16], [("Conv", (96, 96, 5), {"pads": [2, 2]})] * 3)),
+    ]) + [
         (k.POOL, f"{what}MaxPool 3x3/2 then 3x3/1 of 64 channels at 112x112, after a 1x1 Conv",
          _chain(onnx, rng, quantized, [1, 16, 112, 112], [
              ("Conv", (64, 16, 1, 1), one), ("MaxPool", None, dict(same, kernel_shape=[3, 3], strides=[2, 2])),
@@ -215,5 +221,5 @@ def kind_kernels() -> Tuple[KindKernel, ...]:
             counts[kind] = index + 1
             mine, others = _work(model, precision, kind)
             found.append(KindKernel(f"{precision}/{kind}:{index}", precision, kind, what, model, _feeds(model, rng),
-                                    sum(n.ops for n in mine), sum(n.bytes for n in mine), len(mine), others))
+                                    sum(n.kernel_ops for n in mine), sum(n.bytes for n in mine), len(mine), others))
     return tuple(found)

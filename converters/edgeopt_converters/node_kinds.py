@@ -14,6 +14,9 @@ from typing import Optional, Sequence
 CONV = "conv"  # dense convolution with a spatial kernel (grouped ones included)
 DEPTHWISE = "depthwise"  # one input channel per group
 POINTWISE = "pointwise"  # 1x1 convolution, one group
+# A float convolution onnxruntime runs outside its blocked NCHWc kernels (1-D convolutions, channel counts its
+# blocks do not divide): unfolded (im2col) into its float matrix product, which fills 16-column panels.
+GEMM_CONV = "gemm-conv"
 GEMM = "gemm"  # matrix products and recurrences
 DYNAMIC_GEMM = "dynamic-gemm"  # dynamic INT8: the activation quantized inside the product's kernel, float out
 ELEMENTWISE = "elementwise"  # activations and arithmetic, element by element
@@ -23,7 +26,7 @@ MOVE = "move"  # copies and rearrangements: no arithmetic
 QDQ = "qdq"  # quantize / dequantize passes a runtime does not fold into an INT8 kernel
 VIEW = "view"  # relabels a tensor: no work
 
-KINDS = (CONV, DEPTHWISE, POINTWISE, GEMM, DYNAMIC_GEMM, ELEMENTWISE, NORMALIZATION, POOL, MOVE, QDQ)
+KINDS = (CONV, DEPTHWISE, POINTWISE, GEMM_CONV, GEMM, DYNAMIC_GEMM, ELEMENTWISE, NORMALIZATION, POOL, MOVE, QDQ)
 
 _CONVS = ("Conv", "ConvInteger", "QLinearConv", "FusedConv", "NhwcConv", "ConvTranspose")
 _GEMMS = ("MatMul", "MatMulInteger", "QLinearMatMul", "FusedMatMul", "Gemm", "Einsum", "LSTM", "GRU", "RNN", "QGemm",
@@ -70,3 +73,16 @@ def kind_of(op_type: str, weight_shape: Optional[Sequence[int]] = None, group: i
     if op_type in moves:
         return MOVE
     return ELEMENTWISE
+
+
+# onnxruntime's float matrix product (MLAS SGEMM) packs the right-hand matrix in panels of this many columns
+# and computes whole panels; a product with one column runs as a matrix-vector product instead.
+SGEMM_PANEL = 16
+
+
+def gemm_conv_ops(ops: float, positions: int) -> float:
+    """The operations a GEMM_CONV node's matrix product performs: its `positions` output columns padded to
+    whole SGEMM panels (one column: a matrix-vector product, no padding)."""
+    if positions <= 1:
+        return ops
+    return ops * math.ceil(positions / SGEMM_PANEL) * SGEMM_PANEL / positions

@@ -214,7 +214,7 @@ def node_time(node: NodeCost, machine: Machine) -> NodeTime:
         bandwidth = min(bandwidth, own.gbps) if own.gbps else bandwidth
     else:
         (peak, used), key = machine.peak(node.precision), ""
-    compute_s = node.ops / (peak * 1e9)
+    compute_s = node.kernel_ops / (peak * 1e9)
     memory_s = node.bytes / (bandwidth * 1e9)
     overhead_s = machine.node_overhead_us(node) * 1e-6
     if max(compute_s, memory_s) < overhead_s:

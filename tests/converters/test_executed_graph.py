@@ -93,7 +93,34 @@ def test_a_float_activation_is_carried_by_the_convolution_before_it():
     assert not [n for n in run if n.op_type == "Relu"]
     (conv,) = [n for n in run if n.role == "compute"]
     # At least the model's own multiply-accumulates; more where the runtime pads channels to its vector block.
-    assert conv.kind == "conv" and conv.ops >= 2 * 8 * 256 * 36
+    # 8 output channels fill an NCHWc block of 8 floats (AVX2) but not one of 16 (AVX-512): then it is unfolded.
+    assert conv.kind in ("conv", "gemm-conv") and conv.ops >= 2 * 8 * 256 * 36
+
+
+def _conv_1d(channels: int, positions: int):
+    w = numpy_helper.from_array(np.ones((channels, channels, 3), np.float32), "w")
+    return _model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1])], [("x", F, [1, channels, positions])], [w])
+
+
+@pytest.mark.parametrize("positions, panels", [(4, 1), (16, 1), (20, 2), (33, 3)])
+def test_a_1d_convolution_runs_unfolded_into_whole_sgemm_panels(positions, panels):
+    (conv,) = [n for n in _run(analyze_onnx(_conv_1d(32, positions), runtime="onnxruntime")) if n.role == "compute"]
+    assert conv.kind == "gemm-conv" and conv.ops == 2 * 32 * 96 * positions
+    assert conv.kernel_ops == 2 * 32 * 96 * 16 * panels
+    assert conv.padded_ops == (0.0 if positions == 16 else conv.kernel_ops)  # none where nothing is padded
+
+
+def test_a_1d_convolution_at_one_position_is_a_matrix_vector_product_and_pads_nothing():
+    (conv,) = [n for n in _run(analyze_onnx(_conv_1d(32, 1), runtime="onnxruntime")) if n.role == "compute"]
+    assert conv.kind == "gemm-conv" and conv.padded_ops == 0.0 and conv.kernel_ops == conv.ops == 2 * 32 * 96
+
+
+def test_only_the_executed_graph_knows_a_convolution_is_unfolded_and_blocked_ones_are_not():
+    assert [n.kind for n in analyze_onnx(_conv_1d(32, 4)).nodes] == ["conv"]  # the model's own graph: no guess
+    w = numpy_helper.from_array(np.ones((64, 64, 3, 3), np.float32), "w")  # 64 channels: NCHWc on every x86 block
+    model = _model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], [("x", F, [1, 64, 8, 8])], [w])
+    (conv,) = [n for n in _run(analyze_onnx(model, runtime="onnxruntime")) if n.role == "compute"]
+    assert conv.kind == "conv" and conv.padded_ops == 0.0
 
 
 def test_an_unknown_runtime_is_a_user_error_and_the_optimized_graph_is_a_model():

@@ -182,3 +182,21 @@ def test_an_int8_node_of_a_kind_measured_only_in_float_takes_the_float_roof_not_
     timed = node_time(softmax, machine)
     assert timed.roof == "fp32/normalization" and timed.ms == pytest.approx(max(4e6 / 2e9, 2e6 / 4e9) * 1e3)
     assert predict(type("Cost", (), {"nodes": [softmax]})(), machine).kind_ms() == {"int8/normalization": timed.ms}
+
+
+def test_an_unfolded_convolution_is_timed_by_the_work_its_padded_panels_do():
+    from edgeopt_converters.graph_cost import NodeCost
+
+    conv = NodeCost("c", "Conv", 1e6, 2e5, 1e4, "fp32", "compute", kind=k.GEMM_CONV, padded_ops=4e6)
+    machine = Machine("m", {"fp32": 100.0}, 100.0, kinds={"fp32/gemm-conv": KindRoof(50.0, 0.0)})
+    timed = node_time(conv, machine)
+    assert conv.kernel_ops == 4e6 and conv.intensity == pytest.approx(1e6 / 2.1e5)  # the arithmetic it needs
+    assert timed.roof == "fp32/gemm-conv" and timed.bound == "compute"
+    assert timed.ms == pytest.approx(4e6 / 50e9 * 1e3)  # the work it does
+
+
+def test_padding_to_sgemm_panels():
+    assert k.gemm_conv_ops(100.0, 1) == 100.0  # one column: a matrix-vector product
+    assert k.gemm_conv_ops(100.0, 4) == 400.0
+    assert k.gemm_conv_ops(160.0, 16) == 160.0
+    assert k.gemm_conv_ops(170.0, 17) == 320.0
