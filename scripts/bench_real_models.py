@@ -2,7 +2,7 @@
 
 For each model (scripts/corpus.py; `corpus.py fetch --all` first) and on this machine, in one
 interleaved timing run per model:
-  edgeopt    `edgeopt.convert(..., device="x86-64")`: its recommended artifact (FP32 when nothing
+  edgeopt    `edgeopt.convert(..., device="x86-64")` (`--device`): its recommended artifact (FP32 when nothing
              quantized passes), and its best INT8 whatever the verdict
   static     onnxruntime `quantize_static` with defaults on the FP32 ONNX (same calibration data)
   dynamic    onnxruntime `quantize_dynamic` with defaults
@@ -441,11 +441,11 @@ def _first_output(path: Path) -> str:
     return _session(path).get_outputs()[0].name
 
 
-def bench(case: Case, work: Path) -> Dict[str, dict]:
+def bench(case: Case, work: Path, device: str = "x86-64") -> Dict[str, dict]:
     np.savez(work / "calib.npz", **case.calibration)
     np.savez(work / "eval.npz", **case.evaluation)
     started = time.perf_counter()
-    manifest = edgeopt.convert(str(case.onnx), device="x86-64", output_dir=work / "edgeopt", input_shape=case.shapes or None,
+    manifest = edgeopt.convert(str(case.onnx), device=device, output_dir=work / "edgeopt", input_shape=case.shapes or None,
                                input_dtype=case.dtypes or None, calibration=work / "calib.npz",
                                eval_data=work / "eval.npz", formats=["onnx"], precisions=["fp32", "int8"],
                                threads=THREADS,
@@ -555,6 +555,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(CASES), help=f"comma-separated: {', '.join(CASES)}")
     parser.add_argument("--json", type=Path, help="write every figure here")
+    parser.add_argument("--device", default="x86-64",
+                        help="the device profile edgeopt converts for: a name or a profile .toml (default x86-64)")
     args = parser.parse_args(argv)
     results: Dict[str, Dict[str, dict]] = {}
     load_before = os.getloadavg()
@@ -563,7 +565,7 @@ def main(argv=None) -> int:
             work = Path(tmp)
             try:
                 case = CASES[name](work)
-                results[name] = bench(case, work)
+                results[name] = bench(case, work, args.device)
             except Exception as exc:
                 results[name] = {"edgeopt": {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}}
             for row in results[name].values():
