@@ -9,9 +9,10 @@ latency does not depend on the weights), each at FP32 and at INT8 as `edgeopt.co
 builds it. This host's roofline (peak FP32 and INT8 throughput, DRAM and cache bandwidth, per-node
 overhead, a run's fixed cost, and the throughput and bandwidth of one small kernel per kernel kind
 and precision: edgeopt_converters.host_peaks / kind_kernels) is measured by small onnxruntime
-kernels, timed in the same interleaved rounds as each model's artifacts
-(host_timing.time_interleaved): on a shared host the load changes from minute to minute, and both
-sides of the comparison must see the same. Every artifact and kernel is timed as the mean per call
+kernels, timed in the same interleaved rounds as every model's artifacts
+(host_timing.time_interleaved; `--interleave model`: one set of rounds per model, as before): on a
+shared host the load changes from minute to minute, and both sides of the comparison, and the two
+halves of the calibration, must see the same. Every artifact and kernel is timed as the mean per call
 over windows of --window-s (median over rounds): on a loaded host a 1 ms kernel's median call misses
 the time the scheduler gives to other jobs, which a 200 ms model run cannot. The kernels are
 calibration by microbenchmark: none of
@@ -194,6 +195,12 @@ def main(argv=None) -> int:
     parser.add_argument("--min-round-s", type=float, default=0.2)
     parser.add_argument("--window-s", type=float, default=0.05,
                         help="time every artifact and kernel as the mean per call over windows this long")
+    parser.add_argument("--interleave", choices=("all", "model"), default="all",
+                        help="time every model's artifacts and the kernels in one set of interleaved rounds (all), "
+                             "or one set per model (model, the method before 2026-11-24 19:00 UTC)")
+    parser.add_argument("--sessions", type=int, default=3,
+                        help="open each artifact this many times and take its fastest session (on some shared hosts "
+                             "one session of an artifact stays up to 1.8x slower than another for its whole life)")
     parser.add_argument("--models", nargs="*")
     parser.add_argument("--write-docs", action="store_true")
     parser.add_argument("--replay", type=Path,
@@ -213,14 +220,17 @@ def main(argv=None) -> int:
                 artifacts.append((name, a["key"], a["precision"], out / a["path"], shapes))
 
     if args.replay:
-        measured, seconds, host = replayed(args.replay)
+        sessions, seconds, host = replayed(args.replay)
     else:
-        measured, seconds = measure(built, artifacts, args)
+        sessions, seconds = measure(built, artifacts, args)
         host = {"cpu": cpu_flags(), "onnxruntime": _ort_version(), "load": _load(),
                 "when": time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}
         (OUT / "timings.json").write_text(json.dumps({
-            "measured": [[m, k, ms] for (m, k), ms in measured.items()], "seconds": seconds, "host": host,
+            "measured": [[m, k, min(times)] for (m, k), times in sessions.items()],
+            "sessions": [[m, k, times] for (m, k), times in sessions.items()], "seconds": seconds, "host": host,
             "args": vars(args) | {"replay": None}}, indent=1))
+    # An artifact's figure is its fastest session's (see --sessions).
+    measured = {key: min(times) for key, times in sessions.items()}
     around = {name: machine_from(s, args.threads) for name, s in seconds.items()}
     machines = [around[name] for name in sorted(around)]
 
@@ -243,7 +253,7 @@ def main(argv=None) -> int:
                      "measured_ms": measured[(model, key)], "memory_share": shares.get("memory", 0.0),
                      "kind_ms": kind_ms, "top_kind": max(kind_ms, key=kind_ms.get) if kind_ms else "-"})
     calibrate(rows)
-    text = render(rows, machines, args, host)
+    text = render(rows, machines, args, host, sessions)
     print(text)
     if args.write_docs:
         write_docs(text)
@@ -251,8 +261,11 @@ def main(argv=None) -> int:
 
 
 def replayed(path: Path):
+    """A run's sessions (a run recorded before --sessions: one each), kernel seconds and host."""
     data = json.loads(path.read_text())
-    return {(m, k): ms for m, k, ms in data["measured"]}, data["seconds"], data["host"]
+    sessions = ({(m, k): times for m, k, times in data["sessions"]} if "sessions" in data
+                else {(m, k): [ms] for m, k, ms in data["measured"]})
+    return sessions, data["seconds"], data["host"]
 
 
 def _ort_version() -> str:
@@ -269,41 +282,59 @@ def _load() -> str:
 
 
 def measure(built, artifacts, args):
-    """Each artifact's time per call (ms) and, per model, the calibration kernels' seconds per call timed
-    in the same interleaved rounds."""
+    """Each artifact's time per call (ms) in each of its --sessions sessions, and, per model, the calibration
+    kernels' seconds per call timed in the same interleaved rounds: with `--interleave all`, every artifact
+    of every model and the kernels in one set of rounds (each model's kernel figures are then the same);
+    with `--interleave model`, one set of rounds per model, with the kernels."""
+    from edgeopt_converters.host_peaks import kernels
+
+    calibration = {f"kernel:{k}": call for k, call in kernels(args.threads).items()}
+    groups = [sorted(built)] if args.interleave == "all" else [[name] for name in sorted(built)]
+    sessions, seconds = {}, {}
+    for names in groups:
+        runners, calls = _artifact_calls([a for a in artifacts if a[0] in names], args.threads, args.sessions)
+        per_call_s = _interleaved({**calls, **calibration}, set(calls), args)
+        for r in runners:
+            r.close()
+        kernel_s = {k[len("kernel:"):]: t for k, t in per_call_s.items() if k in calibration}
+        for model, key, session in sorted(calls):
+            sessions.setdefault((model, key), []).append(per_call_s[(model, key, session)] * 1000.0)
+        for name in names:
+            seconds[name] = kernel_s
+            print(f"{name}: " + ", ".join(f"{k} {'/'.join(f'{ms:.2f}' for ms in times)} ms"
+                                          for (m, k), times in sorted(sessions.items()) if m == name), flush=True)
+    return sessions, seconds
+
+
+def _artifact_calls(artifacts, threads: int, sessions: int):
+    """Open `sessions` runners for each artifact, one after another; calls keyed by (model, artifact key,
+    session)."""
     from edgeopt_agent.bench.inputs import random_feeds
     from edgeopt_agent.runners import open_runner
-    from edgeopt_converters.host_peaks import kernels
-    from edgeopt_converters.host_timing import time_interleaved
 
-    calibration = kernels(args.threads)
-    measured, seconds = {}, {}
-    for name in sorted(built):
-        runners, calls = [], {}
+    runners, calls = [], {}
+    for session in range(sessions):
         for model, key, precision, path, shapes in artifacts:
-            if model != name:
-                continue
-            runner = open_runner(path, threads=args.threads, runtime="onnxruntime").load()
+            runner = open_runner(path, threads=threads, runtime="onnxruntime").load()
             infos = list(runner.inputs())
             if shapes:
                 infos = [replace(i, shape=tuple(s)) for i, s in zip(infos, shapes)]
-            feeds = random_feeds(infos, None, 0)
-            calls[key] = runner.bind(runner.prepare(feeds))
+            calls[(model, key, session)] = runner.bind(runner.prepare(random_feeds(infos, None, 0)))
             runners.append(runner)
-        models = set(calls)
-        calls.update({f"kernel:{k}": call for k, call in calibration.items()})
-        batches = {key: batched(call, args.window_s) for key, call in calls.items()}
-        timings = time_interleaved({key: b[0] for key, b in batches.items()}, {k: "onnx-fp32" for k in models},
-                                   min_rounds=args.rounds, max_rounds=args.rounds, min_round_s=args.min_round_s,
-                                   warmup=1)
-        per_call_s = {key: timings[key].p50_ms / 1000.0 / batches[key][1] for key in calls}
-        for key in models:
-            measured[(name, key)] = per_call_s[key] * 1000.0
-        for r in runners:
-            r.close()
-        seconds[name] = {k[len("kernel:"):]: t for k, t in per_call_s.items() if k.startswith("kernel:")}
-        print(f"{name}: " + ", ".join(f"{k} {measured[(name, k)]:.2f} ms" for k in sorted(models)), flush=True)
-    return measured, seconds
+    return runners, calls
+
+
+def _interleaved(calls, artifacts, args):
+    """Seconds per call of each of `calls`, timed in interleaved rounds (each artifact compared with its
+    model's FP32 artifact)."""
+    from edgeopt_converters.host_timing import time_interleaved
+
+    batches = {key: batched(call, args.window_s) for key, call in calls.items()}
+    timings = time_interleaved({key: b[0] for key, b in batches.items()},
+                               {k: (k[0], "onnx-fp32", k[2]) for k in artifacts},
+                               min_rounds=args.rounds, max_rounds=args.rounds, min_round_s=args.min_round_s,
+                               warmup=1)
+    return {key: timings[key].p50_ms / 1000.0 / batches[key][1] for key in calls}
 
 
 def batched(call, window_s: float):
@@ -354,21 +385,25 @@ def _median_abs(rows, column) -> str:
 
 def _spread(machines, pick) -> str:
     values = [pick(m) for m in machines]
+    if min(values) == max(values):  # one set of rounds for every model: one figure
+        return f"{values[0]:.1f}"
     return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
 
 
-def render(rows, machines, args, host) -> str:
+def render(rows, machines, args, host, sessions) -> str:
     kinds = sorted({k for m in machines for k in m.kinds})
     lines = [
         SECTION, "",
         f"`scripts/bench_analyze.py --threads {args.threads} --rounds {args.rounds} --min-round-s {args.min_round_s} "
-        f"--window-s {args.window_s}`, "
+        f"--window-s {args.window_s} --interleave {args.interleave} --sessions {args.sessions}`, "
         f"{host.get('when') or time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, onnxruntime {host['onnxruntime']} CPU, "
         f"{args.threads} threads. Host: {platform.machine()}, {host['cpu']}; a 2-vCPU VM, load average "
         f"{host['load']} (1, 5, 15 min) when the timing ended.",
         "",
-        f"This host's roofline, measured by the kernels of `edgeopt_converters.host_peaks` in the same interleaved "
-        f"rounds as each of the {len(machines)} models (median over models, range in brackets): "
+        "This host's roofline, measured by the kernels of `edgeopt_converters.host_peaks` in the same interleaved "
+        + (f"rounds as all {len(machines)} models' artifacts: " if args.interleave == "all" else
+           f"rounds as each of the {len(machines)} models (median over models, range in brackets): ")
+        + 
         f"FP32 peak {_spread(machines, lambda m: m.peak_gops['fp32'])} GOP/s, "
         f"INT8 peak {_spread(machines, lambda m: m.peak_gops['int8'])} GOP/s, "
         f"DRAM {_spread(machines, lambda m: m.bandwidth_gbps)} GB/s, "
@@ -391,8 +426,12 @@ def render(rows, machines, args, host) -> str:
     lines += [
         "",
         f"Measured: every artifact and kernel is run repeatedly over windows of about {args.window_s * 1000:.0f} ms "
-        "(mean per call within a window, median over windows), in interleaved rounds (every artifact of a model in "
-        "turn, with the kernels). Predicted: the graph onnxruntime executes on this host (saved after its "
+        "(mean per call within a window, median over windows; with --sessions N, in N sessions of its own, "
+        "the fastest session's figure), in interleaved rounds ("
+        + ("every artifact of every model in turn, with the kernels, so that every model and the kernels see the "
+           "same moments of a shared host" if args.interleave == "all" else
+           "every artifact of a model in turn, with the kernels; one set of rounds per model")
+        + "). Predicted: the graph onnxruntime executes on this host (saved after its "
         "optimizations at ORT_ENABLE_ALL: its QDQ, dynamic-INT8, activation and layout fusions) is costed node by "
         "node; each node takes its kernel kind's measured roof at its precision (an INT8 node of a kind measured "
         "only in float: the float roof; a kind without one: the measured peaks), plus its dispatch cost (a "
@@ -427,6 +466,13 @@ def render(rows, machines, args, host) -> str:
             if ratios:
                 lines.append(f"- {precision}, {what}: measured / predicted {min(ratios):.2f}-{max(ratios):.2f} "
                              f"(geometric mean {math.exp(statistics.fmean(math.log(x) for x in ratios)):.2f}).")
+    spreads = {key: max(times) / min(times) for key, times in sessions.items() if len(times) > 1}
+    if spreads:
+        worst = max(spreads, key=spreads.get)
+        lines.append(f"- Sessions: each artifact was opened {max(len(t) for t in sessions.values())} times and its "
+                     f"figure is its fastest session's; its slowest session took {statistics.median(spreads.values()):.2f}x "
+                     f"as long (median over artifacts), at most {spreads[worst]:.2f}x ({worst[0]} {worst[1]}: "
+                     + " / ".join(f"{ms:.2f}" for ms in sessions[worst]) + " ms).")
     return "\n".join(lines) + "\n"
 
 
