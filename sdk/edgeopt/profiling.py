@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from edgeopt_agent import op_profile
 from edgeopt_agent.bench.inputs import random_feeds
 from edgeopt_agent.runners import open_runner
+from edgeopt_agent.runners.base import TensorInfo
 from edgeopt_converters.manifest import read as read_manifest
 
 from .errors import UserError
@@ -66,6 +67,11 @@ def _feeds(path: Path, threads: int, shapes: Sequence[Sequence[int]], seed: int)
             raise UserError(f"{path.name} has {len(infos)} inputs ({', '.join(i.name for i in infos)}), "
                             f"got {len(shapes)} --input-shape values")
         infos = [replace(info, shape=tuple(shape)) for info, shape in zip(infos, shapes)]
+    free = [(i.name, axis) for i in infos for axis, dim in enumerate(i.shape[1:], start=1) if not TensorInfo.is_fixed(dim)]
+    if free:
+        name, axis = free[0]
+        raise UserError(f"{path.name}: input '{name}' has a free size on axis {axis}; give every input's shape in "
+                        f"order (edgeopt profile --input-shape 1,3,224,224 --input-shape ...)")
     return random_feeds(infos, None, seed)
 
 

@@ -144,6 +144,18 @@ def test_profile_sets_fp32_against_int8_by_op_family(outdir, capsys):
     assert "against onnx-int8" in capsys.readouterr().out
 
 
+def test_a_model_with_a_free_size_names_profiles_own_option_and_profiles_once_given(tmp_path, capsys):
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, "width"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = tmp_path / "free.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(model))
+    assert main(["profile", str(model), "--runs", "2", "--threads", "1"]) != 0
+    err = capsys.readouterr().err
+    assert "input 'x' has a free size on axis 2" in err and "edgeopt profile --input-shape" in err
+    assert main(["profile", str(model), "--runs", "2", "--threads", "1", "--input-shape", "1,8,32"]) == 0
+
+
 def test_family_comparison_verdicts():
     fp32 = {"op_types": [{"op_type": "Conv", "ms": 4.0}, {"op_type": "Transpose", "ms": 0.1}], "run_ms": 4.2,
             "node_ms": 4.1}
