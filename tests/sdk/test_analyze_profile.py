@@ -183,3 +183,10 @@ def test_the_report_shows_the_profile_and_the_roofline_plot(outdir, tmp_path):
     assert "<polyline" in html and "bound node" in html  # the roofs, and nodes as points by bound
     assert "Predicted against the fleet" in html
     assert main(["report", "--db", url, "--profile", "-o", str(page)]) == 2  # needs OUTDIR
+
+
+def test_a_node_whose_kernel_pads_its_work_shows_by_how_much():
+    from edgeopt.cli.analyze import _ops
+
+    assert _ops({"ops": 1000.0, "padded_ops": 4000.0}) == "1.00 kop (x4.0)"
+    assert _ops({"ops": 1000.0, "padded_ops": 0.0}) == "1.00 kop"

@@ -58,12 +58,15 @@ def show(result: Dict[str, Any]) -> None:
                  if p["calibrated"] else "uncalibrated (no fleet measurement of this board)")
         out.print(f"\n{a['key']} ({a['precision']}): {_si(a['macs'], 'MAC')}, {_si(a['bytes'], 'B')} moved, "
                   f"predicted {p['predicted_ms']:.3f} ms, {state}; time by bound: {shares}")
-        rows = [[n["name"], n["op_type"], n["kind"], n["precision"], _si(n["ops"], "op"), _si(n["bytes"], "B"),
+        rows = [[n["name"], n["op_type"], n["kind"], n["precision"], _ops(n), _si(n["bytes"], "B"),
                  f"{n['intensity']:.1f}" if n["intensity"] is not None else "-", n["bound"], n["roof"],
                  f"{n['predicted_ms']:.4f}"] for n in p["nodes"] if n["predicted_ms"] > 0]
         out.print(table(["node", "op", "kind", "precision", "ops", "bytes", "ops/byte", "bound", "roof",
                          "predicted ms"], rows,
                         title=f"{a['key']}: slowest nodes"))
+        if any(n.get("padded_ops") for n in p["nodes"]):
+            out.print("ops (x N): the kernel computes N times the node's operations (a convolution unfolded into "
+                      "onnxruntime's float GEMM fills whole 16-column panels) and is timed by them")
         for note in a["notes"]:
             out.print(f"note: {note}")
     if result["fleet"]:
@@ -78,3 +81,10 @@ def show(result: Dict[str, Any]) -> None:
     notes += sorted({n for a in result["artifacts"] for n in a["prediction"]["notes"]})
     for note in notes:
         out.print(f"note: {note}")
+
+
+def _ops(node: dict) -> str:
+    """A node's operations, and how many times more its kernel computes where it pads them."""
+    if node.get("padded_ops"):
+        return f"{_si(node['ops'], 'op')} (x{node['padded_ops'] / node['ops']:.1f})"
+    return _si(node["ops"], "op")
