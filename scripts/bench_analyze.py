@@ -403,8 +403,7 @@ def render(rows, machines, args, host, sessions) -> str:
         "This host's roofline, measured by the kernels of `edgeopt_converters.host_peaks` in the same interleaved "
         + (f"rounds as all {len(machines)} models' artifacts: " if args.interleave == "all" else
            f"rounds as each of the {len(machines)} models (median over models, range in brackets): ")
-        + 
-        f"FP32 peak {_spread(machines, lambda m: m.peak_gops['fp32'])} GOP/s, "
+        + f"FP32 peak {_spread(machines, lambda m: m.peak_gops['fp32'])} GOP/s, "
         f"INT8 peak {_spread(machines, lambda m: m.peak_gops['int8'])} GOP/s, "
         f"DRAM {_spread(machines, lambda m: m.bandwidth_gbps)} GB/s, "
         f"last-level cache {machines[0].cache_bytes / 2**20:.0f} MiB at "
