@@ -199,8 +199,8 @@ def main(argv=None) -> int:
                         help="time every model's artifacts and the kernels in one set of interleaved rounds (all), "
                              "or one set per model (model, the method before 2026-11-24 19:00 UTC)")
     parser.add_argument("--sessions", type=int, default=3,
-                        help="open each artifact this many times and take its fastest session (on some shared hosts "
-                             "one session of an artifact stays up to 1.8x slower than another for its whole life)")
+                        help="open each artifact this many times and take its fastest session's figure (on a shared "
+                             "host an artifact's time can move by up to 1.8x from one moment to the next)")
     parser.add_argument("--models", nargs="*")
     parser.add_argument("--write-docs", action="store_true")
     parser.add_argument("--replay", type=Path,
