@@ -403,13 +403,14 @@ class _Graph:
                     and all(u.op_type == "DequantizeLinear" for u in users))
         return False
 
-    def kind(self, node) -> str:
+    def kind(self, node, precision: str) -> str:
+        """The kernel kind `node` runs, `precision` being the one its arithmetic runs at (`_precision`)."""
         weight = None
         if len(node.input) > 1:
             weight = self.tensor(node.input[3 if node.op_type == "QLinearConv" else 1]).shape
         kind = kind_of(node.op_type, weight, int(_attribute(node, "group", 1)), VIEWS, MOVES)
         if (self.executed and node.op_type in _UNBLOCKED_CONVS and node.domain != _NCHWC and kind != DEPTHWISE
-                and self._precision(node) == "fp32"):
+                and precision == "fp32"):
             return GEMM_CONV
         return kind
 
@@ -418,7 +419,7 @@ class _Graph:
         op = node.op_type
         outputs = [self.tensor(o) for o in node.output if o]
         precision = self._precision(node)
-        kind = self.kind(node)
+        kind = self.kind(node, precision)
         if op in VIEWS and not (self.executed and id(node) not in self.folded):
             return NodeCost(name, op, 0.0, 0.0, 0.0, precision, "view", kind=kind)
         if op in VIEWS:  # the runtime still runs it: no work, but one kernel dispatch

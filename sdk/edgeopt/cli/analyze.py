@@ -65,8 +65,10 @@ def show(result: Dict[str, Any]) -> None:
                          "predicted ms"], rows,
                         title=f"{a['key']}: slowest nodes"))
         if any(n.get("padded_ops") for n in p["nodes"]):
+            from edgeopt_converters.node_kinds import SGEMM_PANEL
+
             out.print("ops (x N): the kernel computes N times the node's operations (a convolution unfolded into "
-                      "onnxruntime's float GEMM fills whole 16-column panels) and is timed by them")
+                      f"onnxruntime's float GEMM fills whole {SGEMM_PANEL}-column panels) and is timed by them")
         for note in a["notes"]:
             out.print(f"note: {note}")
     if result["fleet"]:
