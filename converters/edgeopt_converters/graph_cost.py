@@ -157,12 +157,13 @@ class _Tensor:
         return 0.0 if self.shape is None else self.elements * _ELEMENT_BYTES.get(self.dtype, 4)
 
 
+InputShapes = Union[Sequence[Sequence[int]], Mapping[str, Sequence[int]]]
 RUNTIMES = ("onnxruntime",)  # runtimes whose executed graph can be costed instead of the model's own
 
 
-def analyze_onnx(model: Union[str, Path, Any], input_shapes: Sequence[Sequence[int]] = (),
+def analyze_onnx(model: Union[str, Path, Any], input_shapes: InputShapes = (),
                  runtime: Optional[str] = None) -> GraphCost:
-    """Per-node cost of an ONNX model. `input_shapes` fixes the graph inputs' shapes, in order.
+    """Per-node cost of an ONNX model. `input_shapes` fixes the graph inputs' shapes, in order or by name.
     `runtime="onnxruntime"`: cost the graph onnxruntime executes on this host (`ort_graph`) instead."""
     if runtime is not None and runtime not in RUNTIMES:
         raise UserError(f"no executed graph for runtime {runtime!r}; available: {', '.join(RUNTIMES)}")
@@ -175,8 +176,8 @@ def analyze_onnx(model: Union[str, Path, Any], input_shapes: Sequence[Sequence[i
             model = onnx.load(str(path))
         except Exception as exc:
             raise UserError(f"{path.name} is not an ONNX model: {exc}") from exc
-    model = _with_fixed_inputs(model, input_shapes)
     notes: List[str] = []
+    model = _with_fixed_inputs(model, input_shapes, notes)
     if runtime == "onnxruntime":
         from .ort_graph import LEVEL, optimized
 
@@ -259,18 +260,29 @@ def _shapes_by_running(onnx, model, names: Sequence[str]) -> Dict[str, "_Tensor"
             for o, v in zip(session.get_outputs(), values) if o.name in wanted}
 
 
-def _with_fixed_inputs(model, shapes: Sequence[Sequence[int]]):
+def _with_fixed_inputs(model, shapes: InputShapes, notes: List[str]):
+    """A copy of `model` with every graph input's free dimensions fixed: to `shapes` (in input order,
+    or by input name), else to 1, which `notes` reports for any axis but the batch axis."""
     onnx = require("onnx", "convert")
     model_copy = onnx.ModelProto()
     model_copy.CopyFrom(model)
     initializers = {i.name for i in model_copy.graph.initializer}
     graph_inputs = [i for i in model_copy.graph.input if i.name not in initializers]
-    if shapes and len(shapes) != len(graph_inputs):
-        raise UserError(f"the model has {len(graph_inputs)} inputs ({', '.join(i.name for i in graph_inputs)}), "
-                        f"got {len(shapes)} input shapes")
-    for position, graph_input in enumerate(graph_inputs):
+    names = [i.name for i in graph_inputs]
+    if isinstance(shapes, Mapping):
+        unknown = [name for name in shapes if name not in names]
+        if unknown:
+            raise UserError(f"the model has no input '{unknown[0]}'; its inputs: {', '.join(names)}")
+        wanted_shapes = [shapes.get(name) for name in names]
+    else:
+        if shapes and len(shapes) != len(graph_inputs):
+            raise UserError(f"the model has {len(graph_inputs)} inputs ({', '.join(names)}), "
+                            f"got {len(shapes)} input shapes")
+        wanted_shapes = list(shapes) if shapes else [None] * len(graph_inputs)
+    defaulted = []
+    for graph_input, wanted in zip(graph_inputs, wanted_shapes):
         dims = graph_input.type.tensor_type.shape.dim
-        wanted = list(shapes[position]) if shapes else None
+        wanted = list(wanted) if wanted is not None else None
         if wanted is not None and len(wanted) != len(dims):
             raise UserError(f"input '{graph_input.name}' has {len(dims)} dimensions, got shape {wanted}")
         for axis, dim in enumerate(dims):
@@ -280,6 +292,11 @@ def _with_fixed_inputs(model, shapes: Sequence[Sequence[int]]):
             elif not dim.HasField("dim_value") or dim.dim_value <= 0:
                 dim.Clear()
                 dim.dim_value = 1
+                if axis > 0:
+                    defaulted.append(f"'{graph_input.name}' axis {axis}")
+    if defaulted:
+        notes.append(f"free size{'s' if len(defaulted) > 1 else ''} costed at 1: {', '.join(defaulted)}; "
+                     f"give the input shapes the model runs with (--input-shape)")
     return model_copy
 
 

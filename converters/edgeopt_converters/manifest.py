@@ -132,3 +132,10 @@ def bench_inputs(entry: Mapping[str, Any]) -> Optional[List[dict]]:
                 description[key] = list(item[key])
         result.append({k: v for k, v in description.items() if v is not None})
     return result
+
+
+def fed_shapes(entry: Mapping[str, Any]) -> Optional[Dict[str, List[int]]]:
+    """Each input's shape as the conversion fed the artifact of a manifest entry, by the artifact's
+    input name; None for an entry that does not record them."""
+    inputs = bench_inputs(entry)
+    return {item["name"]: item["shape"] for item in inputs} if inputs is not None else None

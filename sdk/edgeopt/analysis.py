@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from edgeopt_agent.profiles import load_profile
 from edgeopt_converters.graph_cost import GraphCost, analyze_onnx, by_op_type
+from edgeopt_converters.manifest import fed_shapes
 from edgeopt_converters.manifest import read as read_manifest
 from edgeopt_converters.roofline import Machine, Prediction, machine_for, predict
 from edgeopt_converters.roofline_fit import Fit, fit, scoped
@@ -36,6 +37,7 @@ class Target:
     key: str
     path: Path
     format: str
+    shapes: Optional[Dict[str, List[int]]] = None  # each input's shape as the conversion fed it (its manifest)
 
 
 def targets(path: Path) -> Tuple[Optional[Dict[str, Any]], List[Target], List[str]]:
@@ -49,7 +51,7 @@ def targets(path: Path) -> Tuple[Optional[Dict[str, Any]], List[Target], List[st
     found, notes = [], []
     for a in manifest.artifacts:
         if a.format == "onnx":
-            found.append(Target(a.data["key"], manifest.folder / a.data["path"], "onnx"))
+            found.append(Target(a.data["key"], manifest.folder / a.data["path"], "onnx", fed_shapes(a.data)))
         else:
             notes.append(f"{a.key}: only ONNX graphs are analysed; a {a.format} artifact of the same "
                          f"precision runs the same arithmetic")
@@ -145,7 +147,7 @@ def analyze(path, device: str, input_shapes: Sequence[Sequence[int]] = (), db: O
     # This host runs the artifacts with onnxruntime: cost the graph it executes. A board's runtime may be
     # another (TFLite, TensorRT) on another machine: it keeps the artifact's own graph.
     runtime = "onnxruntime" if device == HOST else None
-    costs = {t.key: analyze_onnx(t.path, input_shapes, runtime=runtime) for t in found}
+    costs = {t.key: analyze_onnx(t.path, input_shapes or t.shapes or (), runtime=runtime) for t in found}
     fleet_rows: List[Dict[str, Any]] = []
     fits: List[Dict[str, Any]] = []
     if db is not None:
@@ -155,7 +157,8 @@ def analyze(path, device: str, input_shapes: Sequence[Sequence[int]] = (), db: O
         try:
             if manifest is not None:
                 # The fleet's boards: each artifact's own graph.
-                own = costs if runtime is None else {t.key: analyze_onnx(t.path, input_shapes) for t in found}
+                own = costs if runtime is None else {t.key: analyze_onnx(t.path, input_shapes or t.shapes or ())
+                                                     for t in found}
                 fleet_rows, fleet_notes = compare_with_fleet(store, manifest, own)
                 notes.extend(fleet_notes)
             else:

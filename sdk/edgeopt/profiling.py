@@ -11,7 +11,7 @@ nodes cost.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -19,6 +19,8 @@ from edgeopt_agent import op_profile
 from edgeopt_agent.bench.inputs import random_feeds
 from edgeopt_agent.runners import open_runner
 from edgeopt_agent.runners.base import TensorInfo
+from edgeopt_agent.runners.errors import InputError
+from edgeopt_converters.manifest import bench_inputs
 from edgeopt_converters.manifest import read as read_manifest
 
 from .errors import UserError
@@ -47,15 +49,25 @@ def family(op_type: str) -> str:
     return _FAMILY_OF.get(op_type, "other")
 
 
-def _artifacts(path: Path) -> List[Tuple[str, Path, Optional[str]]]:
-    """(key, file, precision) for an artifact file, or for each artifact of a conversion's OUTDIR."""
+@dataclass(frozen=True)
+class _Artifact:
+    key: str
+    path: Path
+    precision: Optional[str]
+    inputs: Optional[List[Dict[str, Any]]] = None  # how the conversion fed it (its manifest): shapes, constants
+
+
+def _artifacts(path: Path) -> List[_Artifact]:
+    """An artifact file, or each artifact of a conversion's OUTDIR."""
     if path.is_file() and path.suffix in (".onnx", ".tflite"):
-        return [(path.name, path, None)]
+        return [_Artifact(path.name, path, None)]
     manifest = read_manifest(path)
-    return [(a.data["key"], manifest.folder / a.data["path"], a.precision) for a in manifest.artifacts]
+    return [_Artifact(a.data["key"], manifest.folder / a.data["path"], a.precision, bench_inputs(a.data))
+            for a in manifest.artifacts]
 
 
-def _feeds(path: Path, threads: int, shapes: Sequence[Sequence[int]], seed: int) -> Dict[str, Any]:
+def _feeds(path: Path, threads: int, shapes: Sequence[Sequence[int]], seed: int,
+           inputs: Optional[List[Dict[str, Any]]]) -> Dict[str, Any]:
     runner = open_runner(path, threads=threads, runtime="onnxruntime")
     runner.load()
     try:
@@ -67,22 +79,31 @@ def _feeds(path: Path, threads: int, shapes: Sequence[Sequence[int]], seed: int)
             raise UserError(f"{path.name} has {len(infos)} inputs ({', '.join(i.name for i in infos)}), "
                             f"got {len(shapes)} --input-shape values")
         infos = [replace(info, shape=tuple(shape)) for info, shape in zip(infos, shapes)]
-    free = [(i.name, axis) for i in infos for axis, dim in enumerate(i.shape[1:], start=1) if not TensorInfo.is_fixed(dim)]
+        inputs = None
+    described = {d["name"] for d in inputs or ()}
+    free = [(i.name, axis) for i in infos if i.name not in described
+            for axis, dim in enumerate(i.shape[1:], start=1) if not TensorInfo.is_fixed(dim)]
     if free:
         name, axis = free[0]
         raise UserError(f"{path.name}: input '{name}' has a free size on axis {axis}; give every input's shape in "
                         f"order (edgeopt profile --input-shape 1,3,224,224 --input-shape ...)")
-    return random_feeds(infos, None, seed)
+    try:
+        return random_feeds(infos, None, seed, inputs)
+    except InputError as exc:
+        raise UserError(f"{path.name}: {exc}") from None
 
 
 def profile_artifact(path: Path, threads: Optional[int] = None, runs: int = 20, warmup: int = 3,
-                     input_shapes: Sequence[Sequence[int]] = (), seed: int = 0) -> Dict[str, Any]:
+                     input_shapes: Sequence[Sequence[int]] = (), seed: int = 0,
+                     inputs: Optional[List[Dict[str, Any]]] = None) -> Dict[str, Any]:
+    """onnxruntime's per-node profile of one artifact, fed random data of `input_shapes` (in order),
+    else shaped as `inputs` describes (the manifest's `bench_inputs`), else as the model declares."""
     if path.suffix == ".tflite":
         return op_profile.unsupported("tflite")
     from edgeopt_agent.bench.spec import available_cpus
 
     threads = threads or available_cpus()
-    result = op_profile.profile_onnx(str(path), _feeds(path, threads, input_shapes, seed), threads=threads,
+    result = op_profile.profile_onnx(str(path), _feeds(path, threads, input_shapes, seed, inputs), threads=threads,
                                      runs=runs, warmup=warmup)
     result["threads"] = threads
     return result
@@ -126,11 +147,12 @@ def profile(path, threads: Optional[int] = None, runs: int = 20, warmup: int = 3
             input_shapes: Sequence[Sequence[int]] = (), top: int = 10) -> Dict[str, Any]:
     found = _artifacts(Path(path))
     artifacts = []
-    for key, file, precision in found:
-        result = profile_artifact(file, threads, runs, warmup, input_shapes)
+    for artifact in found:
+        result = profile_artifact(artifact.path, threads, runs, warmup, input_shapes, inputs=artifact.inputs)
         if result.get("nodes") is not None:
             result["nodes"] = result["nodes"][:top]
-        artifacts.append({"key": key, "path": str(file), "precision": precision, "profile": result})
+        artifacts.append({"key": artifact.key, "path": str(artifact.path), "precision": artifact.precision,
+                          "profile": result})
     comparisons = []
     onnx = {a["precision"]: a for a in artifacts if a["path"].endswith(".onnx") and a["profile"].get("profiler")}
     if "fp32" in onnx and "int8" in onnx:

@@ -156,6 +156,39 @@ def test_a_model_with_a_free_size_names_profiles_own_option_and_profiles_once_gi
     assert main(["profile", str(model), "--runs", "2", "--threads", "1", "--input-shape", "1,8,32"]) == 0
 
 
+def _free_width_outdir(tmp_path):
+    """A conversion's output whose artifact has a free width, fed at 48 wide (its manifest says so)."""
+    w = numpy_helper.from_array(np.ones((4, 8, 1, 1), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="conv")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 2, "width"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    out = tmp_path / "out"
+    out.mkdir()
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(out / "model.onnx"))
+    inputs = [{"name": "x", "dtype": "float32", "shape": [1, 8, 2, -1], "example_shape": [1, 8, 2, 48]}]
+    artifacts = [{"key": "onnx-fp32", "path": "model.onnx", "format": "onnx", "precision": "fp32", "inputs": inputs}]
+    (out / "manifest.json").write_text(json.dumps({"schema": "edgeopt.manifest/1", "model": {"sha256": SHA},
+                                                   "artifacts": artifacts}))
+    return out
+
+
+def test_a_conversions_free_sizes_are_profiled_and_analysed_as_the_conversion_fed_them(tmp_path):
+    out = _free_width_outdir(tmp_path)
+    profiled = profile(out, runs=2, threads=1)["artifacts"][0]["profile"]
+    assert profiled["profiler"] and profiled["node_count"] >= 1
+    conv = analyze(out, "rpi5")["artifacts"][0]
+    assert conv["ops"] == 2 * 4 * 8 * 2 * 48, "costed at the manifest's width of 48"
+    assert not any("costed at 1" in n for n in conv["notes"])
+
+
+def test_analysing_a_free_size_without_its_shape_says_it_was_costed_at_1(tmp_path):
+    model = _free_width_outdir(tmp_path) / "model.onnx"
+    conv = analyze(model, "rpi5")["artifacts"][0]
+    assert conv["ops"] == 2 * 4 * 8 * 2
+    assert any("free size costed at 1: 'x' axis 3" in n and "--input-shape" in n for n in conv["notes"]), conv["notes"]
+    assert analyze(model, "rpi5", [[1, 8, 2, 48]])["artifacts"][0]["ops"] == 2 * 4 * 8 * 2 * 48
+
+
 def test_family_comparison_verdicts():
     fp32 = {"op_types": [{"op_type": "Conv", "ms": 4.0}, {"op_type": "Transpose", "ms": 0.1}], "run_ms": 4.2,
             "node_ms": 4.1}

@@ -20,7 +20,8 @@ def _si(value: float, unit: str) -> str:
 @click.option("--device", required=True, metavar="NAME",
               help="Board profile (see `edgeopt devices`), or 'host' for this machine with its peaks measured.")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="1,3,224,224",
-              help="Shape of each input, in order (default: the model's, free dimensions 1).")
+              help="Shape of each input, in order (default: a conversion's recorded shapes; for a file, "
+                   "the model's, free dimensions 1).")
 @click.option("--db", metavar="URL", help="Fleet store to compare with and calibrate from (sqlite:///fleet.db).")
 @click.option("--threads", type=int, help="Threads for measuring the host's peaks (--device host).")
 @click.option("--top", type=int, default=15, show_default=True, help="Nodes listed per artifact.")

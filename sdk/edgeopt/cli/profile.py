@@ -14,7 +14,8 @@ from .output import console, json_or_shown, table
 @click.option("--threads", type=int, help="Inference threads (default: this machine's CPUs).")
 @click.option("--runs", type=int, default=20, show_default=True, help="Profiled runs (after 3 warm-up runs).")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="1,3,224,224",
-              help="Shape of each input, in order, for models with free dimensions.")
+              help="Shape of each input, in order, for models with free dimensions (default for a "
+                   "conversion's OUTDIR: the shapes its manifest records).")
 @click.option("--top", type=int, default=10, show_default=True, help="Nodes listed per artifact.")
 @click.option("--json", "as_json", is_flag=True, help="Print the profiles as JSON.")
 def profile(target, threads, runs, input_shapes, top, as_json):
