@@ -10,7 +10,10 @@ settled on random data) it:
   2. builds an FP16 and an INT8 engine with the agent's TensorRT runner (engine cache, timing
      cache), and compares their outputs with the FP32 ONNX run in onnxruntime (cosine >= 0.99);
   3. benchmarks each engine with the agent's benchmark engine, which must reuse the cached engine,
-     and prints build time, GPU compute and end-to-end p50/p99, and the INT8-over-FP16 speed-up.
+     and prints build time, GPU compute and end-to-end p50/p99, and the INT8-over-FP16 speed-up;
+  4. runs the same benchmark with the job option `"profile": true`: TensorRT's IProfiler must report
+     layers whose times add up to the engine's GPU compute time within LAYER_COVERAGE (the check
+     `edgeopt profile` passes on onnxruntime), and the slowest layers are printed.
 
 A board without torch: run `--convert-only --out DIR` on a host, copy DIR over, then
 `--from DIR` on the board. Exit status: 0 every check passed; 1 a check failed; 2 this machine
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 COSINE_FLOOR = 0.99
+LAYER_COVERAGE = (0.85, 1.15)  # sum of layer times / GPU compute time of the profiled runs
 NETS = {"small-cnn": (1, 3, 128, 128), "resnet18-like": (1, 3, 224, 224)}
 
 
@@ -159,6 +163,7 @@ class Row:
     end_to_end: Dict[str, float] = field(default_factory=dict)
     enqueue: Dict[str, float] = field(default_factory=dict)
     engine_reused: Optional[bool] = None
+    layers: Dict[str, object] = field(default_factory=dict)
     notes: List[str] = field(default_factory=list)
     problems: List[str] = field(default_factory=list)
     skipped: Optional[str] = None
@@ -245,6 +250,26 @@ def measure(row: Row, onnx: Path, input_name: str, output_name: str, inputs, ref
     elif row.gpu_compute["p50"] > row.end_to_end["p50"]:
         row.problems.append("GPU compute p50 exceeds the end-to-end p50")
     print(f"    benchmarked in {time.perf_counter() - started:.1f} s", flush=True)
+    check_layer_profile(row, spec)
+
+
+def check_layer_profile(row: Row, spec) -> None:
+    from dataclasses import replace
+
+    from edgeopt_agent.bench import run_benchmark
+
+    result = run_benchmark(replace(spec, runs=20, profile=True))
+    profile = result.get("op_profile") if result["ok"] else None
+    if not profile or profile.get("profiler") != "tensorrt" or profile.get("error"):
+        row.problems.append(f"layer profile: {(profile or {}).get('error') or profile or result.get('error')}")
+        return
+    row.layers = profile
+    coverage = profile.get("node_coverage")
+    if not profile.get("node_count") or coverage is None:
+        row.problems.append("layer profile: TensorRT's IProfiler reported no layer time")
+    elif not LAYER_COVERAGE[0] <= coverage <= LAYER_COVERAGE[1]:
+        row.problems.append(f"layer profile: layer times add up to {coverage:.2f}x the GPU compute time, "
+                            f"outside {LAYER_COVERAGE[0]}-{LAYER_COVERAGE[1]}")
 
 
 def cosine(a, b) -> float:
@@ -270,6 +295,10 @@ def print_report(rows: List[Row]) -> None:
     for row in rows:
         for note in row.notes:
             print(f"note, {row.net} {row.precision}: {note}")
+        if row.layers:
+            slowest = ", ".join(f"{n['name']} {n['ms']:.3f} ms" for n in row.layers.get("nodes", [])[:3])
+            print(f"layers, {row.net} {row.precision}: {row.layers['node_count']} layers add up to "
+                  f"{row.layers['node_coverage']:.2f}x GPU compute ({row.layers['run_ms']:.3f} ms); slowest: {slowest}")
         if row.enqueue and row.gpu_compute and row.enqueue["p50"] >= 0.5 * row.gpu_compute["p50"]:
             print(f"note, {row.net} {row.precision}: enqueueing takes the host {row.enqueue['p50']:.3f} ms (p50), at least "
                   "half the GPU compute time, so that time may include part of it")

@@ -49,3 +49,35 @@ def test_convert_only_prepares_the_models_a_board_needs(tmp_path):
         point = zero_points[node.input[2]]
         assert point.dtype.name == "int8" and not point.any()
     assert (folder / "eval.npy").is_file() and (folder / "calibration.npy").is_file()
+
+
+def _script_module():
+    spec = importlib.util.spec_from_file_location("verify_tensorrt", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("profile, problem", [
+    ({"profiler": "tensorrt", "node_count": 12, "node_coverage": 0.97, "run_ms": 1.2, "nodes": []}, None),
+    ({"profiler": "tensorrt", "node_count": 0, "node_coverage": None, "run_ms": 1.2, "nodes": []}, "no layer time"),
+    ({"profiler": "tensorrt", "node_count": 12, "node_coverage": 1.6, "run_ms": 1.2, "nodes": []}, "1.60x the GPU compute"),
+    ({"profiler": "tensorrt", "error": {"kind": "runtime", "message": "boom"}}, "'message': 'boom'"),
+    (None, "layer profile: None"),
+])
+def test_the_layer_profile_check_wants_layers_that_add_up_to_the_gpu_time(monkeypatch, profile, problem):
+    """The GPU half cannot run here; its verdict on what the agent's profiled benchmark returns can."""
+    from edgeopt_agent import bench
+    from edgeopt_agent.bench import BenchmarkSpec
+
+    script = _script_module()
+    asked = []
+    monkeypatch.setattr(bench, "run_benchmark", lambda spec: asked.append(spec) or {"ok": True, "op_profile": profile})
+    row = script.Row("small-cnn", "int8")
+    script.check_layer_profile(row, BenchmarkSpec(artifact="model.onnx", runtime="tensorrt"))
+    assert asked[0].profile is True and asked[0].runtime == "tensorrt"
+    if problem is None:
+        assert row.ok and row.layers["node_count"] == 12
+    else:
+        assert any(problem in p for p in row.problems), row.problems
