@@ -274,7 +274,7 @@ def load_datasets(paths: Sequence[Path], specs: Sequence[InputSpec], what: str,
         if any(x is None for x in labels) and not all(x is None for x in labels):
             raise UserError(f"{what} files: some have 'labels' and some do not; give labels in all or none")
         return Dataset({k: np.concatenate([d.arrays[k] for d in loaded]) for k in loaded[0].arrays},
-                       None if labels[0] is None else np.concatenate(labels),
+                       None if labels[0] is None else _joined_labels(labels, what),
                        " + ".join(d.source for d in loaded), loaded[0].whole)
     if allow_labels:
         raise UserError(f"{what} files of different shapes ({', '.join(d.source for d in loaded)}): give evaluation "
@@ -304,6 +304,29 @@ def _read_arrays(path: Path, what: str) -> Dict[str, np.ndarray]:
     if broken:
         raise UserError(f"{what} file {path}: {', '.join(broken)} is not a numeric array")
     return arrays
+
+
+def _checked_labels(labels: np.ndarray, count: int, path: Path, what: str) -> np.ndarray:
+    """Class indices [N] (one per sample), or symbol sequences [N, L] for a CTC output: each row the
+    true symbols as class indices, padded at the end with -1."""
+    if not np.issubdtype(labels.dtype, np.integer):
+        raise UserError(f"{what} file {path}: 'labels' must be integer class indices, got {labels.dtype}")
+    if labels.ndim == 2 and len(labels) == count and labels.shape[1] != 1:
+        return labels
+    labels = labels.reshape(-1)
+    if len(labels) != count:
+        raise UserError(f"{what} file {path}: 'labels' has {len(labels)} entries, the inputs have {count} samples "
+                        f"(class indices [N], or symbol sequences [N, L] padded with -1)")
+    return labels
+
+
+def _joined_labels(labels: Sequence[np.ndarray], what: str) -> np.ndarray:
+    if len({x.ndim for x in labels}) != 1:
+        raise UserError(f"{what} files: some have class labels [N] and some symbol sequences [N, L]; give one kind")
+    if labels[0].ndim == 1:
+        return np.concatenate(labels)
+    width = max(x.shape[1] for x in labels)
+    return np.concatenate([np.pad(x, ((0, 0), (0, width - x.shape[1])), constant_values=-1) for x in labels])
 
 
 def load_dataset(path: Path, specs: Sequence[InputSpec], what: str, allow_labels: bool) -> Dataset:
@@ -344,11 +367,7 @@ def load_dataset(path: Path, specs: Sequence[InputSpec], what: str, allow_labels
     if count == 0:
         raise UserError(f"{what} file {path}: the arrays hold no samples")
     if labels is not None:
-        labels = np.asarray(labels).reshape(-1)
-        if len(labels) != count:
-            raise UserError(f"{what} file {path}: 'labels' has {len(labels)} entries, the inputs have {count} samples")
-        if not np.issubdtype(labels.dtype, np.integer):
-            raise UserError(f"{what} file {path}: 'labels' must be integer class indices, got {labels.dtype}")
+        labels = _checked_labels(np.asarray(labels), count, path, what)
     _add_constants(data, specs, count, whole)
     return Dataset(data, labels, str(path), whole)
 

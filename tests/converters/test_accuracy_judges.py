@@ -276,6 +276,49 @@ def test_ctc_output_where_nothing_is_read_is_unresolved():
     assert judged.verdict == "unresolved" and "reads any symbol" in judged.reason
 
 
+def _padded(strings, width=16):
+    return np.array([list(s) + [-1] * (width - len(s)) for s in strings], np.int64)
+
+
+def test_with_the_true_strings_ctc_is_judged_on_symbols_lost_against_them():
+    """As top-1 accuracy with labels: a symbol the artifact misreads where FP32 read it right is lost, one it
+    reads right where FP32 misread it is gained; FP32's own errors cost nothing."""
+    truth = ctc_strings(count=120, length=12)
+    fp32_read = [list(s) for s in truth]
+    for symbols in fp32_read[:30]:
+        symbols[3] = 1 if symbols[3] != 1 else 2  # FP32 misreads a quarter of the lines
+    int8_read = [list(s) for s in fp32_read]
+    for row in range(20):
+        int8_read[row][3] = truth[row][3]  # the artifact reads 20 of FP32's misreadings right...
+    for row in range(40, 60):
+        int8_read[row][7] = 1 if truth[row][7] != 1 else 2  # ...and misreads 20 symbols FP32 read right
+    ref, cand, labels = ctc_output(fp32_read), ctc_output(int8_read), _padded(truth)
+
+    against_fp32 = compare([ref], [cand], names=["y"]).outputs[0]
+    assert against_fp32.verdict == "failed" and against_fp32.figures["symbol_edits"] == 40
+    judged = compare([ref], [cand], labels, names=["y"]).outputs[0]
+    assert judged.kind.kind == "ctc" and judged.verdict == "ok", judged.reason
+    assert judged.figures["reference_symbol_errors"] == 30 and judged.figures["symbol_errors"] == 30
+    assert judged.figures["true_symbols"] == 120 * 12 and judged.loss_points.estimate == 0
+    assert "true symbols lost" in judged.reason
+
+    worse = [list(s) for s in fp32_read]
+    for row in range(40, 100):
+        worse[row][7] = 1 if truth[row][7] != 1 else 2  # 60 more errors, none fixed
+    judged = compare([ref], [ctc_output(worse)], labels, names=["y"]).outputs[0]
+    assert judged.verdict == "failed" and judged.loss_points.estimate == pytest.approx(60 / 1440)
+
+
+def test_class_labels_leave_a_ctc_output_judged_against_fp32_and_sequence_labels_leave_classes_alone():
+    strings = ctc_strings(count=20)
+    ref = ctc_output(strings)
+    judged = compare([ref], [ref.copy()], np.arange(20), names=["y"]).outputs[0]
+    assert judged.kind.kind == "ctc" and "against FP32's decoded strings" in judged.reason
+    scores = np.eye(4, dtype=np.float32)[np.arange(20) % 4]
+    classes = compare([scores], [scores.copy()], _padded(strings), names=["logits"]).outputs[0]
+    assert classes.kind.kind == "classes" and "top1_accuracy" not in classes.figures
+
+
 def test_masks_are_judged_by_iou():
     ref = np.zeros((4, 1, 32, 32), np.float32)
     ref[:, :, 8:24, 8:24] = 0.9

@@ -118,6 +118,26 @@ def test_batch_first_files_keep_working_and_whole_samples_are_equivalent(tmp_pat
     assert data.whole and [f["x"].shape for f, _ in data.batches(2)] == [(2, 3, 4, 4)] * 2
 
 
+def test_evaluation_labels_are_class_indices_or_padded_symbol_sequences(tmp_path):
+    from edgeopt_converters.tensors import load_datasets
+
+    line = [InputSpec("x", (1, 3, 8, 32))]
+    images = np.zeros((3, 3, 8, 32), np.float32)
+    np.savez(tmp_path / "classes.npz", x=images, labels=np.array([[2], [0], [1]]))
+    assert load_dataset(tmp_path / "classes.npz", line, "eval-data", allow_labels=True).labels.tolist() == [2, 0, 1]
+    strings = np.array([[5, 6, -1], [7, -1, -1], [8, 9, 10]])
+    np.savez(tmp_path / "strings.npz", x=images, labels=strings)
+    assert load_dataset(tmp_path / "strings.npz", line, "eval-data", allow_labels=True).labels.shape == (3, 3)
+    np.savez(tmp_path / "short.npz", x=images, labels=np.array([[4], [4], [4]]) @ np.ones((1, 2), np.int64))
+    joined = load_datasets([tmp_path / "strings.npz", tmp_path / "short.npz"], line, "eval-data", allow_labels=True)
+    assert joined.labels.shape == (6, 3) and joined.labels[3].tolist() == [4, 4, -1], "shorter rows padded with -1"
+    with pytest.raises(UserError, match="some have class labels"):
+        load_datasets([tmp_path / "strings.npz", tmp_path / "classes.npz"], line, "eval-data", allow_labels=True)
+    np.savez(tmp_path / "bad.npz", x=images, labels=np.ones((2, 4), np.int64))
+    with pytest.raises(UserError, match=r"symbol sequences \[N, L\] padded with -1"):
+        load_dataset(tmp_path / "bad.npz", line, "eval-data", allow_labels=True)
+
+
 def test_random_data_needs_every_dynamic_dim_and_says_which_option_gives_it():
     tokens = [InputSpec("input_ids", (1, -1), "int64", dim_names=("batch", "seq")),
               InputSpec("attention_mask", (1, -1), "int64", dim_names=("batch", "seq"))]

@@ -135,7 +135,7 @@ def judge_classes(name, kind, ref, cand, labels, tol: Tolerances) -> Judgement:
     figures = common_figures(ref, cand)
     ref_top, cand_top = ref.reshape(len(ref), -1).argmax(-1), cand.reshape(len(cand), -1).argmax(-1)
     figures["top1_agreement"] = float((ref_top == cand_top).mean() * 100) if len(ref) else None
-    if labels is not None and len(labels) == len(ref):
+    if labels is not None and labels.ndim == 1 and len(labels) == len(ref):
         ref_right, cand_right = ref_top == labels, cand_top == labels
         figures["top1_accuracy"] = float(cand_right.mean() * 100)
         figures["reference_top1_accuracy"] = float(ref_right.mean() * 100)
@@ -196,25 +196,53 @@ def judge_sequence(name, kind, ref, cand, tol: Tolerances) -> Judgement:
                     "steps whose argmax changed", tol)
 
 
-def judge_ctc(name, kind, ref, cand, tol: Tolerances) -> Judgement:
-    """Greedy-decoded strings against FP32's: symbols inserted, deleted or substituted, per symbol read."""
+def judge_ctc(name, kind, ref, cand, labels, tol: Tolerances) -> Judgement:
+    """Greedy-decoded strings against FP32's: symbols inserted, deleted or substituted, per symbol read.
+    With the true strings (`labels` [N, L], class indices padded with -1): symbols the artifact gets
+    wrong where FP32 got them right, less the reverse, per true symbol (as top-1 accuracy lost)."""
     figures, ref_steps, cand_steps = _step_figures(ref, cand)
     blank = ctc.likely_blank(ctc.class_shares(ref_steps, ref.shape[-1]))
     edits = trials = same = symbols = 0
+    reads = []
     for ref_row, cand_row in zip(ref_steps, cand_steps):
         read, got = ctc.collapse(ref_row, blank), ctc.collapse(cand_row, blank)
+        reads.append((read, got))
         edits += ctc.edit_distance(read, got)
         trials += max(len(read), len(got))
         same += read == got
         symbols += len(read)
     figures.update(blank_index=blank, reference_symbols=symbols, symbol_edits=edits,
                    strings_same_pct=same / len(ref) * 100 if len(ref) else None)
+    if labels is not None and labels.ndim == 2 and len(labels) == len(ref):
+        return _ctc_against_truth(name, kind, figures, reads, labels, same, tol)
     if trials == 0:
         return Judgement(name, kind, UNRESOLVED, f"neither FP32 nor the artifact reads any symbol (blank is class "
                          f"{blank}), so nothing shows whether the artifact reads as FP32; give --eval-data with "
                          f"text or speech in it", figures)
     return _counted(name, kind, figures, edits, trials,
                     f"symbols edited against FP32's decoded strings ({same}/{len(ref)} strings the same)", tol)
+
+
+def _ctc_against_truth(name, kind, figures, reads, labels, same: int, tol: Tolerances) -> Judgement:
+    lost = gained = truth_symbols = ref_errors = cand_errors = 0
+    for (read, got), row in zip(reads, labels):
+        truth = [int(c) for c in row if c >= 0]
+        ref_wrong, cand_wrong = ctc.edit_distance(truth, read), ctc.edit_distance(truth, got)
+        lost += max(cand_wrong - ref_wrong, 0)
+        gained += max(ref_wrong - cand_wrong, 0)
+        truth_symbols += len(truth)
+        ref_errors += ref_wrong
+        cand_errors += cand_wrong
+    figures.update(true_symbols=truth_symbols, symbol_errors=cand_errors, reference_symbol_errors=ref_errors)
+    if truth_symbols == 0:
+        return Judgement(name, kind, UNRESOLVED, "the labels hold no symbol (each row: class indices, padded with "
+                         "-1), so nothing shows whether the artifact reads the text", figures)
+    what = (f"true symbols lost ({cand_errors} errors against FP32's {ref_errors}; {same}/{len(reads)} strings "
+            f"the same as FP32's)")
+    if cand_errors == ref_errors and same == len(reads) and _numerically_equal(figures, tol):
+        return _counted(name, kind, figures, 0, truth_symbols, what, tol)
+    bounds = intervals.paired_difference(lost, gained, truth_symbols)
+    return _against_budget(name, kind, figures, bounds, truth_symbols, what, tol)
 
 
 def judge_mask(name, kind, ref, cand, tol: Tolerances) -> Judgement:
@@ -258,6 +286,7 @@ def judge_detection(name, kind, ref, cand, tol: Tolerances) -> Judgement:
 
 
 def judge(name: str, kind: OutputKind, ref: np.ndarray, cand: np.ndarray, labels, tol: Tolerances) -> Judgement:
+    labels = None if labels is None else np.asarray(labels)
     if kind.kind == "classes":
         judged = judge_classes(name, kind, ref, cand, labels, tol)
     elif kind.kind == "probability":
@@ -267,7 +296,7 @@ def judge(name: str, kind: OutputKind, ref: np.ndarray, cand: np.ndarray, labels
     elif kind.kind == "sequence":
         judged = judge_sequence(name, kind, ref, cand, tol)
     elif kind.kind == "ctc":
-        judged = judge_ctc(name, kind, ref, cand, tol)
+        judged = judge_ctc(name, kind, ref, cand, labels, tol)
     elif kind.kind == "mask":
         judged = judge_mask(name, kind, ref, cand, tol)
     elif kind.kind == "detection":

@@ -31,7 +31,8 @@ file, an ExportedProgram .pt2, an .onnx file, or example:digits-cnn (bundled).""
                    "an array [N, *input_shape] holds N samples (batch-first [N, *input_shape[1:]] also works); repeat "
                    "for files of other shapes (sequence lengths) to calibrate over each.")
 @click.option("--eval-data", type=click.Path(dir_okay=False),
-              help="Like --calibration, plus optional integer `labels`, for the accuracy check.")
+              help="Like --calibration, plus optional integer `labels` for the accuracy check: class indices [N], "
+                   "or for a CTC output the true symbols [N, L] padded with -1.")
 @click.option("--format", "formats", multiple=True, type=click.Choice(FORMATS),
               help="Override the profile's formats (repeatable).")
 @click.option("--precision", "precisions", multiple=True, type=click.Choice(PRECISIONS),
