@@ -10,7 +10,8 @@ interleaved timing run per model:
              MatMuls with constant weights
   olive      Microsoft Olive (`olive-ai`, the bench extra): OnnxStaticQuantization and
              OnnxDynamicQuantization with defaults, the better of the two by verdict then speed
-Every artifact is judged by edgeopt's accuracy verdicts (same output kinds, same evaluation data)
+Every artifact is judged by edgeopt's accuracy verdicts (same output kinds, same evaluation data,
+and the same ground truth where a model's data has it: the text drawn on the recognizer's lines)
 plus a task figure (detections kept, embedding cosine, text lines decoded as FP32, top-1).
 
     .venv/bin/python scripts/bench_real_models.py [--models detector,transformer,...] [--json out.json]
@@ -54,6 +55,7 @@ class Case:
     kind: Optional[str]  # edgeopt output kind of the first output; None: edgeopt infers it
     task: Callable[[List[np.ndarray], List[np.ndarray]], str]  # (reference outputs, candidate outputs) -> figure
     whole: bool = False  # data arrays hold whole samples (inputs without a shared batch axis)
+    labels: Optional[np.ndarray] = None  # the evaluation's ground truth, given to edgeopt and to every verdict
 
     def feed(self, arrays: Dict[str, np.ndarray], i: int) -> Dict[str, np.ndarray]:
         return {k: v[i] if self.whole else v[i:i + 1] for k, v in arrays.items()}
@@ -285,7 +287,19 @@ def ocr(work: Path) -> Case:
 
     calibration = np.stack([_render_line(t) for t in LINES])
     return Case("ocr", "PP-OCRv4 text recognizer (CTC), 48x320", model, ["1,3,48,320"], [],
-                {"x": calibration}, {"x": images}, None, task)  # kind None: edgeopt infers the CTC head
+                {"x": calibration}, {"x": images}, None, task,  # kind None: edgeopt infers the CTC head
+                labels=text_labels(wanted, alphabet))
+
+
+def text_labels(lines: List[str], alphabet: List[str]) -> np.ndarray:
+    """The drawn text as a CTC head's class indices, one row per line padded with -1 (edgeopt's
+    sequence labels)."""
+    index = {symbol: i for i, symbol in enumerate(alphabet) if i}
+    missing = sorted({c for line in lines for c in line if c not in index})
+    if missing:
+        raise ValueError(f"the recognizer's alphabet lacks {missing}")
+    width = max(len(line) for line in lines)
+    return np.array([[index[c] for c in line] + [-1] * (width - len(line)) for line in lines], np.int64)
 
 
 def top1_task(labels: np.ndarray):
@@ -434,7 +448,7 @@ def _outputs(path: Path, case: Case) -> List[np.ndarray]:
 def _judge(reference: List[np.ndarray], got: List[np.ndarray], case: Case) -> acc.Accuracy:
     names = [f"output_{i}" for i in range(len(reference))]
     kinds = acc.decide_kinds(names, reference, {names[0]: case.kind} if case.kind else {})
-    return acc.compare(reference, got, None, names, kinds, acc.Tolerances())
+    return acc.compare(reference, got, case.labels, names, kinds, acc.Tolerances())
 
 
 def _first_output(path: Path) -> str:
@@ -443,7 +457,7 @@ def _first_output(path: Path) -> str:
 
 def bench(case: Case, work: Path, device: str = "x86-64") -> Dict[str, dict]:
     np.savez(work / "calib.npz", **case.calibration)
-    np.savez(work / "eval.npz", **case.evaluation)
+    np.savez(work / "eval.npz", **case.evaluation, **({} if case.labels is None else {"labels": case.labels}))
     started = time.perf_counter()
     manifest = edgeopt.convert(str(case.onnx), device=device, output_dir=work / "edgeopt", input_shape=case.shapes or None,
                                input_dtype=case.dtypes or None, calibration=work / "calib.npz",
