@@ -198,8 +198,9 @@ def judge_sequence(name, kind, ref, cand, tol: Tolerances) -> Judgement:
 
 def judge_ctc(name, kind, ref, cand, labels, tol: Tolerances) -> Judgement:
     """Greedy-decoded strings against FP32's: symbols inserted, deleted or substituted, per symbol read.
-    With the true strings (`labels` [N, L], class indices padded with -1): symbols the artifact gets
-    wrong where FP32 got them right, less the reverse, per true symbol (as top-1 accuracy lost)."""
+    With the true strings (`labels` [N, L], class indices padded with -1): per sample, the artifact's
+    edit distance to the truth against FP32's (more is lost, less is gained), the net over all true
+    symbols held to the budget as top-1 accuracy lost is."""
     figures, ref_steps, cand_steps = _step_figures(ref, cand)
     blank = ctc.likely_blank(ctc.class_shares(ref_steps, ref.shape[-1]))
     edits = trials = same = symbols = 0
