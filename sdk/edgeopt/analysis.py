@@ -147,7 +147,8 @@ def analyze(path, device: str, input_shapes: Sequence[Sequence[int]] = (), db: O
     # This host runs the artifacts with onnxruntime: cost the graph it executes. A board's runtime may be
     # another (TFLite, TensorRT) on another machine: it keeps the artifact's own graph.
     runtime = "onnxruntime" if device == HOST else None
-    costs = {t.key: analyze_onnx(t.path, input_shapes or t.shapes or (), runtime=runtime) for t in found}
+    shapes = {t.key: input_shapes or t.shapes or () for t in found}  # given, else as the conversion fed them
+    costs = {t.key: analyze_onnx(t.path, shapes[t.key], runtime=runtime) for t in found}
     fleet_rows: List[Dict[str, Any]] = []
     fits: List[Dict[str, Any]] = []
     if db is not None:
@@ -157,8 +158,7 @@ def analyze(path, device: str, input_shapes: Sequence[Sequence[int]] = (), db: O
         try:
             if manifest is not None:
                 # The fleet's boards: each artifact's own graph.
-                own = costs if runtime is None else {t.key: analyze_onnx(t.path, input_shapes or t.shapes or ())
-                                                     for t in found}
+                own = costs if runtime is None else {t.key: analyze_onnx(t.path, shapes[t.key]) for t in found}
                 fleet_rows, fleet_notes = compare_with_fleet(store, manifest, own)
                 notes.extend(fleet_notes)
             else:
