@@ -18,8 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from edgeopt_agent import op_profile
 from edgeopt_agent.bench.inputs import random_feeds
 from edgeopt_agent.runners import open_runner
-from edgeopt_agent.runners.base import TensorInfo
-from edgeopt_agent.runners.errors import InputError
+from edgeopt_agent.runners.errors import FreeSizeError, InputError
 from edgeopt_converters.manifest import bench_inputs
 from edgeopt_converters.manifest import read as read_manifest
 
@@ -80,15 +79,11 @@ def _feeds(path: Path, threads: int, shapes: Sequence[Sequence[int]], seed: int,
                             f"got {len(shapes)} --input-shape values")
         infos = [replace(info, shape=tuple(shape)) for info, shape in zip(infos, shapes)]
         inputs = None
-    described = {d["name"] for d in inputs or ()}
-    free = [(i.name, axis) for i in infos if i.name not in described
-            for axis, dim in enumerate(i.shape[1:], start=1) if not TensorInfo.is_fixed(dim)]
-    if free:
-        name, axis = free[0]
-        raise UserError(f"{path.name}: input '{name}' has a free size on axis {axis}; give every input's shape in "
-                        f"order (edgeopt profile --input-shape 1,3,224,224 --input-shape ...)")
     try:
         return random_feeds(infos, None, seed, inputs)
+    except FreeSizeError as exc:
+        raise UserError(f"{path.name}: input '{exc.name}' has a free size on axis {exc.axis}; give every input's "
+                        f"shape in order (edgeopt profile --input-shape 1,3,224,224 --input-shape ...)") from None
     except InputError as exc:
         raise UserError(f"{path.name}: {exc}") from None
 

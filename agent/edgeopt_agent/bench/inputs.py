@@ -14,7 +14,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from ..runners.base import TensorInfo
-from ..runners.errors import InputError, UnsupportedModelError
+from ..runners.errors import FreeSizeError, InputError, UnsupportedModelError
 
 
 Description = Mapping[str, Any]
@@ -50,10 +50,10 @@ def batch_shape(info: TensorInfo, batch: Optional[int], description: Optional[De
     for axis, dim in enumerate(info.shape[1:], start=1):
         if not TensorInfo.is_fixed(dim):
             if known is None:
-                raise InputError(
+                raise FreeSizeError(
                     f"input '{info.name}' has a dynamic size {dim!r} on axis {axis}; give its shape "
-                    f"(edgeopt bench --input-shape {info.name}=...) or an input file (.npy/.npz) with real data"
-                )
+                    f"(edgeopt bench --input-shape {info.name}=...) or an input file (.npy/.npz) with real data",
+                    info.name, axis)
             dim = known[axis]
         dims.append(dim)
     return tuple(dims)

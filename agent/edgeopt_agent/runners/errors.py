@@ -16,6 +16,15 @@ class InputError(UserError):
     """The inputs given do not match what the model declares (names, shapes, dtypes)."""
 
 
+class FreeSizeError(InputError):
+    """An input has a dynamic size that nothing given fixes; `name` and `axis` say which, so a caller
+    can name its own option for giving it."""
+
+    def __init__(self, message: str, name: str, axis: int):
+        super().__init__(message)
+        self.name, self.axis = name, axis
+
+
 # How runtimes and the C library word an allocation that failed (ORT's arena, std::bad_alloc,
 # mmap under RLIMIT_AS, OpenBLAS buffers).
 _OUT_OF_MEMORY_PHRASES = (
