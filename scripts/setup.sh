@@ -30,6 +30,15 @@ elif [ "${EDGEOPT_CORPUS:-test}" != none ]; then
     .venv/bin/python scripts/corpus.py fetch >/dev/null
 fi
 
+# A .pt2 from elsewhere is loaded only in a child sandboxed by bubblewrap (Debian's package `bwrap`:
+# no network, read-only files but its own folder); without it convert still isolates what it can
+# and says what is missing. Installed only where this script may use apt-get.
+if ! command -v bwrap >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing bubblewrap for isolated model loading"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null) \
+        || echo "warning: bubblewrap could not be installed; .pt2 models load with less isolation" >&2
+fi
+
 # The HTML report's screenshot test drives a headless Chromium (Debian's package); without it
 # that one test skips and says why. Installed only where this script may use apt-get.
 if ! command -v chromium >/dev/null 2>&1 && [ "${EDGEOPT_SKIP_BROWSER:-0}" != 1 ] \

@@ -20,6 +20,7 @@ from edgeopt_agent.files import sha256_file
 
 from .examples import load_example
 from .hashing import update_with_weights
+from .isolated_program import IsolatedError, IsolatedProgram
 from .pt2_guard import checked_archive
 from .source_model import SourceModel
 from .tensors import InputSpec
@@ -159,20 +160,16 @@ def _load_torchscript(path: Path) -> SourceModel:
 
 
 def _load_exported(path: Path) -> SourceModel:
-    torch = _torch()
+    """A .pt2 behind two walls: torch reads only what pt2_guard checked and rewrote, and only in an
+    isolated child (isolated_program); this process never loads the program itself."""
     archive = checked_archive(path)
     try:
-        program = torch.export.load(archive)
-    except Exception as exc:
+        program = IsolatedProgram(archive.getvalue(), str(path))
+    except IsolatedError as exc:
         raise UserError(f"{path} is not a loadable ExportedProgram (.pt2): {str(exc).splitlines()[0]}") from exc
-    specs = []
-    example = getattr(program, "example_inputs", None)
-    if example and example[0]:
-        user_inputs = [s.arg.name for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
-        for i, tensor in enumerate(example[0]):
-            name = user_inputs[i] if i < len(user_inputs) else f"input_{i}"
-            specs.append(InputSpec(name, tuple(tensor.shape), str(tensor.dtype).replace("torch.", "")))
-    return SourceModel("exported", str(path), sha256_file(path), module=program.module(), input_specs=specs)
+    specs = [InputSpec(name, shape, dtype) for name, shape, dtype in program.inputs]
+    warnings = [f"isolation of {path.name}: {program.caveat}"] if program.caveat else []
+    return SourceModel("exported", str(path), sha256_file(path), module=program, input_specs=specs, warnings=warnings)
 
 
 _ONNX_DTYPES = {1: "float32", 10: "float16", 7: "int64", 6: "int32", 2: "uint8", 3: "int8", 9: "bool"}
@@ -217,5 +214,7 @@ def bind_constants(source: SourceModel, specs: List[InputSpec]) -> SourceModel:
             given = iter(tensors)
             return self.inner(*[value if constant else next(given) for _, value, constant in order])
 
+    if isinstance(source.module, IsolatedProgram):
+        return replace(source, module=source.module.with_constants([(value, constant) for _, value, constant in order]))
     kind = "module" if source.kind == "exported" else source.kind
     return replace(source, kind=kind, module=WithConstants(source.module).eval())

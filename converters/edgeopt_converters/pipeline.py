@@ -210,11 +210,18 @@ def convert(model: Any, opts: ConvertOptions, progress: ProgressReporter = Progr
     profile = load_profile(opts.device)
     metric = load_metric(opts.metric, opts.max_metric_drop) if opts.metric else None
     source = _source(model, opts)
+    try:
+        return _convert(source, profile, metric, opts, progress)
+    finally:
+        source.close()
+
+
+def _convert(source: SourceModel, profile, metric, opts: ConvertOptions, progress: ProgressReporter) -> Dict[str, Any]:
     model_specs = resolve_specs(source, opts.input_shapes, opts.input_dtypes, opts.input_values)
     source = bind_constants(source, model_specs)
     fed = tensor_inputs(model_specs, baked=source.kind != "onnx")
     notes: List[str] = []
-    warnings: List[str] = []
+    warnings: List[str] = list(source.warnings)
     calibration, evaluation = _datasets(source, fed, opts, notes, warnings)
     specs = concrete_specs(fed, calibration.feed_shapes(feed_batch(fed)))
     plan = make_plan(profile, opts.formats, opts.precisions, source.kind, opts.calibrate_method, opts.opset)

@@ -9,27 +9,31 @@ readers also disagree (Python's `zipfile` keeps the last member of a name, torch
 first), so checking one view and loading another proves nothing.
 
 So the archive is read once here, by `ZipInfo`: duplicate names, several top-level folders and
-any member this module does not know are refused; every known member is checked; and torch gets
-a fresh archive written from exactly the bytes that were checked (`checked_archive`).
+any member this module does not know are refused; every known member is checked; every shape
+expression and guard is parsed into edgeopt's own tree and written anew (`pt2_expressions`), so
+torch never evaluates a string of the file; and torch gets a fresh archive written from exactly
+the bytes that were checked and the text edgeopt wrote (`checked_archive`). This is the first
+wall; the second is that the archive is only ever loaded in an isolated child
+(`isolated_program`).
 """
 from __future__ import annotations
 
-import ast
 import io
 import json
 import re
 import zipfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator
+from typing import Any, Dict, Iterator, Optional
 
 from edgeopt_agent.errors import UserError, require
+
+from .pt2_expressions import ExpressionRefused, regenerate_expression, regenerate_guard
 
 _FOLDER = re.compile(r"^[A-Za-z0-9_.-]+$")
 _PAYLOAD = {"data/weights/": re.compile(r"^weight_\d+$"), "data/constants/": re.compile(r"^tensor_\d+$")}
 _FIXED_MEMBERS = {"archive_format", "archive_version", "byteorder", ".data/version", ".data/serialization_id"}
 _MODEL = re.compile(r"^models/([A-Za-z0-9_.-]+)\.json$")
 _EXTRA = re.compile(r"^extra/[A-Za-z0-9_.-]+$")
-_MAX_EXPRESSION = 4096
 
 # Operator namespaces an exported program may call; anything else (custom libraries, extension
 # handlers) needs the user's own code, so it comes in as file.py:factory instead.
@@ -38,28 +42,15 @@ _OP_PREFIXES = ("torch.ops.aten.", "torch.ops.prims.", "torch.ops.quantized_deco
 _TREESPEC_TYPES = {None, "builtins.tuple", "builtins.list", "builtins.dict", "collections.OrderedDict",
                    "collections.namedtuple", "torch.fx.immutable_collections.immutable_list",
                    "torch.fx.immutable_collections.immutable_dict"}
-# Names sympy may call while parsing a shape expression (torch's own sympy functions included).
-_SYMPY_CALLS = {"Symbol", "Integer", "Float", "Rational", "Add", "Mul", "Pow", "Piecewise", "ExprCondPair",
-                "Equality", "Unequality", "StrictLessThan", "LessThan", "StrictGreaterThan", "GreaterThan",
-                "BooleanTrue", "BooleanFalse", "NegativeOne", "One", "Zero", "Half", "Infinity",
-                "NegativeInfinity", "IntInfinity", "NegativeIntInfinity", "Eq", "Ne", "Lt", "Le", "Gt", "Ge", "And", "Or",
-                "Not", "Max", "Min", "Abs", "Mod", "floor", "ceiling", "sqrt", "FloorDiv",
-                "ModularIndexing", "Where", "PythonMod", "CleanDiv", "CeilToInt", "FloorToInt", "CeilDiv",
-                "LShift", "RShift", "PowByNatural", "FloatPow", "FloatTrueDiv", "IntTrueDiv",
-                "IsNonOverlappingAndDenseIndicator", "TruncToFloat", "TruncToInt", "RoundToInt",
-                "RoundDecimal", "ToFloat", "Identity"}
-_GUARD_METHODS = {"size", "stride", "storage_offset", "dim", "numel"}
-_ARITHMETIC = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.operator, ast.unaryop,
-               ast.cmpop, ast.boolop, ast.Load)
-
-
 def checked_archive(path: Path) -> io.BytesIO:
     """The archive's checked members, rewritten as a fresh .pt2 for torch.export.load."""
     members = _read_members(path)
     folder = _check_layout(path, members)
     relative = {name[len(folder) + 1:]: data for name, data in members.items()}
     for name, data in relative.items():
-        _check_member(path, name, data, relative)
+        written = _check_member(path, name, data, relative)
+        if written is not None:
+            members[f"{folder}/{name}"] = written
     rewritten = io.BytesIO()
     with zipfile.ZipFile(rewritten, "w", zipfile.ZIP_STORED) as archive:
         for name, data in members.items():
@@ -104,7 +95,8 @@ def _check_layout(path: Path, members: Dict[str, bytes]) -> str:
     return folder
 
 
-def _check_member(path: Path, name: str, data: bytes, members: Dict[str, bytes]) -> None:
+def _check_member(path: Path, name: str, data: bytes, members: Dict[str, bytes]) -> Optional[bytes]:
+    """Refuses a member edgeopt does not read; returns a program's JSON as edgeopt rewrote it."""
     refuse = f"{path} is refused: {name}"
     folder, _, leaf = name.rpartition("/")
     folder += "/"
@@ -113,13 +105,14 @@ def _check_member(path: Path, name: str, data: bytes, members: Dict[str, bytes])
         return
     model = _MODEL.match(name)
     if model:
-        _check_program(path, name, _json(path, name, data))
+        program = _json(path, name, data)
+        _check_program(path, name, program)
         for required in (f"data/sample_inputs/{model.group(1)}.pt", f"data/weights/{model.group(1)}_weights_config.json",
                          f"data/constants/{model.group(1)}_constants_config.json"):
             if required not in members:
                 raise UserError(f"{path} is refused: {name} has no {required} (only current torch.export.save "
                                 f"archives are read; legacy formats would be unpickled)")
-        return
+        return json.dumps(program).encode()
     if folder == "data/sample_inputs/" and leaf.endswith(".pt"):
         _check_tensors_only(data, f"{path}: {name}")
         return
@@ -151,14 +144,15 @@ def _check_payload_config(path: Path, name: str, config: Any, allowed: "re.Patte
 
 
 def _check_program(path: Path, name: str, program: Any) -> None:
-    for key, value in _items(program):
+    """Checks the program's specs and operators, and replaces each shape expression and guard by
+    the text edgeopt writes from its own parse of it."""
+    for owner, key, value in _items(program):
         if key == "expr_str":
-            _check_expression(path, name, value, _is_shape_expression, "shape expression")
+            owner[key] = _regenerated(path, name, value, regenerate_expression, "shape expression")
         elif key == "guards_code":
             if not isinstance(value, list):
                 raise UserError(f"{path}: {name} has a malformed guards_code")
-            for guard in value:
-                _check_expression(path, name, guard, _is_shape_guard, "guard")
+            owner[key] = [_regenerated(path, name, guard, regenerate_guard, "guard") for guard in value]
         elif key in ("in_spec", "out_spec"):
             _check_treespec(path, name, value)
         elif key == "target" and isinstance(value, str) and not value.startswith(_OP_PREFIXES):
@@ -167,53 +161,25 @@ def _check_program(path: Path, name: str, program: Any) -> None:
 
 
 def _items(node: Any) -> Iterator[tuple]:
+    """(the dict holding it, key, value) for every dict entry inside `node`."""
     stack = [node]
     while stack:
         current = stack.pop()
         if isinstance(current, dict):
-            for key, value in current.items():
-                yield key, value
+            for key, value in list(current.items()):
+                yield current, key, value
                 stack.append(value)
         elif isinstance(current, list):
             stack.extend(current)
 
 
-def _check_expression(path: Path, name: str, text: Any, allowed: Callable[[ast.AST], bool], what: str) -> None:
-    if not isinstance(text, str) or len(text) > _MAX_EXPRESSION:
-        raise UserError(f"{path} is refused: {name} holds a {what} that is not a short string")
+def _regenerated(path: Path, name: str, text: Any, regenerate, what: str) -> str:
     try:
-        tree = ast.parse(text, mode="eval")
-    except (SyntaxError, ValueError, RecursionError):
-        raise UserError(f"{path} is refused: {name} holds a {what} that does not parse: {text[:80]!r}") from None
-    for node in ast.walk(tree):
-        if not allowed(node):
-            raise UserError(f"{path} is refused: {name} holds a {what} that could run code: {text[:80]!r}")
-
-
-def _is_shape_expression(node: ast.AST) -> bool:
-    """Arithmetic on symbols, numbers and sympy's own constructors; no attributes, no other calls."""
-    if isinstance(node, _ARITHMETIC):
-        return True
-    if isinstance(node, ast.Name):
-        return not node.id.startswith("_")
-    if isinstance(node, ast.Call):
-        return isinstance(node.func, ast.Name) and node.func.id in _SYMPY_CALLS
-    if isinstance(node, ast.keyword):
-        return isinstance(node.value, ast.Constant) and node.arg is not None and not node.arg.startswith("_")
-    return isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str, bool))
-
-
-def _is_shape_guard(node: ast.AST) -> bool:
-    """Comparisons of input sizes: `L['x'].size()[0] <= 1024` and the like."""
-    if isinstance(node, (*_ARITHMETIC, ast.Subscript)):
-        return True
-    if isinstance(node, ast.Name):
-        return node.id == "L"
-    if isinstance(node, ast.Attribute):
-        return node.attr in _GUARD_METHODS
-    if isinstance(node, ast.Call):
-        return isinstance(node.func, ast.Attribute) and node.func.attr in _GUARD_METHODS and not node.keywords
-    return isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str, bool))
+        return regenerate(text)
+    except ExpressionRefused as exc:
+        shown = repr(text[:80]) if isinstance(text, str) else type(text).__name__
+        raise UserError(f"{path} is refused: {name} holds a {what} edgeopt does not read ({exc}): {shown}; "
+                        f"give file.py:factory or an .onnx file") from None
 
 
 def _check_treespec(path: Path, name: str, text: Any) -> None:
@@ -223,7 +189,7 @@ def _check_treespec(path: Path, name: str, text: Any) -> None:
         spec = None
     if not isinstance(spec, list) or len(spec) != 2:
         raise UserError(f"{path}: {name} holds a malformed input/output spec")
-    for key, value in _items(spec[1]):
+    for _, key, value in _items(spec[1]):
         if key == "__enum__" or (key == "type" and value not in _TREESPEC_TYPES):
             raise UserError(f"{path} is refused: {name} has inputs or outputs of type {value!r}, which torch "
                             f"would import by name; give file.py:factory")

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, List, Optional
 
+from .isolated_program import IsolatedProgram
 from .tensors import Dataset, InputSpec
 
 
@@ -21,8 +22,14 @@ class SourceModel:
     # Data that a bundled example brings along; the user's --calibration / --eval-data win.
     calibration: Optional[Dataset] = None
     eval_data: Optional[Dataset] = None
+    warnings: List[str] = field(default_factory=list)  # e.g. what isolation a .pt2 loads under
 
     @property
     def exportable(self) -> bool:
         """True when torch.export can trace it (needed for TFLite via litert-torch)."""
         return self.kind in ("module", "exported")
+
+    def close(self) -> None:
+        """Stops the isolated child an ExportedProgram was loaded in (isolated_program.py)."""
+        if isinstance(self.module, IsolatedProgram):
+            self.module.close()

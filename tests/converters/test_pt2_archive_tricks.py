@@ -5,6 +5,11 @@ something), then `edgeopt convert` must refuse the file with one line and leave 
 """
 import json
 import pickle
+import socket
+import subprocess
+import sys
+import tempfile
+import time
 import zipfile
 
 import pytest
@@ -12,6 +17,8 @@ import torch
 
 from edgeopt.cli.main import main
 from edgeopt_agent.errors import UserError
+from edgeopt_converters import sandbox
+from edgeopt_converters.isolated_program import IsolatedProgram
 from edgeopt_converters.pt2_guard import checked_archive
 
 CONFIG = "data/weights/model_weights_config.json"
@@ -168,8 +175,8 @@ def legacy_top_level(marker, good=None):
 TRICKS = {
     "pickled weight": (pickled_config, "unpickle"),
     "duplicate member names": (duplicate_config, "two members named"),
-    "sympy expression": (sympy_expression, "shape expression that could run code"),
-    "guard code": (guard_code, "guard that could run code"),
+    "sympy expression": (sympy_expression, "shape expression edgeopt does not read"),
+    "guard code": (guard_code, "guard edgeopt does not read"),
     "enum in tree spec": (enum_treespec, "enum"),
     "custom operator": (custom_operator, "outside torch's own operator sets"),
     "AOTInductor library": (extra_member("data/aotinductor/model/model.so"), "AOTInductor"),
@@ -220,3 +227,179 @@ def test_archive_must_come_from_torch_export_save(tmp_path):
         archive.writestr("m/models/model.json", "{}")
     with pytest.raises(UserError, match="archive_format"):
         checked_archive(plain)
+
+
+# --- The first wall: shape expressions and guards are parsed and written anew, never passed on ---
+
+def sympy_string_argument(marker, good=None):
+    """sympy's floor() re-parses a string argument with eval: a grammar of allowed calls let it through."""
+    def change(program):
+        for value in program["graph_module"]["graph"]["tensor_values"].values():
+            for size in value["sizes"]:
+                if "as_expr" in size:
+                    size["as_expr"]["expr_str"] = (f"floor(\"__import__('os').system('touch {marker}')\") + 0*"
+                                                   f"{size['as_expr']['expr_str']}")
+                    return
+    return edit_program(change)
+
+
+def guard_string_constant(marker, good=None):
+    """A string constant closes the quotes of the message torch writes around each guard."""
+    def change(program):
+        program["guards_code"] = [f"L['x'].size()[0] == \"+str(__import__('os').system('touch {marker}'))+\""]
+    return edit_program(change)
+
+
+def power_tower(marker=None, good=None):
+    def change(program):
+        for value in program["graph_module"]["graph"]["tensor_values"].values():
+            for size in value["sizes"]:
+                if "as_expr" in size:
+                    size["as_expr"]["expr_str"] = f"Pow(Integer(10), Pow(Integer(10), Integer(10))) + {size['as_expr']['expr_str']}"
+                    return
+    return edit_program(change)
+
+
+SECOND_ROUND = {
+    "string argument to a sympy function": (sympy_string_argument, "shape expression edgeopt does not read"),
+    "string constant in a guard": (guard_string_constant, "guard edgeopt does not read"),
+    "power tower": (power_tower, "power that is not a plain whole number"),
+}
+
+
+@pytest.mark.parametrize("trick", SECOND_ROUND)
+def test_second_round_tricks_are_refused_at_once(trick, good_pt2, tmp_path, capsys):
+    build, message = SECOND_ROUND[trick]
+    marker = tmp_path / "PWNED"
+    evil = rewrite(good_pt2, tmp_path / "evil.pt2", build(marker, good_pt2))
+    started = time.monotonic()
+    code = main(["convert", str(evil), "--device", "x86-64", "-o", str(tmp_path / "out"), "--no-timing"])
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and message in errors[0], err
+    assert time.monotonic() - started < 30
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("trick", ["string argument to a sympy function", "string constant in a guard"])
+def test_second_round_tricks_run_code_in_a_bare_torch_load(trick, good_pt2, tmp_path):
+    marker = tmp_path / "PWNED"
+    evil = rewrite(good_pt2, tmp_path / "evil.pt2", SECOND_ROUND[trick][0](marker, good_pt2))
+    try:
+        torch.export.load(str(evil)).module()(torch.randn(8, 3))
+    except Exception:
+        pass  # the payload ran before whatever broke afterwards; the marker says so
+    assert marker.exists()
+
+
+def test_power_tower_hangs_a_bare_torch_load(good_pt2, tmp_path):
+    evil = rewrite(good_pt2, tmp_path / "evil.pt2", power_tower())
+    code = f"import torch; torch.export.load({str(evil)!r})"
+    bare = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            bare.wait(timeout=20)  # torch imports in ~3 s, then sympy computes 10**(10**10)
+    finally:
+        bare.kill()
+        bare.wait()
+
+
+def test_real_guards_of_a_resizing_model_are_read(tmp_path):
+    """Guards with math.trunc and torch.sym_float (interpolation at a dynamic size) are regenerated, not refused."""
+    class Resize(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.interpolate(x, scale_factor=0.5)
+
+    program = torch.export.export(Resize(), (torch.randn(1, 3, 16, 16),),
+                                  dynamic_shapes=({2: torch.export.Dim.AUTO, 3: torch.export.Dim.AUTO},))
+    path = tmp_path / "resize.pt2"
+    torch.export.save(program, str(path))
+    assert any("math.trunc" in g for g in program._guards_code)
+    loaded = torch.export.load(checked_archive(path)).module()
+    x = torch.randn(1, 3, 20, 12)
+    assert torch.equal(loaded(x), Resize()(x))
+
+
+# --- The second wall: the program is only ever loaded in an isolated child ---
+
+def _bubblewrap(tmp_path):
+    if sandbox.isolation(tmp_path).level != "bubblewrap":
+        pytest.skip("bubblewrap cannot start a sandbox on this machine (scripts/setup.sh installs it when run as root)")
+
+
+def _expression_payload(python):
+    """An expression trick that the first wall would refuse, for loading past it on purpose."""
+    def change(program):
+        for value in program["graph_module"]["graph"]["tensor_values"].values():
+            for size in value["sizes"]:
+                if "as_expr" in size:
+                    size["as_expr"]["expr_str"] = f"({python}) * 0 or {size['as_expr']['expr_str']}"
+                    return
+    return edit_program(change)
+
+
+def test_a_payload_past_the_first_wall_cannot_write_outside_its_folder(good_pt2, tmp_path):
+    _bubblewrap(tmp_path)
+    marker = tmp_path / "PWNED"
+    evil = rewrite(good_pt2, tmp_path / "evil.pt2",
+                   _expression_payload(f"__import__('os').system('touch ran; touch {marker}')"))
+    program = IsolatedProgram(evil.read_bytes(), "evil.pt2")  # the raw archive: no first wall
+    try:
+        assert (program._shared.private / "ran").exists()  # the payload did run, in the child's folder
+        assert not marker.exists()
+        assert program(torch.randn(8, 3))[0].shape == (4, 3)  # and the program still works
+    finally:
+        program.close()
+    assert not marker.exists()
+
+
+def test_a_payload_past_the_first_wall_has_no_network(good_pt2, tmp_path):
+    _bubblewrap(tmp_path)
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(3)
+    script = tmp_path / "connect.py"
+    script.write_text(f"import socket\nsocket.create_connection(('127.0.0.1', {server.getsockname()[1]}), 2)\n")
+    evil = rewrite(good_pt2, tmp_path / "evil.pt2",
+                   _expression_payload(f"__import__('os').system('{sys.executable} {script}; touch ran')"))
+    with server:
+        program = IsolatedProgram(evil.read_bytes(), "evil.pt2")
+        try:
+            assert (program._shared.private / "ran").exists()  # the payload ran in the child
+        finally:
+            program.close()
+        with pytest.raises(socket.timeout):
+            server.accept()
+        try:  # without the walls the same payload reaches the listener
+            torch.export.load(str(evil))
+        except Exception:
+            pass
+        connection, _ = server.accept()
+        connection.close()
+
+
+def test_a_payload_past_the_first_wall_is_stopped_at_the_time_limit(good_pt2, tmp_path):
+    evil = rewrite(good_pt2, tmp_path / "evil.pt2", power_tower())
+    started = time.monotonic()
+    with pytest.raises(UserError, match="took more than 5 s in the isolated child"):
+        IsolatedProgram(evil.read_bytes(), "evil.pt2", load_seconds=5)
+    assert time.monotonic() - started < 60
+
+
+def test_the_child_runs_under_limits_in_its_own_folder(tmp_path):
+    limits = sandbox.Limits(cpu_seconds=77, memory_bytes=6 << 30, file_bytes=1 << 30)
+    isolated = sandbox.isolation(tmp_path)
+    code = ("import resource, os, sys; print(resource.getrlimit(resource.RLIMIT_CPU)[0], "
+            "resource.getrlimit(resource.RLIMIT_AS)[0], os.getcwd() == os.environ['HOME'] == os.environ['TMPDIR'])")
+    with tempfile.TemporaryFile() as err:
+        child = sandbox.start([sys.executable, "-c", code], tmp_path, limits, isolated, err)
+        out, _ = child.communicate(timeout=60)
+    assert out.decode().split() == ["77", str(6 << 30), "True"]
+
+
+def test_without_bubblewrap_the_caveat_says_what_is_missing(monkeypatch, tmp_path):
+    monkeypatch.setattr(sandbox, "_works", lambda prefix: bool(prefix) and "bwrap" not in prefix[0])
+    isolated = sandbox.isolation(tmp_path)
+    assert isolated.level in ("network namespace", "limits only")
+    assert "bubblewrap" in isolated.caveat and "\n" not in isolated.caveat

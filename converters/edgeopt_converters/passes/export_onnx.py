@@ -10,6 +10,7 @@ import numpy as np
 
 from edgeopt_agent.errors import UserError, require
 
+from ..isolated_program import IsolatedProgram
 from ..tensors import InputSpec, shared_batch
 from ._quiet import captured_output, log
 from .base import Step, StepContext, StepResult, option
@@ -92,31 +93,39 @@ class ExportOnnx(Step):
         return axes
 
     def _export(self, torch, source, args, names, output, axes: Dict[str, Dict[int, str]]):
-        # TorchScript modules can only go through the TorchScript-based exporter.
-        use_dynamo = source.kind != "torchscript"
-        kwargs = dict(input_names=names, output_names=None, opset_version=self.options.opset)
-        if use_dynamo:
-            if axes:
-                dims: Dict[str, object] = {}
-                for group in sorted({g for per_input in axes.values() for g in per_input.values()}):
-                    dims[group] = torch.export.Dim(group, min=1, max=4096) if group == "batch" else \
-                        torch.export.Dim.DYNAMIC
-                kwargs["dynamic_shapes"] = tuple({axis: dims[g] for axis, g in axes.get(n, {}).items()} for n in names)
-            kwargs.update(dynamo=True, verbose=False, optimize=True, external_data=False)
-        else:
-            if axes:
-                kwargs["dynamic_axes"] = {n: dict(axes[n]) for n in names if n in axes}
-            kwargs.update(dynamo=False)
-        module = source.module
-        if not use_dynamo and not isinstance(module, torch.jit.ScriptModule):
-            # TorchScript called from a Python wrapper (its constant arguments bound): the
-            # TorchScript exporter only takes it once traced into one script module.
-            with captured_output("torch.jit.trace"):
-                module = torch.jit.trace(module, args)
-        with captured_output("torch.onnx.export"):
-            result = torch.onnx.export(module, args, str(output), **kwargs)
-        if use_dynamo and result is not None and not output.exists():
-            result.save(str(output))
+        if isinstance(source.module, IsolatedProgram):
+            source.module.export_onnx(args, names, output, axes, self.options.opset)
+            return
+        write_onnx(torch, source.module, args, names, output, axes, self.options.opset,
+                   use_dynamo=source.kind != "torchscript")
+
+
+def write_onnx(torch, module, args, names: Sequence[str], output: Path, axes: Dict[str, Dict[int, str]],
+               opset: int, use_dynamo: bool = True) -> None:
+    """`module` traced with `args` into the ONNX file `output`; `axes` ({input: {axis: group}}) stay
+    dynamic. TorchScript modules can only go through the TorchScript-based exporter (use_dynamo=False)."""
+    kwargs = dict(input_names=list(names), output_names=None, opset_version=opset)
+    if use_dynamo:
+        if axes:
+            dims: Dict[str, object] = {}
+            for group in sorted({g for per_input in axes.values() for g in per_input.values()}):
+                dims[group] = torch.export.Dim(group, min=1, max=4096) if group == "batch" else \
+                    torch.export.Dim.DYNAMIC
+            kwargs["dynamic_shapes"] = tuple({axis: dims[g] for axis, g in axes.get(n, {}).items()} for n in names)
+        kwargs.update(dynamo=True, verbose=False, optimize=True, external_data=False)
+    else:
+        if axes:
+            kwargs["dynamic_axes"] = {n: dict(axes[n]) for n in names if n in axes}
+        kwargs.update(dynamo=False)
+    if not use_dynamo and not isinstance(module, torch.jit.ScriptModule):
+        # TorchScript called from a Python wrapper (its constant arguments bound): the
+        # TorchScript exporter only takes it once traced into one script module.
+        with captured_output("torch.jit.trace"):
+            module = torch.jit.trace(module, args)
+    with captured_output("torch.onnx.export"):
+        result = torch.onnx.export(module, args, str(output), **kwargs)
+    if use_dynamo and result is not None and not output.exists():
+        result.save(str(output))
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -8,10 +8,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
 
 from edgeopt_agent.errors import UserError, require
 
+from ..isolated_program import IsolatedProgram
 from ..source_model import SourceModel
 from ..tensors import Dataset, InputSpec, feed_batch
 from ._quiet import captured_output
@@ -61,38 +64,53 @@ class ExportTflite(Step):
             )
         torch = require("torch", "convert")
         args = example_args(specs)
+        feeds = None
+        if self.options.precision == "int8":
+            if calibration is None:
+                raise UserError("TFLite INT8 needs calibration data")
+            feeds = (([feed[s.name] for s in specs], real) for feed, real in calibration.batches(feed_batch(specs)))
         try:
-            with captured_output("litert_torch.convert"), torch.no_grad():
-                litert_torch = _litert_torch()
-                if self.options.precision == "fp32":
-                    edge_model = litert_torch.convert(source.module, args)
-                else:
-                    edge_model = self._convert_int8(litert_torch, torch, source.module, args, specs, calibration, on_batch)
-                edge_model.export(str(output))
+            if isinstance(source.module, IsolatedProgram):
+                source.module.export_tflite(args, output, self.options, feeds, on_batch)
+            else:
+                with captured_output("litert_torch.convert"), torch.no_grad():
+                    write_tflite(torch, source.module, args, output, self.options, feeds, on_batch)
         except UserError:
             raise
         except Exception as exc:
             raise UserError(f"TFLite {self.options.precision} export of {source.description} failed: {_first_line(exc)}") from exc
         return output
 
-    def _convert_int8(self, litert_torch, torch, module, args, specs, calibration, on_batch):
-        if calibration is None:
-            raise UserError("TFLite INT8 needs calibration data")
-        from litert_torch.quantize import pt2e_quantizer, quant_config
-        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-        quantizer = pt2e_quantizer.PT2EQuantizer().set_global(
-            pt2e_quantizer.get_symmetric_quantization_config(is_per_channel=self.options.per_channel,
-                                                             is_dynamic=self.options.dynamic)
-        )
-        graph = torch.export.export(module, args).module()
-        prepared = prepare_pt2e(graph, quantizer)
-        # The graph is traced at the model's batch size, so calibration runs at that size.
-        for feed, real in calibration.batches(feed_batch(specs)):
-            prepared(*(torch.from_numpy(feed[s.name]) for s in specs))
-            if on_batch:
-                on_batch(real)
-        quantized = convert_pt2e(prepared, fold_quantize=False)
-        return litert_torch.convert(
-            quantized, args, quant_config=quant_config.QuantConfig(pt2e_quantizer=quantizer)
-        )
+def write_tflite(torch, module, args, output: Path, options: TfliteOptions,
+                 feeds: Optional[Iterable[Tuple[List[np.ndarray], int]]] = None,
+                 on_batch: Optional[Callable[[int], None]] = None) -> None:
+    """`module` as the TFLite file `output`: FP32, or INT8 calibrated on `feeds` ((arrays in input
+    order, real samples) per batch)."""
+    litert_torch = _litert_torch()
+    if options.precision == "fp32":
+        edge_model = litert_torch.convert(module, args)
+    else:
+        edge_model = _convert_int8(litert_torch, torch, module, args, options, feeds, on_batch)
+    edge_model.export(str(output))
+
+
+def _convert_int8(litert_torch, torch, module, args, options: TfliteOptions, feeds, on_batch):
+    from litert_torch.quantize import pt2e_quantizer, quant_config
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    quantizer = pt2e_quantizer.PT2EQuantizer().set_global(
+        pt2e_quantizer.get_symmetric_quantization_config(is_per_channel=options.per_channel,
+                                                         is_dynamic=options.dynamic)
+    )
+    graph = torch.export.export(module, args).module()
+    prepared = prepare_pt2e(graph, quantizer)
+    # The graph is traced at the model's batch size, so calibration runs at that size.
+    for arrays, real in feeds:
+        prepared(*(torch.from_numpy(a) for a in arrays))
+        if on_batch:
+            on_batch(real)
+    quantized = convert_pt2e(prepared, fold_quantize=False)
+    return litert_torch.convert(
+        quantized, args, quant_config=quant_config.QuantConfig(pt2e_quantizer=quantizer)
+    )

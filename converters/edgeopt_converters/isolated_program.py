@@ -1,0 +1,254 @@
+"""An ExportedProgram (.pt2) loaded only in an isolated child: the second wall around a model file.
+
+The first wall (pt2_guard, pt2_expressions) makes sure torch reads nothing of the archive that
+could run code. In case a payload gets past it anyway, the parent process never calls
+`torch.export.load`: a child started by `sandbox` (no network, a private folder as its only
+writable place, CPU-time, memory and file-size limits, and a time limit on every request) loads
+the program and does the three things a conversion needs of it: run it on inputs (the FP32
+reference), export it to ONNX, export it to TFLite. What comes back is data only: arrays in
+uncompressed .npz files read without pickle, and ONNX or TFLite files, checked before use.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import shutil
+import stat
+import sys
+import tempfile
+import threading
+import weakref
+import zipfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from edgeopt_agent.errors import UserError
+
+from . import sandbox
+
+log = logging.getLogger("edgeopt.convert")
+
+LOAD_SECONDS = float(os.environ.get("EDGEOPT_PT2_LOAD_SECONDS", 120))
+CALL_SECONDS = 900.0
+EXPORT_SECONDS = 3 * 3600.0
+MAX_ANSWER = 1 << 20
+_DTYPES = {"float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"}
+
+
+class IsolatedProgram:
+    """The program in its child. Called like a module on tensors (returns tensors); `with_constants`
+    gives a view that bakes constant arguments in, as `bind_constants` does for a module."""
+
+    def __init__(self, archive: bytes, description: str, limits: sandbox.Limits = sandbox.Limits(),
+                 load_seconds: float = LOAD_SECONDS):
+        self.description = description
+        self.constants: Optional[List[Tuple[Any, bool]]] = None
+        self._shared = _Child(archive, description, limits)
+        try:
+            answer = self._shared.ask({"op": "load"}, load_seconds, "loading it")
+            self.inputs = _checked_inputs(answer.get("inputs"), description)
+        except BaseException:
+            self._shared.close()
+            raise
+
+    @property
+    def caveat(self) -> str:
+        return self._shared.isolated.caveat
+
+    def with_constants(self, order: Sequence[Tuple[Any, bool]]) -> "IsolatedProgram":
+        view = object.__new__(IsolatedProgram)
+        view.__dict__.update(self.__dict__)
+        view.constants = [(value, bool(constant)) for value, constant in order]
+        return view
+
+    def __call__(self, *tensors):
+        import torch
+
+        name = self._shared.send_arrays([t.detach().cpu().numpy() for t in tensors])
+        answer = self._shared.ask(self._request({"op": "call", "inputs": name, "output": "out.npz"}),
+                                  CALL_SECONDS, "running it")
+        outputs = self._shared.receive_arrays("out.npz", int(answer.get("count", -1)))
+        return [torch.from_numpy(a) for a in outputs]
+
+    def export_onnx(self, args, names: Sequence[str], output: Path, axes: Dict[str, Dict[int, str]],
+                    opset: int) -> None:
+        request = {"op": "onnx", "args": self._shared.send_arrays([a.numpy() for a in args]), "names": list(names),
+                   "axes": {n: {str(k): g for k, g in per.items()} for n, per in axes.items()}, "opset": opset,
+                   "output": "export.onnx"}
+        self._shared.ask(self._request(request), EXPORT_SECONDS, "exporting it to ONNX")
+        self._shared.receive_file("export.onnx", output)
+        _check_onnx(output)
+
+    def export_tflite(self, args, output: Path, options, feeds: Optional[Iterable[Tuple[List[np.ndarray], int]]],
+                      on_batch: Optional[Callable[[int], None]]) -> None:
+        request: Dict[str, Any] = {"op": "tflite", "args": self._shared.send_arrays([a.numpy() for a in args]),
+                                   "options": asdict(options), "output": "export.tflite"}
+        if feeds is not None:
+            arrays: List[np.ndarray] = []
+            reals: List[int] = []
+            for batch, real in feeds:
+                arrays.extend(batch)
+                reals.append(int(real))
+            request.update(calibration=self._shared.send_arrays(arrays, "calibration.npz"), reals=reals,
+                           inputs=len(args))
+        self._shared.ask(self._request(request), EXPORT_SECONDS, "exporting it to TFLite", on_batch)
+        self._shared.receive_file("export.tflite", output)
+
+    def close(self) -> None:
+        self._shared.close()
+
+    def _request(self, request: Dict[str, Any]) -> Dict[str, Any]:
+        if self.constants:
+            request["constants"] = self.constants
+        return request
+
+
+class _Child:
+    """One sandboxed worker process and its private folder."""
+
+    def __init__(self, archive: bytes, description: str, limits: sandbox.Limits):
+        self.description = description
+        self.private = Path(tempfile.mkdtemp(prefix="edgeopt-pt2-"))
+        self.counter = 0
+        (self.private / "model.pt2").write_bytes(archive)
+        self.isolated = sandbox.isolation(self.private)
+        self.stderr = tempfile.TemporaryFile()
+        argv = [sys.executable, "-m", "edgeopt_converters.pt2_worker", str(self.private)]
+        self.process = sandbox.start(argv, self.private, limits, self.isolated, self.stderr)
+        self.answers: "queue.Queue[Optional[bytes]]" = queue.Queue()
+        threading.Thread(target=self._read_answers, daemon=True).start()
+        self._finalizer = weakref.finalize(self, _stop, self.process, self.private)
+
+    def _read_answers(self) -> None:
+        for line in iter(lambda: self.process.stdout.readline(MAX_ANSWER), b""):
+            self.answers.put(line)
+        self.answers.put(None)
+
+    def ask(self, request: Dict[str, Any], seconds: float, doing: str,
+            on_progress: Optional[Callable[[int], None]] = None) -> Dict[str, Any]:
+        try:
+            self.process.stdin.write((json.dumps(request) + "\n").encode())
+            self.process.stdin.flush()
+        except (BrokenPipeError, OSError):
+            self._died(doing)
+        while True:
+            try:
+                line = self.answers.get(timeout=seconds)
+            except queue.Empty:
+                self.close()
+                raise UserError(f"{self.description}: {doing} took more than {seconds:.0f} s in the isolated child, "
+                                f"which was stopped (a .pt2 whose shape expressions never finish?)") from None
+            if line is None:
+                self._died(doing)
+            answer = _json_object(line, self.description)
+            if "progress" in answer:
+                if on_progress and isinstance(answer["progress"], int):
+                    on_progress(answer["progress"])
+                continue
+            if "error" in answer:
+                raise IsolatedError(str(answer["error"])[:2000])
+            return answer
+
+    def _died(self, doing: str) -> None:
+        code = self.process.wait()
+        self.stderr.seek(0)
+        lines = [line.strip() for line in self.stderr.read()[-20000:].decode("utf-8", "replace").splitlines()
+                 if line.strip()]
+        self.close()
+        why = "it ran out of its memory or CPU-time limit" if code in (-9, -24, 137, 152) else \
+            (lines[-1][:300] if lines else f"exit status {code}")
+        raise UserError(f"{self.description}: the isolated child died while {doing} ({why})")
+
+    def send_arrays(self, arrays: Sequence[np.ndarray], name: Optional[str] = None) -> str:
+        if name is None:
+            self.counter += 1
+            name = f"in_{self.counter}.npz"
+        np.savez(self.private / name, **{f"a{i}": np.ascontiguousarray(a) for i, a in enumerate(arrays)})
+        return name
+
+    def receive_arrays(self, name: str, count: int) -> List[np.ndarray]:
+        path = self._own_file(name)
+        with zipfile.ZipFile(path) as archive:  # stored, not deflated: no member can inflate past the file
+            if any(i.compress_type != zipfile.ZIP_STORED for i in archive.infolist()):
+                raise UserError(f"{self.description}: the isolated child answered with compressed arrays")
+        with np.load(path, allow_pickle=False) as data:
+            if len(data.files) != count:
+                raise UserError(f"{self.description}: the isolated child answered {len(data.files)} arrays, said {count}")
+            return [data[f"a{i}"] for i in range(count)]
+
+    def receive_file(self, name: str, output: Path) -> None:
+        shutil.copyfile(self._own_file(name), output)
+
+    def _own_file(self, name: str) -> Path:
+        path = self.private / name
+        try:
+            info = os.lstat(path)
+        except OSError:
+            raise UserError(f"{self.description}: the isolated child did not write {name}") from None
+        if not stat.S_ISREG(info.st_mode):
+            raise UserError(f"{self.description}: the isolated child's {name} is not a plain file")
+        return path
+
+    def close(self) -> None:
+        self._finalizer()
+        self.stderr.close()
+
+
+def _stop(process, private: Path) -> None:
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+    for stream in (process.stdin, process.stdout):
+        try:
+            stream.close()
+        except OSError:
+            pass
+    shutil.rmtree(private, ignore_errors=True)
+
+
+class IsolatedError(Exception):
+    """The child failed at what it was asked (an export that did not work): one line, its words."""
+
+
+def _json_object(line: bytes, description: str) -> Dict[str, Any]:
+    try:
+        answer = json.loads(line)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        raise UserError(f"{description}: the isolated child answered something that is not a JSON object")
+    return answer
+
+
+def _checked_inputs(inputs: Any, description: str) -> List[Tuple[str, Tuple[int, ...], str]]:
+    """The example inputs the child reports, as (name, shape, dtype), checked like any other data."""
+    if not isinstance(inputs, list) or len(inputs) > 256:
+        raise UserError(f"{description}: the isolated child reported malformed inputs")
+    checked = []
+    for item in inputs:
+        name, shape, dtype = (item.get(k) for k in ("name", "shape", "dtype")) if isinstance(item, dict) else (None,) * 3
+        if not (isinstance(name, str) and name.isidentifier() and len(name) <= 128 and isinstance(shape, list)
+                and len(shape) <= 16 and all(type(d) is int and 0 <= d < 1 << 31 for d in shape) and dtype in _DTYPES):
+            raise UserError(f"{description}: the isolated child reported a malformed input")
+        checked.append((name, tuple(shape), dtype))
+    return checked
+
+
+def _check_onnx(path: Path) -> None:
+    """An ONNX file from the child is data, like a user's .onnx: self-contained, no external weights."""
+    from edgeopt_agent.errors import require
+
+    onnx = require("onnx", "convert")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:
+        raise UserError(f"the isolated child's ONNX export is not a valid ONNX file ({exc})") from None
+    from onnx.external_data_helper import _get_all_tensors
+
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in _get_all_tensors(model)):
+        raise UserError("the isolated child's ONNX export refers to external weight files; refusing it")
