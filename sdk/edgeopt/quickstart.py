@@ -85,12 +85,16 @@ def _agent(opts: QuickstartOptions, broker: BrokerSettings, trusted_key: Path,
 
 
 @contextlib.contextmanager
-def _collector(db_url: str, broker: BrokerSettings, say: Callable[[str], None]):
+def _collector(db_url: str, broker: BrokerSettings, signing_key: Path, say: Callable[[str], None]):
+    from .deploy import SigningKey
+    from .deploy.collector_keys import CollectorKey
     from .fleet.collector import Collector
     from .fleet.store import open_store
 
+    # Its confirmations are signed by a key the fleet key certifies: the agent trusts no other.
+    collector_key = CollectorKey.ephemeral(SigningKey.load(signing_key), "edgeopt-quickstart-collector")
     store = open_store(db_url)
-    collector = Collector(store, broker, client_id="edgeopt-quickstart-collector")
+    collector = Collector(store, broker, client_id="edgeopt-quickstart-collector", collector_key=collector_key)
     collector.start()
     say(f"started a collector writing {db_url}")
     try:
@@ -129,7 +133,7 @@ def run_quickstart(opts: QuickstartOptions, say: Callable[[str], None] = lambda 
 
     with contextlib.ExitStack() as stack:
         broker = stack.enter_context(_broker(opts, say))
-        store = stack.enter_context(_collector(db_url, broker, say))
+        store = stack.enter_context(_collector(db_url, broker, keys.private_key, say))
         agent = stack.enter_context(_agent(opts, broker, keys.public_key, say))
         manifest = api.convert(EXAMPLE, device=opts.profile, output_dir=out / "model", progress=convert_progress)
         say(f"converted {EXAMPLE}: {len(manifest['artifacts'])} artifacts, recommended {manifest['recommended']}")

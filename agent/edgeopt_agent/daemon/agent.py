@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Any, Dict, Optional
 
-from .. import signing, wire
+from .. import confirm_signing, signing, wire
 from ..bench.leftovers import RECORD_FILE, ChildRecord
 from ..profiles import load_profile
 from .admission import Admission, JobLedger
@@ -29,6 +29,8 @@ from .worker import JobWorker
 log = logging.getLogger(__name__)
 
 SHUTDOWN_TIMEOUT_S = 5.0
+CONFIRMS_REFUSED = "confirms_refused:"  # counter prefix: confirm messages not acted on, by kind
+CONFIRM_WARNING_INTERVAL_S = 60.0
 
 
 class Agent:
@@ -82,6 +84,8 @@ class Agent:
         )
         self._started_at = round(time.time(), 3)
         self._online_seq: Optional[int] = None
+        self._confirm_warned_at = -CONFIRM_WARNING_INTERVAL_S  # so the first refused confirm is logged
+        self._confirms_unreported = 0
 
     def run(self, stop: threading.Event) -> None:
         """Serve until `stop` is set, then shut down cleanly."""
@@ -92,6 +96,11 @@ class Agent:
             log.warning("NO TRUSTED KEY: this agent runs any job that anyone who can publish on %s sends, "
                         "unsigned, with no expiry, replay, target or downgrade checks; give it the fleet's "
                         "public key (--trusted-key, or trusted_key in its config)", wire.jobs_topic(self.device_id))
+            if self.confirms:
+                log.warning("NO TRUSTED KEY: this agent also forgets its queued results and telemetry on any "
+                            "confirm message published on %s, signed or not, so whoever can publish there can "
+                            "make it drop measurements the collector never stored",
+                            wire.confirm_topic(self.device_id))
         self.worker.start()
         self.session.start()
         interval = self.config.telemetry_interval_s
@@ -170,9 +179,17 @@ class Agent:
 
     def _confirmed(self, payload: bytes) -> None:
         try:
-            confirmation = wire.parse_confirm(wire.Envelope.decode(payload, expect_device=self.device_id))
+            envelope = wire.Envelope.decode(payload, expect_device=self.device_id)
+            confirmation = wire.parse_confirm(envelope)
+            if self.trusted_key is not None:  # only a collector the fleet key certified makes it forget
+                confirm_signing.verify_confirm(self.trusted_key, envelope, confirmation, self.device_id,
+                                               clock_skew_s=self.config.clock_skew_s)
         except wire.ProtocolError as exc:
-            log.warning("ignoring a confirm message: %s", exc)
+            self._confirm_refused(exc.kind, str(exc))
+            return
+        except Exception as exc:  # a bug in checking it: act on nothing, and keep running
+            log.exception("checking a confirm message failed")
+            self._confirm_refused("internal_error", f"{type(exc).__name__}: {exc}")
             return
         for message_id, reason in confirmation.rejected.items():
             log.warning("the collector rejected message %s (%s); it is not sent again", message_id, reason)
@@ -183,6 +200,22 @@ class Agent:
                   len(confirmation.ids), forgotten)
         if confirmation.rejected:
             self.store.count("rejected_by_collector", len(confirmation.rejected))
+
+    def _confirm_refused(self, kind: str, why: str) -> None:
+        """Count a confirm the agent does not act on; warn at most once a minute (a flood stays one line)."""
+        try:
+            self.store.count(f"{CONFIRMS_REFUSED}{kind}")
+        except Exception:
+            log.exception("could not count a refused confirm message")
+        now = time.monotonic()
+        if now - self._confirm_warned_at < CONFIRM_WARNING_INTERVAL_S:
+            self._confirms_unreported += 1
+            return
+        more = (f" ({self._confirms_unreported} more refused since the last warning)"
+                if self._confirms_unreported else "")
+        log.warning("ignoring a confirm message (%s): %s; the measurements it names stay queued and are sent "
+                    "again%s", kind, why, more)
+        self._confirm_warned_at, self._confirms_unreported = now, 0
 
     def _inbox_full(self, payload: bytes) -> Dict[str, Any]:
         """The answer to a job refused because the unanswered jobs already fill the inbox cap."""
@@ -227,6 +260,7 @@ class Agent:
             "outbox_resent": self.sender.resent,
             "delivery": self.config.delivery,
             "rejected_by_collector": self.store.counters().get("rejected_by_collector", 0),
+            **self._confirms_refused(),
             "jobs_open": self.inbox.open_count(),
             "inbox_bytes": self.inbox.size_bytes(),
             "inbox_max_bytes": self.inbox.max_bytes,
@@ -237,8 +271,15 @@ class Agent:
         }
 
     def _signature_state(self) -> Dict[str, Any]:
-        """Whether this agent refuses unsigned jobs (and checks expiry, replay, target, downgrade)."""
+        """Whether this agent refuses unsigned jobs (and checks expiry, replay, target, downgrade), and
+        whether it forgets measurements only on confirms signed by a collector the fleet key certified."""
         return {
             "signatures": "required" if self.trusted_key else "off",
             "trusted_key_id": self.trusted_key.key_id if self.trusted_key else None,
+            "confirms": "signed" if self.trusted_key else "any",
         }
+
+    def _confirms_refused(self) -> Dict[str, Any]:
+        """Confirm messages not acted on, ever: in all (`unauthenticated_confirms`) and by why."""
+        refused = self.store.counters(CONFIRMS_REFUSED)
+        return {"unauthenticated_confirms": sum(refused.values()), "confirms_refused": refused}

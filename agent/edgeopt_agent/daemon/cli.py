@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--reconnect-min", type=float, metavar="SECONDS", help="first reconnect delay (default 1)")
     add("--reconnect-max", type=float, metavar="SECONDS", help="longest reconnect delay (default 60)")
     add("--trusted-key", metavar="FILE",
-        help="Ed25519 public key (PEM, from `edgeopt keys init`): run only jobs signed with its private key")
+        help="Ed25519 public key (PEM, from `edgeopt keys init`): run only jobs signed with its private key, and "
+             "forget results only on confirmations from a collector it certified")
     add("--clock-skew", type=float, metavar="SECONDS",
         help=f"how far the host's clock may be off when a signed job's validity is checked (default {DEFAULT_CLOCK_SKEW_S:g})")
     add("--transfer-timeout", type=float, metavar="SECONDS",

@@ -52,7 +52,8 @@ from .transfers import (
     Chunk, TransferRequest, chunk_message, parse_chunk, parse_transfer, transfer_body,
 )
 from .confirms import (
-    Confirmation, MAX_CONFIRM_IDS, confirm_message, parse_confirm,
+    CONFIRM_FIELDS, Confirmation, ConfirmSigner, MAX_CONFIRM_IDS, SIGNED_CONFIRM_FIELDS, confirm_message,
+    parse_confirm,
 )
 
 __all__ = [
@@ -72,5 +73,5 @@ __all__ = [
     "MAX_TARGET_DEVICES", "MAX_URL_CHARS", "Release", "SIGNATURE_ALGORITHMS", "Signature", "Signer",
     "benchmark_body", "benchmark_job", "job_message", "parse_job", "Chunk", "TransferRequest",
     "chunk_message", "parse_chunk", "parse_transfer", "transfer_body", "Confirmation", "MAX_CONFIRM_IDS",
-    "confirm_message", "parse_confirm",
+    "confirm_message", "parse_confirm", "CONFIRM_FIELDS", "ConfirmSigner", "SIGNED_CONFIRM_FIELDS",
 ]

@@ -41,22 +41,38 @@ def fleet():
               help="Most messages committed (and then acknowledged) in one transaction.")
 @click.option("--retain-days", type=click.FloatRange(min=0, min_open=True), metavar="DAYS",
               help="Delete telemetry and rejected messages older than this many days, at start and every hour.")
-def serve(db_url, group, client_id, max_batch, retain_days, **broker):
+@click.option("--collector-key", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="Signs every delivery confirmation: the .key of `edgeopt keys collector` (its .cert beside "
+                   "it). Default: $EDGEOPT_COLLECTOR_KEY, or the one in ~/.config/edgeopt/keys, or else a key "
+                   "certified at start by the fleet signing key of `edgeopt keys init`, when this host has it.")
+def serve(db_url, group, client_id, max_batch, retain_days, collector_key, **broker):
     """Store every device's status, telemetry and results until Ctrl-C or SIGTERM."""
     from edgeopt_agent.wire import shared_subscription
 
-    from ..fleet.collector import Collector
+    from ..deploy.collector_keys import collector_key as find_collector_key
+    from ..fleet.collector import Collector, default_client_id
     from ..fleet.retention import Retention
     from ..fleet.store import open_store
 
     if group is not None:
         shared_subscription(group)  # a bad group name fails here, as a user error
     settings = broker_settings_from(PASSWORD_ENV, **broker)
+    signer = find_collector_key(collector_key, client_id or default_client_id(group))
     store = open_store(db_url)
     try:
-        collector = Collector(store, settings, client_id=client_id, shared_group=group, max_batch=max_batch)
+        collector = Collector(store, settings, client_id=client_id, shared_group=group, max_batch=max_batch,
+                              collector_key=signer)
         click.echo(f"collecting from {settings.address} into {store.url} as '{collector.client_id}'"
                    + (f" in share group '{group}'" if group else "") + "; Ctrl-C to stop", err=True)
+        if signer is None:
+            click.echo("warning: delivery confirmations are UNSIGNED (no collector key): agents with a trusted key "
+                       "ignore them and keep re-sending; run `edgeopt keys collector NAME` (or pass --collector-key)",
+                       err=True)
+        else:
+            click.echo(f"signing delivery confirmations as {signer.describe()}", err=True)
+            if signer.expired:
+                click.echo("warning: the collector certificate has expired: agents with a trusted key ignore its "
+                           "confirmations; issue a new one with `edgeopt keys collector NAME --force`", err=True)
         line = ProgressLine(sys.stderr)
         retention = Retention(store, retain_days) if retain_days else None
 
@@ -199,7 +215,8 @@ def telemetry(device, since, limit, db_url, as_json, as_csv):
 @click.option("--db", "db_url", metavar="URL", help=DB_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def stats(db_url, as_json):
-    """Messages stored, duplicates dropped, rejections by reason, and gaps in sequence numbers."""
+    """Messages stored, duplicates dropped, rejections by reason, gaps in sequence numbers, and
+    confirmations the devices refused (forged or unsigned)."""
     from ..fleet import views
 
     with _open(db_url) as store:
@@ -230,6 +247,12 @@ def stats(db_url, as_json):
     if jumps:
         headers, cells = views.cells(views.GAPS, jumps)
         out.print(table(headers, cells, title=f"suspect sequence jumps (not counted as missing): {len(jumps):,}"))
+    refused = counts["unauthenticated_confirms"]
+    if refused["total"]:
+        out.print(f"refused confirmations: {refused['total']:,} (forged or unsigned; the devices forgot nothing)")
+        out.print(table(["device", "refused confirmations"], [[d, f"{n:,}"] for d, n in refused["devices"].items()]))
+    else:
+        out.print("refused confirmations: none reported by the devices")
 
 
 @fleet.command()
@@ -268,6 +291,8 @@ def provision(name, role, password_file, cert, acl_file, broker, server_names, o
     if as_json:
         click.echo(views.to_json(done.to_json()))
         return
+    for note in done.notes:
+        click.echo(note)
     if done.ca_created:
         click.echo("made a new fleet CA (its key stays on this machine; the broker's cafile is its certificate, "
                    f"copied to {done.ca_cert})")

@@ -10,7 +10,7 @@ import base64
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Dict, Mapping, Optional, Union
 
 from edgeopt_agent import signing, wire
 from edgeopt_agent.files import write_atomically
@@ -100,6 +100,14 @@ class SigningKey:
         """The signature of a whole job body (all of it but a `signature` already there)."""
         value = self._key.sign(signing.job_statement(body))
         return wire.Signature(alg=signing.ALGORITHM, key_id=self.key_id, value=base64.b64encode(value).decode("ascii"))
+
+    def sign_collector_certificate(self, certificate: Mapping[str, Any]) -> Dict[str, str]:
+        """The `signature` of a collector certificate (edgeopt.deploy.collector_keys): its own domain,
+        so it can never pass for a job's signature, nor a job's for it."""
+        from edgeopt_agent import confirm_signing
+
+        value = self._key.sign(confirm_signing.certificate_statement(certificate))
+        return confirm_signing.signature_dict(self.key_id, value)
 
 
 def _crypto(module: str):

@@ -10,7 +10,8 @@ collector that dies before committing gets it again on reconnect (stored once, b
 After each commit it tells every device whose messages were in the batch which of them are
 committed (stored now or already stored) or rejected for good, on the device's confirm topic:
 the agent forgets a message only then, so a broker that dies with messages it had acknowledged
-costs nothing (the agent sends them again).
+costs nothing (the agent sends them again). With a collector key each confirm is signed, and an
+agent with a trusted key acts on no other (edgeopt_agent.confirm_signing).
 
 With `shared_group` the subscriptions are MQTT v5 shared subscriptions ($share/GROUP/...), so
 several collectors split the devices' messages between them.
@@ -23,7 +24,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
 from edgeopt_agent import wire
 from edgeopt_agent.wire.backoff import Backoff
@@ -33,6 +34,9 @@ from edgeopt_agent.wire.session import V5, Message, MqttSession, Received
 from ..errors import UserError
 from .store import FleetStore
 from .writer import DUPLICATE, REJECTED, STORED, IngestOutcome
+
+if TYPE_CHECKING:
+    from ..deploy.collector_keys import CollectorKey
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +93,10 @@ class Collector:
         max_wait_s: float = DEFAULT_MAX_WAIT_S,
         backoff: Optional[Backoff] = None,
         shutdown_timeout_s: float = 10.0,
+        collector_key: Optional["CollectorKey"] = None,
     ):
+        """`collector_key`: signs every confirm (`edgeopt.deploy.collector_keys.CollectorKey.sign`); without
+        one, confirms are plain and agents with a trusted key ignore them (and keep re-sending)."""
         if max_batch < 1 or max_wait_s < 0:
             raise UserError(f"batches need max_batch >= 1 and max_wait_s >= 0, got {max_batch} and {max_wait_s}")
         self.store = store
@@ -99,6 +106,8 @@ class Collector:
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
         self.shutdown_timeout_s = shutdown_timeout_s
+        self.collector_key = collector_key
+        self._told_expired = False
         self.counters = Counters()
         self.error: Optional[str] = None  # set when the collector cannot go on (then it stops)
         self._pending: List[Delivery] = []
@@ -223,6 +232,11 @@ class Collector:
 
     def _confirm(self, outcomes: Sequence[IngestOutcome]) -> None:
         """Tell each device which of its messages are committed or rejected for good (network thread)."""
+        if self.collector_key is not None and self.collector_key.expired and not self._told_expired:
+            self._told_expired = True
+            log.error("the collector certificate (%s) has expired: agents with a trusted key ignore its confirmations "
+                      "and keep re-sending; issue a new one with `edgeopt keys collector NAME --force` and restart",
+                      self.collector_key.describe())
         for device_id, (committed, rejected) in confirmations(outcomes).items():
             for start in range(0, len(committed) + len(rejected), wire.MAX_CONFIRM_IDS):
                 ids = (committed + list(rejected))[start:start + wire.MAX_CONFIRM_IDS]
@@ -231,6 +245,7 @@ class Collector:
                     device_id, self._confirm_seq,
                     committed=[i for i in ids if i not in rejected],
                     rejected={i: rejected[i] for i in ids if i in rejected},
+                    signer=self.collector_key.sign if self.collector_key is not None else None,
                 )
                 self.session.publish(wire.confirm_topic(device_id), envelope.encode())
                 self.counters.confirmed += len(ids)

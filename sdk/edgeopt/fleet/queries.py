@@ -143,7 +143,8 @@ class FleetQueries:
             )
 
     def stats(self) -> Dict[str, Any]:
-        """Counts: stored and duplicate by topic kind, rejected by reason, gaps open and filled."""
+        """Counts: stored and duplicate by topic kind, rejected by reason, gaps open and filled, and the
+        confirmations devices refused (as their newest telemetry reports them)."""
         with self.db.transaction(write=False) as tx:
             stored = {r["kind"]: int(r["n"]) for r in tx.rows("SELECT kind, COUNT(*) AS n FROM messages GROUP BY kind")}
             counters = {r["name"]: int(r["value"]) for r in tx.rows("SELECT name, value FROM counters")}
@@ -155,6 +156,10 @@ class FleetQueries:
                 "FROM gaps WHERE suspect = 0"
             ) or {}
             suspect = tx.one("SELECT COUNT(*) AS n FROM gaps WHERE suspect = 1") or {}
+            latest = tx.rows(
+                "SELECT t.device_id, t.body FROM telemetry t JOIN (SELECT device_id, MAX(seq) AS seq FROM telemetry "
+                "GROUP BY device_id) m ON t.device_id = m.device_id AND t.seq = m.seq"
+            )
         duplicate = {name.split(":", 1)[1]: value for name, value in counters.items() if name.startswith("duplicate:")}
         return {
             "stored": stored,
@@ -164,6 +169,7 @@ class FleetQueries:
                        "rejected": sum(rejected.values())},
             "gaps": {"missing": int(gaps.get("missing") or 0), "filled": int(gaps.get("filled") or 0),
                      "suspect_jumps": int(suspect.get("n") or 0)},
+            "unauthenticated_confirms": _confirms_refused(latest),
         }
 
     def roofline_fits(self, profile: Optional[str] = None) -> List[Dict[str, Any]]:
@@ -176,6 +182,21 @@ class FleetQueries:
         for r in rows:
             r["kind_ms"] = json.loads(r["kind_ms"]) if r["kind_ms"] else {}
         return rows
+
+
+def _confirms_refused(latest_telemetry: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Confirm messages the devices refused to act on (forged, unsigned, not certified by the fleet key),
+    as each device's newest telemetry counts them (`agent.unauthenticated_confirms`, ever): a collector
+    cannot see another's confirms, only what the boards report."""
+    devices: Dict[str, int] = {}
+    for row in latest_telemetry:
+        try:
+            count = json.loads(row["body"]).get("agent", {}).get("unauthenticated_confirms")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+            devices[row["device_id"]] = count
+    return {"total": sum(devices.values()), "devices": dict(sorted(devices.items()))}
 
 
 def _comparison_order(row: Dict[str, Any]) -> Tuple[Any, ...]:
