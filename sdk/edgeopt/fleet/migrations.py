@@ -25,6 +25,20 @@ class Migration:
     statements: Tuple[str, ...]
 
 
+def _rekeyed(table: str, columns: str, indexes: Sequence[str]) -> Tuple[str, ...]:
+    """Statements that rebuild `table` (its column definitions `columns`) with the primary key
+    (device_id, id), keeping every row, on SQLite and PostgreSQL alike."""
+    names = ", ".join(line.split()[0] for line in columns.strip().splitlines())
+    new = f"{table}_rekeyed"
+    return (
+        f"CREATE TABLE {new} ({columns},\n                PRIMARY KEY (device_id, id)\n            )",
+        f"INSERT INTO {new} ({names}) SELECT {names} FROM {table}",
+        f"DROP TABLE {table}",
+        f"ALTER TABLE {new} RENAME TO {table}",
+        *indexes,
+    )
+
+
 MIGRATIONS: Tuple[Migration, ...] = (
     Migration(1, "messages, devices, status, telemetry, results, streams, gaps, rejected, counters", (
         # Every message stored, by envelope id: the duplicate check.
@@ -177,6 +191,83 @@ MIGRATIONS: Tuple[Migration, ...] = (
         # JSON: roof key ("int8/depthwise") -> uncalibrated predicted ms; NULL for rows stored before,
         # which still count towards the whole-graph factor.
         "ALTER TABLE roofline_fits ADD COLUMN kind_ms TEXT",
+    )),
+    Migration(5, "messages, status, telemetry, results keyed by (device_id, id): duplicates are per device", (
+        # A message id is unique per device only: the same id on another login's topic must not
+        # make this device's message a "duplicate". Neither database can change a primary key in
+        # place portably, so each table is copied into a new one keyed (device_id, id) and renamed
+        # (its indexes go with the old table and are made again).
+        *(statement for table, columns, indexes in (
+            ("messages", """
+                id TEXT NOT NULL,
+                device_id TEXT NOT NULL,
+                kind TEXT NOT NULL,
+                seq {bigint} NOT NULL,
+                ts {float} NOT NULL,
+                received_at {float} NOT NULL""",
+             ("CREATE INDEX messages_received ON messages (received_at)",)),
+            ("status", """
+                id TEXT NOT NULL,
+                device_id TEXT NOT NULL,
+                seq {bigint} NOT NULL,
+                ts {float} NOT NULL,
+                state TEXT NOT NULL,
+                reason TEXT,
+                body TEXT NOT NULL""",
+             ("CREATE INDEX status_device_ts ON status (device_id, ts)",)),
+            ("telemetry", """
+                id TEXT NOT NULL,
+                device_id TEXT NOT NULL,
+                seq {bigint} NOT NULL,
+                ts {float} NOT NULL,
+                cpu_percent {float},
+                memory_used_mb {float},
+                temperature_c {float},
+                power_w {float},
+                power_source TEXT,
+                body TEXT NOT NULL""",
+             ("CREATE INDEX telemetry_device_ts ON telemetry (device_id, ts)",
+              "CREATE INDEX telemetry_ts ON telemetry (ts)")),
+            ("results", """
+                id TEXT NOT NULL,
+                device_id TEXT NOT NULL,
+                seq {bigint} NOT NULL,
+                ts {float} NOT NULL,
+                job_id TEXT,
+                request_id TEXT,
+                job_type TEXT,
+                ok INTEGER NOT NULL,
+                error_kind TEXT,
+                error_message TEXT,
+                model TEXT,
+                model_sha256 TEXT,
+                artifact_key TEXT,
+                format TEXT,
+                precision TEXT,
+                manifest_sha256 TEXT,
+                accuracy_drop_points {float},
+                runtime TEXT,
+                threads INTEGER,
+                p50_ms {float},
+                p90_ms {float},
+                p95_ms {float},
+                p99_ms {float},
+                min_ms {float},
+                max_ms {float},
+                mean_ms {float},
+                load_ms {float},
+                first_inference_ms {float},
+                throughput_ips {float},
+                peak_rss_mb {float},
+                energy_per_inference_mj {float},
+                avg_power_w {float},
+                power_source TEXT,
+                valid INTEGER,
+                invalid_reasons TEXT,
+                body TEXT NOT NULL""",
+             ("CREATE INDEX results_device_ts ON results (device_id, ts)",
+              "CREATE INDEX results_model ON results (model, artifact_key)")),
+        ) for statement in _rekeyed(table, columns, indexes)),
     )),
 )
 

@@ -10,14 +10,23 @@ made on first use beside the signing keys (~/.config/edgeopt/keys/fleet-ca.{crt,
 the identity's name, which Mosquitto takes as the user name with `use_identity_as_username`.
 The broker's ACL (scripts/mosquitto.acl) then ties user name X to the topics edgeopt/v1/X/...;
 collector and deploy users get their own `user` block, appended to the ACL file here.
+
+Every file and folder written here is checked first: a symlink is refused (a planted link would
+redirect the write), a folder of ours that others may enter is made 0700, and files are written
+to a new name and renamed over the old one. Mosquitto 2 reads its password file, ACL and TLS
+files after dropping root to the `mosquitto` user, so when this runs as root and that user exists
+(`broker_account()`), the files the broker reads are given to it (owner and group `mosquitto`,
+mode 0640; the broker identity's folder 0750).
 """
 from __future__ import annotations
 
 import datetime
 import json
+import logging
 import os
 import secrets
 import shutil
+import stat
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,6 +36,8 @@ from edgeopt_agent import wire
 
 from ..errors import UserError, require
 
+log = logging.getLogger(__name__)
+
 PathLike = Union[str, Path]
 ROLES = ("device", "collector", "deploy", "broker")
 CA_CERT_NAME = "fleet-ca.crt"
@@ -35,6 +46,9 @@ CA_DAYS = 3650
 CERT_DAYS = 825
 MOSQUITTO_PASSWD_FALLBACK = "/usr/bin/mosquitto_passwd"
 DEFAULT_OUT = "edgeopt-credentials"
+BROKER_USER = "mosquitto"  # the user Mosquitto's packages run the broker as (it drops root to it)
+BROKER_FILE_MODE = 0o640
+BROKER_DIR_MODE = 0o750
 
 # What each role may do besides what scripts/mosquitto.acl grants every user on its own device
 # topics. {name} is the identity's user name.
@@ -45,6 +59,8 @@ ROLE_ACL = {
         "topic read edgeopt/v1/+/results",
         "topic write edgeopt/v1/+/confirm",
         "topic readwrite edgeopt/collectors/{name}/status",
+        # The ACL's pattern lines give every login edgeopt/v1/<login>/...: this login is no device.
+        "topic deny edgeopt/v1/{name}/#",
     ),
     "deploy": (
         "topic read edgeopt/v1/+/status",
@@ -52,6 +68,7 @@ ROLE_ACL = {
         "topic read edgeopt/v1/+/transfer",
         "topic write edgeopt/v1/+/jobs",
         "topic write edgeopt/v1/+/chunks",
+        "topic deny edgeopt/v1/{name}/#",
     ),
 }
 
@@ -71,6 +88,7 @@ class Provisioned:
     acl_lines: List[str] = field(default_factory=list)  # the user block (collector and deploy)
     config_path: Optional[Path] = None
     config: str = ""  # agent.toml for a device; command-line options otherwise
+    notes: List[str] = field(default_factory=list)  # folders made private, files given to the broker's user
 
     def to_json(self) -> Dict[str, Any]:
         return {key: str(value) if isinstance(value, Path) else value for key, value in asdict(self).items()}
@@ -100,27 +118,39 @@ def provision(
         raise UserError(f"say how {name} proves who it is: --password-file FILE (Mosquitto's password file), "
                         "--cert (a client certificate from the fleet CA), or both")
     folder = Path(out_dir).expanduser() if out_dir is not None else Path(DEFAULT_OUT) / name
+    # Every path written below is checked before anything is written: a planted link stops it all.
+    for path in (folder, *(folder / f for f in ("password", f"{name}.crt", f"{name}.key", "ca.crt", "agent.toml",
+                                                "options.txt")),
+                 *(Path(p).expanduser() for p in (password_file, acl_file) if p is not None)):
+        _lstat(path)
     existing = [p for p in (folder / "password", folder / f"{name}.crt", folder / f"{name}.key") if p.exists()]
     if existing and not force:
         raise UserError(f"{name} already has credentials in {folder}; pass --force to replace them "
                         "(the old ones then stop working)")
     result = Provisioned(name=name, role=role, folder=folder)
-    _make_private_dir(folder)
+    account = broker_account()
+    if out_dir is None:
+        _prepare_dir(folder.parent, result.notes)
+    # The broker's own certificate and key are read by the broker, after it dropped root.
+    _prepare_dir(folder, result.notes, account if role == "broker" else None)
     if password_file is not None:
         result.password_file = Path(password_file).expanduser()
-        result.password_path = _add_password(result.password_file, name, folder, force)
+        result.password_path = _add_password(result.password_file, name, folder, force, account, result.notes)
     if cert:
         ca = FleetCA.open(keys_dir)
         result.ca_created = ca.created
         hosts = list(dict.fromkeys([name, *server_names])) if role == "broker" else []
         result.cert, result.key = ca.issue(name, folder, server_names=hosts, server=role == "broker")
         result.ca_cert = folder / "ca.crt"
-        shutil.copyfile(ca.cert_path, result.ca_cert)
+        _write_file(result.ca_cert, ca.cert_path.read_bytes(), 0o644)
+        if role == "broker":
+            _give_to_broker(result.key, account, result.notes, owner=False)
     if role in ROLE_ACL:
         result.acl_lines = [f"user {name}"] + [line.format(name=name) for line in ROLE_ACL[role]]
         if acl_file is not None:
             result.acl_file = Path(acl_file).expanduser()
-            _append_acl(result.acl_file, name, result.acl_lines, force)
+            _append_acl(result.acl_file, name, result.acl_lines, force, result.notes)
+            _give_to_broker(result.acl_file, account, result.notes)
     if role != "broker":
         result.config_path, result.config = _write_config(result, broker)
     return result
@@ -147,16 +177,18 @@ def password_users(path: Path) -> List[str]:
             if ":" in line and not line.startswith("#")]
 
 
-def _add_password(password_file: Path, name: str, folder: Path, force: bool) -> Path:
+def _add_password(password_file: Path, name: str, folder: Path, force: bool, account: Optional["BrokerAccount"],
+                  notes: List[str]) -> Path:
     tool = mosquitto_passwd()
+    found = _lstat(password_file)  # a link is refused before anything reads or writes through it
     if name in password_users(password_file) and not force:
         raise UserError(f"{name} is already in {password_file}; pass --force to give it a new password "
                         "(its old one then stops working)")
     password = secrets.token_urlsafe(24)
     try:
-        if not password_file.exists():
+        if found is None:
             password_file.parent.mkdir(parents=True, exist_ok=True)
-            password_file.touch(mode=0o600)
+            os.close(os.open(str(password_file), os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600))
         # -b takes the password as an argument: it is visible in the process list for the
         # moment mosquitto_passwd runs. Run this on the broker's host, not a shared one.
         done = subprocess.run([tool, "-b", str(password_file), name, password], capture_output=True, text=True,
@@ -167,6 +199,8 @@ def _add_password(password_file: Path, name: str, folder: Path, force: bool) -> 
         reason = (done.stderr or done.stdout).strip().splitlines()
         raise UserError(f"mosquitto_passwd could not add {name} to {password_file}: "
                         f"{reason[0] if reason else f'exit status {done.returncode}'}")
+    # Mosquitto reads it as its own user (it drops root before reading it).
+    _give_to_broker(password_file, account, notes)
     path = folder / "password"
     _write_private(path, (password + "\n").encode())
     return path
@@ -242,7 +276,8 @@ class FleetCA:
         certificate = builder.sign(self.key, hashes.SHA256())
         cert_path, key_path = folder / f"{name}.crt", folder / f"{name}.key"
         _write_private(key_path, _private_pem(key))
-        cert_path.write_bytes(certificate.public_bytes(_crypto("cryptography.hazmat.primitives.serialization").Encoding.PEM))
+        _write_file(cert_path, certificate.public_bytes(_crypto("cryptography.hazmat.primitives.serialization").Encoding.PEM),
+                    0o644)
         return cert_path, key_path
 
 
@@ -269,9 +304,9 @@ def _make_ca(folder: Path, cert_path: Path, key_path: Path) -> None:
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
-    _make_private_dir(folder)
+    _prepare_dir(folder, [])
     _write_private(key_path, _private_pem(key))
-    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    _write_file(cert_path, certificate.public_bytes(serialization.Encoding.PEM), 0o644)
 
 
 def _private_pem(key: Any) -> bytes:
@@ -283,16 +318,22 @@ def _private_pem(key: Any) -> bytes:
 # --- ACL and config -----------------------------------------------------------------------------
 
 
-def _append_acl(acl_file: Path, name: str, lines: List[str], force: bool) -> None:
+def _append_acl(acl_file: Path, name: str, lines: List[str], force: bool, notes: List[str]) -> None:
+    _lstat(acl_file)  # a link is refused before anything reads or writes through it
     text = acl_file.read_text(encoding="utf-8") if acl_file.exists() else ""
-    if f"user {name}" in [line.strip() for line in text.splitlines()]:
+    present = [line.strip() for line in text.splitlines()]
+    if f"user {name}" in present:
         if not force:
             raise UserError(f"{acl_file} already has a 'user {name}' block; edit it there, or pass --force "
                             "to keep it as it is")
+        if lines[-1] not in present:
+            notes.append(f"{acl_file}: the existing 'user {name}' block lacks '{lines[-1]}' (without it the "
+                         f"ACL's pattern lines let {name} publish as a device named {name}); add it there")
         return
     block = "\n".join(lines) + "\n"
     try:
-        with open(acl_file, "a", encoding="utf-8") as out:
+        fd = os.open(str(acl_file), os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW, 0o600)
+        with os.fdopen(fd, "a", encoding="utf-8") as out:
             out.write(("\n" if text and not text.endswith("\n\n") else "") + block)
     except OSError as exc:
         raise UserError(f"cannot append to the ACL file {acl_file}: {exc.strerror}") from exc
@@ -318,22 +359,137 @@ def _write_config(result: Provisioned, broker: str) -> tuple:
         command = "edgeopt fleet serve" if result.role == "collector" else "edgeopt deploy OUTDIR --all"
         path = result.folder / "options.txt"
         text = f"{command} " + " ".join(options) + "\n"
-    path.write_text(text, encoding="utf-8")
+    _write_file(path, text.encode("utf-8"), 0o644)
     return path, text
 
 
-def _make_private_dir(folder: Path) -> None:
+# --- files: no links, private folders, the broker's own files ------------------------------------
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+@dataclass(frozen=True)
+class BrokerAccount:
+    name: str
+    uid: int
+    gid: int
+
+
+def broker_account(user: str = BROKER_USER) -> Optional[BrokerAccount]:
+    """The user the broker reads its files as, when this runs as root and that user exists; else None.
+
+    Mosquitto started as root drops to `mosquitto` before it reads the password file, the ACL and
+    its TLS files (measured with 2.0.11: a root-owned 0600 password file stops it from starting).
+    Not running as root, the files stay the caller's: the broker then runs as the caller.
+    """
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return None
     try:
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        import pwd
+        entry = pwd.getpwnam(user)
+    except (ImportError, KeyError):
+        return None
+    return BrokerAccount(user, entry.pw_uid, entry.pw_gid)
+
+
+def _lstat(path: Path) -> Optional[os.stat_result]:
+    """`path`'s own status (None if missing); a symbolic link is refused."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
     except OSError as exc:
-        raise UserError(f"cannot create {folder}: {exc.strerror}; pass a writable --out") from exc
+        raise UserError(f"cannot check {path}: {exc.strerror}") from exc
+    if stat.S_ISLNK(info.st_mode):
+        raise UserError(f"{path} is a symbolic link, and provisioning does not write through links (one planted "
+                        "there would send the credentials elsewhere); remove it or give the real path")
+    return info
+
+
+def _prepare_dir(folder: Path, notes: List[str], account: Optional[BrokerAccount] = None) -> None:
+    """Make `folder` (0700), or check the one there: a folder, no link, ours, and closed to others.
+
+    With `account` it is the broker's folder: group `account`, 0750.
+    """
+    info = _lstat(folder)
+    if info is None:
+        missing, here = [], folder
+        while not os.path.lexists(here) and here != here.parent:
+            missing.append(here)
+            here = here.parent
+        for each in reversed(missing):
+            try:
+                each.mkdir(mode=0o700)  # the folders made here (parents too) are private
+                os.chmod(each, 0o700)
+            except FileExistsError:
+                pass  # made meanwhile: checked below like any other
+            except OSError as exc:
+                raise UserError(f"cannot create {each}: {exc.strerror}; pass a writable --out") from exc
+        info = _lstat(folder)
+        if info is None:
+            raise UserError(f"{folder} vanished while it was being made; run the command again")
+    if not stat.S_ISDIR(info.st_mode):
+        raise UserError(f"{folder} is not a folder; pass another --out")
+    if hasattr(os, "geteuid") and info.st_uid not in {os.geteuid(), account.uid if account else os.geteuid()}:
+        raise UserError(f"{folder} belongs to another user (uid {info.st_uid}), who could read or replace what is "
+                        "written there; remove it or pass another --out")
+    if account is not None:
+        _give_to_broker(folder, account, notes, owner=False, mode=BROKER_DIR_MODE)
+        return
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o077:
+        try:
+            os.chmod(folder, 0o700)
+        except OSError as exc:
+            raise UserError(f"{folder} is open to other users (mode {mode:04o}) and cannot be made private: "
+                            f"{exc.strerror}") from exc
+        notes.append(f"{folder}: was open to other users (mode {mode:04o}); now 0700")
+        log.warning("%s was open to other users (mode %04o); made it 0700", folder, mode)
+
+
+def _give_to_broker(path: Path, account: Optional[BrokerAccount], notes: List[str], owner: bool = True,
+                    mode: int = BROKER_FILE_MODE) -> None:
+    """Let the broker's user read `path`: group (and with `owner` also owner) `account`, `mode`.
+
+    Mosquitto's password file and ACL get the broker's user as owner too, as newer Mosquitto
+    versions expect of the files they read; its TLS key and folder keep their owner.
+    """
+    if account is None:
+        return
+    _lstat(path)
+    try:
+        fd = os.open(str(path), os.O_RDONLY | _NOFOLLOW)
+        try:
+            os.fchown(fd, account.uid if owner else -1, account.gid)
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise UserError(f"cannot give {path} to the broker's user {account.name}: {exc.strerror}") from exc
+    notes.append(f"{path}: {'owner and ' if owner else ''}group {account.name}, mode {mode:04o} "
+                 "(the broker reads it as that user)")
+
+
+def _write_file(path: Path, data: bytes, mode: int) -> None:
+    """Write `path` whole: to a new file beside it, renamed over it (never through a link or an old inode)."""
+    _lstat(path)
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    try:
+        fd = os.open(str(temporary), os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, mode)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+            os.chmod(temporary, mode)  # whatever the umask took away or left
+            os.replace(temporary, path)
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror}") from exc
 
 
 def _write_private(path: Path, data: bytes) -> None:
-    fd = os.open(str(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
-    os.chmod(path, 0o600)
+    _write_file(path, data, 0o600)
 
 
 def _crypto(module: str) -> Any:

@@ -1,9 +1,10 @@
 """The fleet database's write path: device messages stored once, with gaps and rejections in plain sight.
 
 `ingest_many` stores a batch in one transaction (the collector acknowledges the batch to the
-broker only after that commit). A message is stored once by its envelope id; a second copy is
-counted as a duplicate. Anything malformed is kept in the `rejected` table with its reason and
-the start of its payload, and never reaches the data tables.
+broker only after that commit). A message is stored once per (device, envelope id); a second
+copy is counted as a duplicate (the same id from another device is another message). Anything
+malformed is kept in the `rejected` table with its reason and the start of its payload, and
+never reaches the data tables.
 """
 from __future__ import annotations
 
@@ -153,7 +154,7 @@ class FleetWriter:
         e = message.envelope
         fresh = tx.execute(
             "INSERT INTO messages (id, device_id, kind, seq, ts, received_at) VALUES (?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (id) DO NOTHING",
+            "ON CONFLICT (device_id, id) DO NOTHING",
             (e.id, e.device_id, message.kind, e.seq, e.ts, now),
         )
         if not fresh:
