@@ -103,10 +103,41 @@ def read(where: Union[str, Path], require_schema: bool = True) -> Manifest:
     entries = data.get("artifacts")
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise UserError(f"{path} has no \"artifacts\" list; re-run `edgeopt convert`")
+    for number, entry in enumerate(entries, start=1):
+        _check_artifact_path(path, entry, number)
     created, recommended = data.get("created"), data.get("recommended")
     return Manifest(path=path, schema=schema, created=created if isinstance(created, str) else None,
                     recommended=recommended if isinstance(recommended, str) else None,
                     artifacts=tuple(ArtifactEntry.from_dict(e) for e in entries), data=data, raw=raw)
+
+
+def _check_artifact_path(manifest_path: Path, entry: Mapping[str, Any], number: int) -> None:
+    """An artifact's path must name a file inside the manifest's folder: relative, no '..', and
+    no symlink (of the file or a folder on the way) leading out of it. Every reader of the
+    manifest (bench, deploy, report, profile, analyze) opens artifacts only through read(), so
+    a manifest from elsewhere cannot make them open, hash or send a file outside OUTDIR."""
+    relative = entry.get("path")
+    if relative is None:
+        return
+    key = entry.get("key")
+    name = f"artifact '{key}'" if isinstance(key, str) else f"artifact #{number}"
+    if not isinstance(relative, str):
+        raise UserError(f"{manifest_path}: {name} has a \"path\" that is not a string ({relative!r}); "
+                        "re-run `edgeopt convert`")
+    candidate = Path(relative)
+    if "\x00" in relative or candidate.is_absolute() or candidate.drive or ".." in candidate.parts \
+            or ".." in relative.replace("\\", "/").split("/"):
+        raise UserError(f"{manifest_path}: {name} has path {relative!r}; an artifact's path must be relative to "
+                        "the manifest's folder, without '..': refusing to open files outside it")
+    try:
+        folder = manifest_path.parent.resolve()
+        resolved = (folder / candidate).resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop
+        raise UserError(f"{manifest_path}: {name} has path {relative!r}, which cannot be resolved ({exc}); "
+                        "re-run `edgeopt convert`") from None
+    if resolved != folder and folder not in resolved.parents:
+        raise UserError(f"{manifest_path}: {name} has path {relative!r}, which leads through a symlink to "
+                        f"{resolved}, outside the manifest's folder; refusing to open files outside it")
 
 
 def write(content: Mapping[str, Any], path: Union[str, Path]) -> None:

@@ -15,6 +15,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from edgeopt_agent.arrays import read_arrays
 from edgeopt_agent.errors import UserError
 
 DTYPES = ("float32", "float16", "int64", "int32", "uint8", "int8", "bool")
@@ -290,14 +291,9 @@ def _read_arrays(path: Path, what: str) -> Dict[str, np.ndarray]:
     if path.is_dir():
         raise UserError(f"{what} file {path} is a directory; give a .npy or .npz file")
     try:
-        # allow_pickle=False: a data file must never run code. An .npz reads its members lazily,
-        # so they are read here, where a broken member is still a clear error.
-        loaded = np.load(path, allow_pickle=False)
-        if isinstance(loaded, np.ndarray):
-            arrays = {"": loaded}
-        else:
-            with loaded:
-                arrays = {k: loaded[k] for k in loaded.files}
+        # A data file must never run code (no pickles), and its size is checked against the cap
+        # before any member is inflated (edgeopt_agent.arrays).
+        arrays = read_arrays(path, f"{what} file")[1]
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
         raise UserError(f"{what} file {path} is not a readable .npy/.npz array file ({exc})") from None
     broken = [k or "the array" for k, v in arrays.items() if not isinstance(v, np.ndarray) or v.dtype == object]

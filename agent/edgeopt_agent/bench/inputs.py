@@ -8,11 +8,13 @@ A described constant (`value`) is fed as is.
 from __future__ import annotations
 
 import math
+import zipfile
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..arrays import read_arrays
 from ..runners.base import TensorInfo
 from ..runners.errors import FreeSizeError, InputError, UnsupportedModelError
 
@@ -136,18 +138,18 @@ def _load_arrays(path: Path, infos: Sequence[TensorInfo], aliases: Optional[Mapp
                  skip: Sequence[str] = ()) -> Dict[str, np.ndarray]:
     names = [i.name for i in infos]
     try:
-        loaded = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
+        # No pickles, and the sizes checked against the cap before anything is inflated.
+        is_npz, loaded = read_arrays(path, "input file", too_large=InputError)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         raise InputError(f"cannot read input file {path}: {exc} (expected .npy or .npz)") from exc
-    if isinstance(loaded, np.ndarray):
+    if not is_npz:
         if len(names) != 1:
             raise InputError(
                 f"{path.name} holds one array but the model takes {len(names)} inputs "
                 f"({', '.join(names)}); use a .npz keyed by input name"
             )
-        return {names[0]: loaded}
-    with loaded:
-        arrays = {(aliases or {}).get(key, key): loaded[key] for key in loaded.files}
+        return {names[0]: loaded[""]}
+    arrays = {(aliases or {}).get(key, key): value for key, value in loaded.items()}
     arrays = {key: value for key, value in arrays.items() if key not in skip}
     missing = [n for n in names if n not in arrays]
     unknown = [k for k in arrays if k not in names]

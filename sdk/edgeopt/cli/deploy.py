@@ -36,6 +36,12 @@ class Duration(click.ParamType):
 @click.option("--device", "device_id", metavar="ID", help="Deploy to this (online) device.")
 @click.option("--profile", metavar="NAME", help="Deploy to every online device of this profile.")
 @click.option("--all", "all_devices", is_flag=True, help="Deploy to every online device.")
+@click.option("--max-devices", type=click.IntRange(min=1), default=100, show_default=True, metavar="N",
+              help="Refuse --all or --profile when they pick more devices than this (a broker without an ACL "
+                   "may hold statuses that no agent sent).")
+@click.option("--db", "fleet_db", metavar="URL",
+              help="With --all or --profile: pick only devices this fleet store (e.g. sqlite:///fleet.db) "
+                   "holds a result from.")
 @click.option("--artifact", "artifact_key", metavar="KEY", help="Artifact of the manifest (default: the recommended one).")
 @click.option("--key", "key_path", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
               help="Ed25519 private key to sign with (default: $EDGEOPT_SIGNING_KEY, or the key of "
@@ -60,7 +66,7 @@ class Duration(click.ParamType):
                    "(signed into the job).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON list (one object per device) instead of a table.")
 @broker_options(PASSWORD_ENV)
-def deploy(outdir: Path, device_id, profile, all_devices, artifact_key, key_path, unsigned, url, wait,
+def deploy(outdir: Path, device_id, profile, all_devices, max_devices, fleet_db, artifact_key, key_path, unsigned, url, wait,
            timeout_s, runs, duration_s, threads, idle_s, chunk_kb, expires_s, allow_downgrade, as_json, **broker):
     """Send the recommended artifact of OUTDIR (an `edgeopt convert` output) to devices as a benchmark job.
 
@@ -69,8 +75,9 @@ def deploy(outdir: Path, device_id, profile, all_devices, artifact_key, key_path
     your Ed25519 key, so agents with a trusted key run nothing else, each job once, before it
     expires, and never an older build of the model unless you say --allow-downgrade.
     Devices are picked from the broker's retained status messages: --device ID, --profile NAME
-    (its online devices) or --all. With --wait, shows progress until each device answered and
-    prints their measurements.
+    (its online devices) or --all; --all and --profile pick at most --max-devices, and with
+    --db only devices the fleet store has results from. With --wait, shows progress until each
+    device answered and prints their measurements.
     """
     from ..deploy import deploy as run_deploy
     from ..deploy import signing_key
@@ -84,7 +91,8 @@ def deploy(outdir: Path, device_id, profile, all_devices, artifact_key, key_path
         rows = run_deploy(outdir, settings, device=device_id, profile=profile, all_devices=all_devices,
                           artifact=artifact_key, private_key=key, unsigned=key is None, wait=wait, timeout_s=timeout_s,
                           progress=display.update, url=url, bench=bench, chunk_size=chunk_kb * 1024,
-                          expires_s=expires_s, allow_downgrade=allow_downgrade)
+                          expires_s=expires_s, allow_downgrade=allow_downgrade, fleet_db=fleet_db,
+                          max_devices=max_devices)
     finally:
         display.close()
     if as_json:

@@ -14,7 +14,7 @@ from .artifact import choose_artifact
 from .keys import SigningKey, default_private_key
 from .mqtt import HostClient
 from .rollout import ProgressCallback, Rollout
-from .targets import DeviceStatus, read_statuses, select_targets
+from .targets import DEFAULT_MAX_DEVICES, DeviceStatus, measured_devices, read_statuses, select_targets
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,8 @@ def deploy(
     chunk_size: int = wire.DEFAULT_CHUNK_BYTES,
     expires_s: float = wire.DEFAULT_JOB_LIFETIME_S,
     allow_downgrade: bool = False,
+    fleet_db: Optional[str] = None,
+    max_devices: int = DEFAULT_MAX_DEVICES,
 ) -> List[Dict[str, Any]]:
     """Send a benchmark job for an artifact of OUTDIR (the recommended one, or `artifact`) to one
     online `device`, every online device of a `profile`, or `all_devices` online.
@@ -52,7 +54,9 @@ def deploy(
     them and no other device. Devices refuse it `expires_s` seconds after now, and refuse an
     older build of the same model than the last they accepted unless `allow_downgrade`.
     `bench` holds benchmark options (runs, duration_s, threads...; see
-    edgeopt_agent.wire.BENCH_OPTIONS).
+    edgeopt_agent.wire.BENCH_OPTIONS). `all_devices` and `profile` pick at most `max_devices`
+    devices (more is refused) and, with `fleet_db` (a fleet store URL), only devices that store
+    holds a result from: a retained status alone is no evidence on a broker without an ACL.
 
     Returns one dict per device: device_id, job_id, artifact_key, state ("answered", "delivered",
     "timeout"), ok (None while unanswered), error {kind, message}, result (the measurement), meta,
@@ -71,10 +75,12 @@ def deploy(
     settings = broker if isinstance(broker, BrokerSettings) else broker_settings(broker)
     job_id = f"{chosen.key}-{uuid.uuid4().hex[:10]}"
 
+    measured = measured_devices(fleet_db) if fleet_db is not None and device is None else None
+
     client = HostClient(settings)
     try:
         client.connect()
-        targets = select_targets(read_statuses(client), device, profile, all_devices)
+        targets = select_targets(read_statuses(client), device, profile, all_devices, measured, max_devices)
         _warn_about_signatures(targets, key)
         # One body, signed once, for every device picked: it names them all.
         body = wire.benchmark_body(
