@@ -353,8 +353,9 @@ def test_a_payload_past_the_first_wall_cannot_write_outside_its_folder(good_pt2,
     assert not marker.exists()
 
 
-def test_a_payload_past_the_first_wall_has_no_network(good_pt2, tmp_path):
+def test_a_payload_past_the_first_wall_has_no_network(good_pt2, tmp_path, monkeypatch):
     _bubblewrap(tmp_path)
+    monkeypatch.chdir(tmp_path)  # the bare load below runs the payload here
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(1)
