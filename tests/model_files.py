@@ -111,3 +111,16 @@ def save_token_encoder_onnx(path):
                       input_names=["input_ids", "attention_mask"], output_names=["embedding"],
                       dynamic_axes={"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}})
     return path
+
+
+def perturb_onnx_weights(path):
+    """The largest weight initializer of an ONNX file, changed as a miscomputing kernel would."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    weight = max(model.graph.initializer, key=lambda t: int(np.prod(t.dims)))
+    values = numpy_helper.to_array(weight)
+    changed = values[::-1].copy() if values.dtype.kind in "iu" else (values * -1.0).astype(values.dtype)
+    weight.CopyFrom(numpy_helper.from_array(changed.reshape(values.shape), weight.name))
+    onnx.save(model, str(path))

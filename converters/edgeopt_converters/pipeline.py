@@ -30,6 +30,7 @@ from .host_int8 import validation_session_config
 from .host_timing import ORT_SIDE_BY_SIDE, time_interleaved
 from .manifest_build import ArtifactRecord, build_manifest, publish
 from .architecture import classify
+from .board_reference import record_reference_figures
 from .input_specs import concrete_specs, resolve_specs, tensor_inputs
 from .mixed_precision import search_mixed_precision
 from .model_source import bind_constants, load_source, module_source
@@ -248,6 +249,7 @@ def _convert(source: SourceModel, profile, metric, opts: ConvertOptions, progres
         predicted = {} if measured else predict_artifacts(profile, {r.planned.key: work / r.path for r in records})
         rec = recommend(records, profile, measured=measured, why_predicted=why_not, predicted_ms=predicted)
         manifest = build_manifest(ctx, records, rec, opts)
+        record_reference_figures(work, manifest)
         publish(out, work, [r.path for r in records], manifest)
         done = True
         return manifest

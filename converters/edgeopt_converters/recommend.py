@@ -134,7 +134,7 @@ def _by_roofline(usable, profile: DeviceProfile, why: str, predicted_ms: Mapping
     return best.planned.key, (
         f"predicted, not measured: {why}; fastest by the roofline of each graph on {profile.name} (its profile's "
         f"peak throughput per precision and memory bandwidth, uncalibrated; `edgeopt analyze` shows it per "
-        f"node) among artifacts that pass their accuracy verdict: {shown}. Confirm on the board with `edgeopt bench`."
+        f"node) among artifacts that pass their accuracy verdict: {shown}. Confirm on the board: `edgeopt deploy OUTDIR --wait` to its edgeopt-agent."
     )
 
 
@@ -156,7 +156,7 @@ def _by_prediction(usable, profile: DeviceProfile, why: str) -> Tuple[str, str]:
                     return r.planned.key, (
                         f"predicted, not measured: {why}; {runtime} is its preferred runtime and {precision} the "
                         f"fastest precision by peak throughput (TOPS: {evidence}) among artifacts that pass their "
-                        f"accuracy verdict. Confirm on the board with `edgeopt bench`."
+                        f"accuracy verdict. Confirm on the board: `edgeopt deploy OUTDIR --wait` to its edgeopt-agent."
                     )
     first = usable[0]
     return first.planned.key, f"predicted ({why}): no better evidence than the profile's recipe order"

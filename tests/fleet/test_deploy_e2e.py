@@ -341,3 +341,39 @@ def test_with_a_url_the_device_downloads_the_artifact_itself(converted, fleet, t
     assert row["chunks_total"] == 0 and row["chunks_sent"] == 0
     assert served == [f"/{fp32['path']}"]
     assert f"{fp32['sha256']}.onnx" in agent.artifacts()
+
+
+def test_an_int8_artifact_is_valid_on_the_board_and_a_miscomputing_one_is_invalid(converted, keys, fleet, tmp_path,
+                                                                                     capsys):
+    """The board judges with the tolerance the conversion recorded for the artifact; an artifact
+    whose weights changed after conversion (its manifest entry updated to match, as a converter bug
+    would leave it) computes something else, and the board says so: deploy --wait exits 1."""
+    import hashlib
+
+    from model_files import perturb_onnx_weights
+
+    outdir, manifest = converted
+    common = ("--device", "lab-x86", "--artifact", "onnx-int8", "--broker", fleet.broker.address,
+              "--key", keys[0].private_key, "--wait", "--chunk-kb", 16, "--json", *CLI_BENCH)
+    code, out, err = run_cli(capsys, outdir, *common)
+    [row] = json.loads(out)
+    assert code == 0, err
+    assert row["result"]["valid"] is True and row["result"]["output_check"]["ok"] is True
+    assert entry(manifest, "onnx-int8")["reference_figures"]["outputs"][0]["cosine"] is not None
+
+    changed = tmp_path / "changed"
+    shutil.copytree(outdir, changed)
+    data = json.loads((changed / "manifest.json").read_text())
+    item = entry(data, "onnx-int8")
+    path = changed / item["path"]
+    perturb_onnx_weights(path)
+    item.update(sha256=hashlib.sha256(path.read_bytes()).hexdigest(), size_bytes=path.stat().st_size)
+    (changed / "manifest.json").write_text(json.dumps(data))
+
+    code, out, err = run_cli(capsys, changed, *common)
+    [row] = json.loads(out)
+    assert row["ok"] is True and row["result"]["valid"] is False
+    assert row["result"]["invalid_reasons"][-1].startswith("output_mismatch")
+    assert code == 1
+    code, out, err = run_cli(capsys, changed, *[c for c in common if c != "--json"], "--allow-invalid")
+    assert code == 0 and "INVALID" in out and "lab-x86: INVALID: output_mismatch" in err

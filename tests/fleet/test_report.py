@@ -398,3 +398,19 @@ def test_report_renders_in_headless_chromium(tmp_path):
         assert len(colours) > 50  # text, tables and charts, not a blank or error page
         blue = sum(n for n, (r, g, b) in colours if abs(r - 0x00) < 40 and abs(g - 0x72) < 40 and abs(b - 0xB2) < 40)
         assert blue > 200  # the first board's colour: the latency chart's boxes were drawn
+
+
+def test_an_invalid_result_is_crossed_out_in_every_chart_and_never_the_fastest():
+    """orin-02's onnx-int8 is made its fastest artifact, but its outputs did not match FP32."""
+    rows = [dict(r, p50_ms=0.1, min_ms=0.09) if (r["device_id"], r["artifact_key"]) == ("orin-02", "onnx-int8") else r
+            for r in fleet_results()]
+    page = render_report(full_data(results=rows))
+    for anchor in ("latency", "accuracy"):
+        part = section(page, anchor)
+        assert "onnx-int8 ✗ invalid" in part
+        assert "INVALID: output_mismatch: logits" in part  # the reason, in the point's tooltip
+    energy = section(page, "energy")  # rpi5-01's tflite-int8 is invalid (throttled) and has energy figures
+    assert "tflite-int8 ✗ invalid" in energy and "#C0392B" in energy
+    bold = [row for row in section(page, "results").split("<tr>") if '<td class="num"><b>' in row]
+    orin = [row for row in bold if "orin-02" in row]
+    assert len(orin) == 1 and ">onnx-int8<" not in orin[0] and ">tflite-int8<" in orin[0]

@@ -27,8 +27,10 @@ def reference_feeds(infos: Sequence[TensorInfo], descriptions: Optional[Sequence
     Each input is drawn from its own generator (seed, sample, its place in the description), so
     an artifact that orders or names its inputs differently (a TFLite file) gets the same data.
     Floats are uniform in [0, 1), or in `ranges[name]` (by the described name: the range a
-    quantized input represents), even for a quantized input (the runner quantizes them); wider
-    integers 0 or 1, booleans coin flips; a described constant is that value.
+    quantized input represents). A quantized input (a full-integer TFLite's int8 image) gets the
+    same real values as the FP32 artifact's float input, whatever dtype the description gives it:
+    the runner quantizes them with the input's own scale and zero point. Other integers are 0 or
+    1, booleans coin flips; a described constant is that value.
     """
     listed = list(descriptions or ())
     if not listed:
@@ -40,7 +42,9 @@ def reference_feeds(infos: Sequence[TensorInfo], descriptions: Optional[Sequence
         description = listed[index]
         shape = tuple(int(d) for d in description["shape"])
         dtype = np.dtype(description.get("dtype") or info.dtype)
-        if info.quantization is None and np.dtype(info.dtype).kind != dtype.kind:
+        if info.quantization is not None:
+            dtype = np.dtype(np.float32)  # real values, quantized by the runner as the artifact says
+        elif np.dtype(info.dtype).kind != dtype.kind:
             dtype = np.dtype(info.dtype)
         if "value" in description:
             feeds[info.name] = np.full(shape, description["value"], dtype=dtype)

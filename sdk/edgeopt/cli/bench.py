@@ -41,14 +41,18 @@ from .output import console, table
               help="Precision a TensorRT engine is built at (runtimes tensorrt, onnxruntime-tensorrt).")
 @click.option("--idle", "idle_s", type=float, default=1.0, show_default=True, help="Idle power baseline before each run, seconds (with a power sensor).")
 @click.option("--no-sensors", is_flag=True, help="Do not read this machine's power and thermal sensors.")
+@click.option("--allow-invalid", is_flag=True,
+              help="Exit 0 even when an artifact's outputs do not match its FP32 reference (still reported).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
-def bench(artifact: Path, batch: Optional[str], no_sensors: bool, as_json: bool,
+def bench(artifact: Path, batch: Optional[str], no_sensors: bool, as_json: bool, allow_invalid: bool,
           input_shapes: Sequence[str], input_values: Sequence[str], **options: Any) -> None:
     """Benchmark ARTIFACT (.onnx/.tflite, or a folder with manifest.json) on this machine.
 
     Each benchmark runs in a child process: load time and the first inference are reported
     apart, then latency percentiles, throughput, peak memory and, where this machine has a
-    power sensor, energy per inference. Exits 1 when a benchmark fails.
+    power sensor, energy per inference. For a convert output folder, each artifact's outputs are
+    checked against its FP32 artifact's with the tolerance its conversion earned (column "outputs").
+    Exits 1 when a benchmark fails or an artifact is invalid (--allow-invalid: only when one fails).
     """
     options["batch_sizes"] = parse_batches(batch)
     targets = collect_targets(artifact)
@@ -77,7 +81,7 @@ def bench(artifact: Path, batch: Optional[str], no_sensors: bool, as_json: bool,
         click.echo(json.dumps(payload, indent=2))
     else:
         show(results)
-    if not all(r["ok"] for r in results):
+    if not all(r["ok"] for r in results) or (not allow_invalid and not all(r.get("valid", True) for r in results)):
         click.get_current_context().exit(1)
 
 
@@ -161,7 +165,7 @@ def merge_inputs(entry: Optional[Dict[str, Any]], given: Dict[str, Dict[str, Any
 def with_references(outdir: Path, specs: List[BenchmarkSpec], entries: List[Dict[str, Any]]) -> List[BenchmarkSpec]:
     import dataclasses
 
-    from ..deploy.reference import build_reference
+    from edgeopt_converters.board_reference import build_reference
 
     manifest = read_manifest(outdir, require_schema=False).data
     return [dataclasses.replace(spec, reference=build_reference(outdir, manifest, entry, spec.inputs))
@@ -192,7 +196,7 @@ def show(results: Sequence[Dict[str, Any]]) -> None:
         if result["ok"]:
             notes.extend(f"{name}: {line}" for line in _notes(result))
     if rows:
-        headers = ["artifact", "batch", "p50 ms", "p90 ms", "p99 ms", "inf/s", "RSS MB", "mJ/inf"]
+        headers = ["artifact", "batch", "p50 ms", "p90 ms", "p99 ms", "inf/s", "RSS MB", "mJ/inf", "outputs"]
         out.print(table(headers, rows))
     for line in notes:
         out.print(line, markup=False)
@@ -211,7 +215,16 @@ def _row(name: str, result: Dict[str, Any], entry: Dict[str, Any]) -> List[str]:
         _num(entry["throughput_ips"]),
         _num(entry.get("peak_rss_mb")),
         _num(entry.get("energy_per_inference_mj")),
+        validity(result),
     ]
+
+
+def validity(result: Dict[str, Any]) -> str:
+    """'valid' when the outputs matched the FP32 reference, 'INVALID' when they did not or the result
+    was invalid otherwise, '-' when nothing checked them."""
+    if not result.get("valid", True):
+        return "INVALID"
+    return "valid" if result.get("output_check") else "-"
 
 
 def _notes(result: Dict[str, Any]) -> List[str]:

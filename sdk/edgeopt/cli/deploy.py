@@ -49,7 +49,9 @@ class Duration(click.ParamType):
 @click.option("--unsigned", is_flag=True, help="Send the artifact unsigned (agents with a trusted key refuse it).")
 @click.option("--url", metavar="URL", help="Let devices download the artifact from this http(s) URL instead of "
                                           "receiving it through the broker.")
-@click.option("--wait", is_flag=True, help="Wait for every device's measurement; exit 1 if any failed or timed out.")
+@click.option("--wait", is_flag=True, help="Wait for every device's measurement; exit 1 if any failed, timed out "
+                                            "or is invalid (its outputs do not match the FP32 reference).")
+@click.option("--allow-invalid", is_flag=True, help="With --wait: exit 0 although a result is invalid (still shown).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
               metavar="SECONDS",
               help="Seconds to wait for the devices, in all.")
@@ -67,7 +69,8 @@ class Duration(click.ParamType):
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON list (one object per device) instead of a table.")
 @broker_options(PASSWORD_ENV)
 def deploy(outdir: Path, device_id, profile, all_devices, max_devices, fleet_db, artifact_key, key_path, unsigned, url, wait,
-           timeout_s, runs, duration_s, threads, idle_s, chunk_kb, expires_s, allow_downgrade, as_json, **broker):
+           timeout_s, runs, duration_s, threads, idle_s, chunk_kb, expires_s, allow_downgrade, as_json, allow_invalid,
+           **broker):
     """Send the recommended artifact of OUTDIR (an `edgeopt convert` output) to devices as a benchmark job.
 
     The file travels through the broker in chunks (a device that already holds some gets only
@@ -105,7 +108,10 @@ def deploy(outdir: Path, device_id, profile, all_devices, max_devices, fleet_db,
         for row in rows:
             if row.get("error"):
                 click.echo(f"{row['device_id']}: {row['error'].get('kind')}: {row['error'].get('message')}", err=True)
-    if any(failed(r) for r in rows):
+            elif invalid(row):
+                reasons = "; ".join(str(r) for r in row["result"].get("invalid_reasons") or []) or "no reason given"
+                click.echo(f"{row['device_id']}: INVALID: {reasons}", err=True)
+    if any(failed(r) or (invalid(r) and not allow_invalid) for r in rows):
         click.get_current_context().exit(1)
 
 
@@ -113,11 +119,19 @@ def failed(row: Dict[str, Any]) -> bool:
     return row["ok"] is False or row["state"] == "timeout"
 
 
+def invalid(row: Dict[str, Any]) -> bool:
+    """The device measured, but its outputs did not match the reference (or the run was invalid otherwise)."""
+    result = row.get("result")
+    return isinstance(result, dict) and result.get("valid") is False
+
+
 def row_cells(row: Dict[str, Any]) -> List[str]:
     result = row.get("result") or {}
     latency = result.get("latency_ms") if isinstance(result.get("latency_ms"), dict) else {}
     error = row.get("error")
     outcome = error.get("kind") if error else {True: "ok", None: "waiting"}.get(row["ok"], "failed")
+    if outcome == "ok" and invalid(row):
+        outcome = "INVALID"
     return [row["device_id"], row["artifact_key"], row["state"], _number(latency.get("p50")),
             _number(latency.get("p99")), _number(result.get("energy_per_inference_mj")),
             f"{row['chunks_sent']}/{row['chunks_total']}" if row["chunks_total"] else "-", outcome]

@@ -43,6 +43,11 @@ class Point:
     hollow: bool = False
     label: str = ""
     tip: str = ""
+    invalid: bool = False  # its outputs did not match the FP32 reference: crossed out, labelled so
+
+
+INVALID_COLOR = "#C0392B"
+INVALID_MARK = " ✗ invalid"
 
 
 @dataclass
@@ -123,6 +128,8 @@ def scatter_chart(points: Sequence[Point], title: str, x_title: str, y_title: st
     for p in points:
         px, py = x(p.x), y(p.y)
         body.append(marker(p.shape, px, py, p.color, hollow=p.hollow, r=6, tip=p.tip or p.label))
+        if p.invalid:
+            body.append(_cross(px, py, 8))
         # Several boards often share an artifact at nearly the same spot: one label says it for all.
         repeat = any(name == p.label and abs(px - lx) < 40 and abs(py - ly) < 20 for name, lx, ly in labelled)
         if p.label and len(points) <= 24 and not repeat:
@@ -130,6 +137,12 @@ def scatter_chart(points: Sequence[Point], title: str, x_title: str, y_title: st
             labelled.append((p.label, px, py))
     body += [label for label in labels if label]
     return svg(WIDTH, height, body, title)
+
+
+def _cross(px: float, py: float, r: float) -> str:
+    """An X over a marker: this measurement is invalid."""
+    return "".join(element("line", x1=px - r, y1=py - r * s, x2=px + r, y2=py + r * s, stroke=INVALID_COLOR,
+                           stroke_width=2) for s in (1, -1))
 
 
 def _place_label(label: str, px: float, py: float, placed: List[Tuple[float, float, float, float]],

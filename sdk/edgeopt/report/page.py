@@ -5,7 +5,7 @@ from importlib import metadata, resources
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .analysis_sections import profile_section, roofline_section
-from .charts import LatencyRow, Point, Series, latency_chart, legend, scatter_chart, time_chart
+from .charts import INVALID_MARK, LatencyRow, Point, Series, latency_chart, legend, scatter_chart, time_chart
 from .compare import ArtifactView, ResultView, artifact_views, colors, format_marker, result_views
 from .data import ReportData
 from .text import esc, fixed, number, short, signed, size, text, when, whole
@@ -190,8 +190,9 @@ def _latency_section(results: Sequence[ResultView], palette: Mapping[str, str]) 
     for model, group in _by_model(measured).items():
         group = sorted(group, key=lambda r: (r.device, r.p50))
         rows = [LatencyRow(
-            label=f"{r.device} · {r.artifact}", color=palette[r.device], min=r.latency["min"], p50=r.p50,
-            p90=r.latency["p90"], p99=r.latency["p99"], max=r.latency["max"], tip=_latency_tip(r),
+            label=f"{r.device} · {r.artifact}" + (INVALID_MARK if r.valid is False else ""), color=palette[r.device],
+            min=r.latency["min"], p50=r.p50, p90=r.latency["p90"], p99=r.latency["p99"], max=r.latency["max"],
+            tip=_latency_tip(r),
         ) for r in group]
         charts.append(f"<h3>{esc(model)}</h3>" + latency_chart(rows, f"Latency of {model} per board and artifact"))
     key = _board_legend(palette, {r.device for r in measured})
@@ -203,7 +204,13 @@ def _latency_section(results: Sequence[ResultView], palette: Mapping[str, str]) 
 def _latency_tip(r: ResultView) -> str:
     lat = r.latency
     return (f"{r.device} ({r.profile}) · {r.model} · {r.artifact}: min {short(lat['min'])}, p50 {short(lat['p50'])}, "
-            f"p90 {short(lat['p90'])}, p99 {short(lat['p99'])}, max {short(lat['max'])} ms")
+            f"p90 {short(lat['p90'])}, p99 {short(lat['p99'])}, max {short(lat['max'])} ms") + _invalid_tip(r)
+
+
+def _invalid_tip(r: ResultView) -> str:
+    if r.valid is not False:
+        return ""
+    return " — INVALID: " + ("; ".join(r.invalid_reasons) or "no reason given")
 
 
 def _energy_section(results: Sequence[ResultView], palette: Mapping[str, str]) -> str:
@@ -215,13 +222,15 @@ def _energy_section(results: Sequence[ResultView], palette: Mapping[str, str]) -
     several = len({r.model for r in with_energy}) > 1
     points = [Point(
         x=r.p50, y=r.energy_mj, color=palette[r.device], shape=format_marker(r.format),
-        label=f"{r.model} · {r.artifact}" if several else r.artifact,
+        label=(f"{r.model} · {r.artifact}" if several else r.artifact) + (INVALID_MARK if r.valid is False else ""),
         tip=f"{r.device} · {r.model} · {r.artifact}: p50 {short(r.p50)} ms, {short(r.energy_mj)} mJ/inference "
-            f"({r.power_source or 'power source not given'})",
+            f"({r.power_source or 'power source not given'})" + _invalid_tip(r), invalid=r.valid is False,
     ) for r in with_energy]
     chart = scatter_chart(points, "Energy per inference against median latency", "p50 latency (ms)",
                           "energy per inference (mJ)", zero=True)
-    note = '<p class="note">Lower left is better: faster and cheaper. Colour: board · marker: format.</p>'
+    note = ('<p class="note">Lower left is better: faster and cheaper. Colour: board · marker: format'
+            + (" · a red ✗: invalid (outputs did not match the FP32 reference)" if any(r.valid is False for r in with_energy)
+               else "") + ".</p>")
     key = legend(_board_keys(palette, {r.device for r in with_energy}) + _format_keys({r.format for r in with_energy}))
     return note + key + chart
 
@@ -239,9 +248,9 @@ def _accuracy_section(results: Sequence[ResultView], manifest: Optional[Mapping[
     # Host points first, so the boards' markers are drawn over them.
     points += [Point(
         x=r.speedup, y=r.accuracy_drop, color=palette[r.device], shape=format_marker(r.format),
-        label=f"{r.model} · {r.artifact}" if several else r.artifact,
+        label=(f"{r.model} · {r.artifact}" if several else r.artifact) + (INVALID_MARK if r.valid is False else ""),
         tip=f"{r.device} · {r.model} · {r.artifact}: {short(r.speedup)}× vs {r.speedup_basis}, "
-            f"accuracy drop {signed(r.accuracy_drop)} points",
+            f"accuracy drop {signed(r.accuracy_drop)} points" + _invalid_tip(r), invalid=r.valid is False,
     ) for r in fleet]
     if not points:
         why = ("no artifact has both a speed-up (an FP32 result on the same board) and an accuracy figure"
@@ -258,6 +267,8 @@ def _accuracy_section(results: Sequence[ResultView], manifest: Optional[Mapping[
         basis.append("a filled marker is a board, its speed-up against FP32 on that same board")
     if host:
         basis.append("a hollow marker is the conversion host, from the manifest's timing")
+    if any(r.valid is False for r in fleet):
+        basis.append("a red ✗ marks a result whose outputs did not match the FP32 reference (invalid)")
     note = ('<p class="note">Lower right is better: faster than FP32 (right of the dashed line at 1×) and losing '
             f"little accuracy (near the dashed line at 0); {'; '.join(basis)}.</p>")
     return note + legend(keys) + chart

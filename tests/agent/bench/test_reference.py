@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from edgeopt.deploy.reference import build_reference
+from edgeopt_converters.board_reference import build_reference
 from edgeopt_agent.bench import BenchmarkSpec, run_benchmark
 from edgeopt_agent.bench.reference import OUTPUT_MISMATCH, compare, reference_feeds
 from edgeopt_agent.errors import UserError
@@ -96,7 +96,7 @@ def test_argmax_agreement_is_checked_for_class_scores():
 
 
 def test_reference_inputs_of_a_quantized_input_stay_inside_its_range(tmp_path):
-    from edgeopt.deploy.reference import input_ranges
+    from edgeopt_converters.board_reference import input_ranges
 
     entry = {"inputs": [{"name": "q", "dtype": "int8", "quantization": {"scale": 0.5 / 127, "zero_point": 0}},
                         {"name": "f", "dtype": "float32", "quantization": None}]}
@@ -137,3 +137,49 @@ def test_a_malformed_reference_is_refused(change, message):
     change(reference)
     with pytest.raises(UserError, match=message):
         check_reference(reference)
+
+
+def test_a_quantized_input_gets_the_same_real_values_as_the_fp32_artifacts_float_input():
+    """A full-integer TFLite lists its image as int8: the board must feed the values the FP32
+    artifact got on the host (the runner quantizes them), not integers 0 and 1."""
+    from edgeopt_agent.runners.quantization import Quantization
+
+    described = [{"name": "x", "shape": [1, 8], "dtype": "int8"}]
+    fp32 = [TensorInfo("x", (1, 8), "float32")]
+    quantized = [TensorInfo("x", (1, 8), "int8", quantization=Quantization(1 / 127, 0))]
+
+    host, board = reference_feeds(fp32, described, 7, 0)["x"], reference_feeds(quantized, described, 7, 0)["x"]
+
+    assert host.dtype == board.dtype == np.float32
+    np.testing.assert_array_equal(host, board)
+    assert 0.0 < board.max() < 1.0 and len(np.unique(board)) == 8
+
+
+def test_tolerances_come_from_the_figures_the_conversion_recorded_on_these_inputs(tmp_path):
+    """With `reference_figures` the tolerance is what the artifact earned on the very reference
+    inputs (twice its gap, plus a slack): no fixed floor, and no run of the file under test here."""
+    from edgeopt_converters.board_reference import record_reference_figures
+
+    drifted = model_files.MATMUL_WEIGHTS * np.float32(1.01)
+    out, manifest, entry = outdir_with(tmp_path, target_weights=drifted)
+    entry["inputs"] = [{"name": "x", "shape": [2, 16], "dtype": "float32"}]
+    record_reference_figures(out, manifest)
+    figures = entry["reference_figures"]["outputs"][0]
+    assert figures["name"] == "y" and figures["cosine"] > 0.9999 and figures["max_abs_error"] > 0
+
+    reference = build_reference(out, manifest, entry, entry["reference_figures"]["inputs"])
+    limits = reference["outputs"][0]["tolerance"]
+    gap = 1 - figures["cosine"]
+    assert limits["min_cosine"] == pytest.approx(1 - max(2 * gap, gap + 1e-3), abs=1e-6)
+    good = run_benchmark(BenchmarkSpec(artifact=str(out / "model.target.onnx"), inputs=entry["inputs"],
+                                       reference=reference, **QUICK))
+    assert good["valid"], good["invalid_reasons"]
+
+    # the file changes after conversion (a broken kernel would do the same): its own figures are not re-measured
+    model_files.save_matmul_relu(out / "model.target.onnx", "N", weights=model_files.MATMUL_WEIGHTS * np.float32(1.3)
+                                 + np.float32(0.2))
+    changed = build_reference(out, manifest, entry, entry["reference_figures"]["inputs"])
+    assert changed["outputs"][0]["tolerance"] == limits
+    bad = run_benchmark(BenchmarkSpec(artifact=str(out / "model.target.onnx"), inputs=entry["inputs"],
+                                      reference=changed, **QUICK))
+    assert bad["ok"] and not bad["valid"] and bad["invalid_reasons"][-1].startswith(OUTPUT_MISMATCH)
