@@ -27,6 +27,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 import numpy as np
 
+from edgeopt_agent.arrays import read_arrays
 from edgeopt_agent.errors import UserError
 
 from . import sandbox
@@ -37,6 +38,7 @@ LOAD_SECONDS = float(os.environ.get("EDGEOPT_PT2_LOAD_SECONDS", 120))
 CALL_SECONDS = 900.0
 EXPORT_SECONDS = 3 * 3600.0
 MAX_ANSWER = 1 << 20
+MAX_FILE_BYTES = 4 << 30  # an exported ONNX or TFLite file (protobuf stops at 2 GB)
 _DTYPES = {"float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"}
 
 
@@ -122,7 +124,7 @@ class _Child:
         self.process = sandbox.start(argv, self.private, limits, self.isolated, self.stderr)
         self.answers: "queue.Queue[Optional[bytes]]" = queue.Queue()
         threading.Thread(target=self._read_answers, daemon=True).start()
-        self._finalizer = weakref.finalize(self, _stop, self.process, self.private)
+        self._finalizer = weakref.finalize(self, _stop, self.process, self.isolated, self.private)
 
     def _read_answers(self) -> None:
         for line in iter(lambda: self.process.stdout.readline(MAX_ANSWER), b""):
@@ -172,37 +174,42 @@ class _Child:
         return name
 
     def receive_arrays(self, name: str, count: int) -> List[np.ndarray]:
-        path = self._own_file(name)
-        with zipfile.ZipFile(path) as archive:  # stored, not deflated: no member can inflate past the file
-            if any(i.compress_type != zipfile.ZIP_STORED for i in archive.infolist()):
-                raise UserError(f"{self.description}: the isolated child answered with compressed arrays")
-        with np.load(path, allow_pickle=False) as data:
-            if len(data.files) != count:
-                raise UserError(f"{self.description}: the isolated child answered {len(data.files)} arrays, said {count}")
-            return [data[f"a{i}"] for i in range(count)]
+        copy = self.private.parent / f"{self.private.name}-{name}"  # out of the child's reach while read
+        self.receive_file(name, copy)
+        try:
+            _, arrays = read_arrays(copy, "the isolated child's answer")  # capped, no pickles
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+            raise UserError(f"{self.description}: the isolated child answered unreadable arrays ({exc})") from None
+        finally:
+            copy.unlink(missing_ok=True)
+        if sorted(arrays) != sorted(f"a{i}" for i in range(count)):
+            raise UserError(f"{self.description}: the isolated child answered {len(arrays)} arrays, said {count}")
+        return [arrays[f"a{i}"] for i in range(count)]
 
     def receive_file(self, name: str, output: Path) -> None:
-        shutil.copyfile(self._own_file(name), output)
-
-    def _own_file(self, name: str) -> Path:
-        path = self.private / name
+        """Copy the child's file by a descriptor opened without following links: a plain file of at
+        most MAX_FILE_BYTES, whatever the child does to the name meanwhile."""
         try:
-            info = os.lstat(path)
+            fd = os.open(self.private / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
-            raise UserError(f"{self.description}: the isolated child did not write {name}") from None
-        if not stat.S_ISREG(info.st_mode):
-            raise UserError(f"{self.description}: the isolated child's {name} is not a plain file")
-        return path
+            raise UserError(f"{self.description}: the isolated child did not write {name} as a plain file") from None
+        with os.fdopen(fd, "rb") as source:
+            info = os.fstat(source.fileno())
+            if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_FILE_BYTES:
+                raise UserError(f"{self.description}: the isolated child's {name} is not a plain file of at most "
+                                f"{MAX_FILE_BYTES >> 30} GiB")
+            with open(output, "wb") as target:
+                shutil.copyfileobj(source, target)
+                if target.tell() > MAX_FILE_BYTES:
+                    raise UserError(f"{self.description}: the isolated child's {name} grew past {MAX_FILE_BYTES >> 30} GiB")
 
     def close(self) -> None:
         self._finalizer()
         self.stderr.close()
 
 
-def _stop(process, private: Path) -> None:
-    if process.poll() is None:
-        process.kill()
-        process.wait()
+def _stop(process, isolated: sandbox.Isolation, private: Path) -> None:
+    sandbox.stop(process, isolated)
     for stream in (process.stdin, process.stdout):
         try:
             stream.close()

@@ -13,6 +13,7 @@ powers are bounded so that sympy can evaluate them at once, and so is the tree's
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -37,6 +38,19 @@ EXPRESSION_FUNCTIONS = frozenset({
     "IsNonOverlappingAndDenseIndicator", "TruncToFloat", "TruncToInt", "RoundToInt", "RoundDecimal",
     "ToFloat", "Identity", "BitwiseFn_bitwise_and", "BitwiseFn_bitwise_or",
 })
+# How many arguments each function takes where that is fixed: `Pow(a, b, 1)` would be sympy's
+# `evaluate` flag, and a power past the bound below. The rest take one or more.
+ARITY = {
+    **{f: 1 for f in ("Abs", "floor", "ceiling", "sqrt", "Not", "CeilToInt", "FloorToInt", "TruncToFloat",
+                      "TruncToInt", "RoundToInt", "ToFloat", "Identity", "math.trunc", "math.floor", "math.ceil",
+                      "math.sqrt", "torch.sym_float", "torch.sym_int", "torch.sym_not", "abs", "int", "float")},
+    **{f: 2 for f in ("Pow", "PowByNatural", "FloatPow", "LShift", "RShift", "Mod", "FloorDiv", "CleanDiv",
+                      "CeilDiv", "PythonMod", "IntTrueDiv", "FloatTrueDiv", "RoundDecimal", "ExprCondPair",
+                      "Equality", "Unequality", "StrictLessThan", "LessThan", "StrictGreaterThan", "GreaterThan",
+                      "Eq", "Ne", "Lt", "Le", "Gt", "Ge", "BitwiseFn_bitwise_and", "BitwiseFn_bitwise_or",
+                      "torch.sym_max", "torch.sym_min")},
+    **{f: 3 for f in ("ModularIndexing", "Where", "torch.sym_ite")},
+}
 # sympy's constants, written as a name or as a call without arguments.
 EXPRESSION_CONSTANTS = frozenset({
     "oo", "zoo", "nan", "true", "false", "IntInfinity", "NegativeIntInfinity", "int_oo", "Infinity",
@@ -212,7 +226,7 @@ class _Parser:
             raise ExpressionRefused(f"names {name[:40]!r} outside an input's sizes")
         if name in EXPRESSION_CONSTANTS:
             return Constant(name, False)
-        if _BARE_SYMBOL.match(name):
+        if _BARE_SYMBOL.match(name) and name not in _sympy_names():
             return Symbol(name)
         raise ExpressionRefused(f"names {name[:40]!r}, which is neither a size symbol nor one of sympy's constants")
 
@@ -224,7 +238,7 @@ class _Parser:
                 return InputSize(_input_path(node.func.value), node.func.attr)  # L['x'].dim()
             if node.keywords or function not in GUARD_FUNCTIONS:
                 raise ExpressionRefused(f"calls {function or 'an expression'}, which a guard may not")
-            return Call(function, tuple(self.node(a, depth) for a in node.args))
+            return Call(function, self.arguments(function, node, depth))
         if function == "Symbol":
             return self.symbol(node)
         if function in ("Integer", "Float", "Rational"):
@@ -233,7 +247,15 @@ class _Parser:
             return Constant(function, True)
         if function not in EXPRESSION_FUNCTIONS or node.keywords:
             raise ExpressionRefused(f"calls {function or 'an expression'}, which is not one of sympy's shape functions")
-        return Call(function, tuple(self.node(a, depth) for a in node.args))
+        return Call(function, self.arguments(function, node, depth))
+
+    def arguments(self, function: str, node: ast.Call, depth: int) -> Tuple[Node, ...]:
+        wanted = ARITY.get(function)
+        if any(isinstance(a, ast.Starred) for a in node.args) or (wanted is not None and len(node.args) != wanted) \
+                or not node.args and function not in ("Max", "Min", "max", "min"):
+            raise ExpressionRefused(f"calls {function} with {len(node.args)} arguments"
+                                    + (f"; it takes {wanted}" if wanted is not None else ""))
+        return tuple(self.node(a, depth) for a in node.args)
 
     @staticmethod
     def symbol(node: ast.Call) -> Symbol:
@@ -280,12 +302,12 @@ class _Parser:
         return InputSize(path, accessor, index)
 
     def value_bits(self, node: Node) -> Optional[int]:
-        """An upper bound on the bits of `node`'s integer value, taking each size as 32 bits (None
-        for float or boolean values, which stay bounded); refuses what would take more than
-        MAX_VALUE_BITS to compute once torch puts the sizes in."""
+        """An upper bound on the bits of `node`'s value (a float's by its integer part), taking each
+        size as 32 bits (None for sympy's constants and truth values); refuses what would take more
+        than MAX_VALUE_BITS to compute once torch puts the sizes in."""
         bits: Optional[int]
         if isinstance(node, Number):
-            bits = int(node.value).bit_length() if isinstance(node.value, int) else None
+            bits = int(abs(node.value)).bit_length()  # a finite float's integer part: at most 1024 bits
         elif isinstance(node, Rational):
             bits = max(abs(node.numerator).bit_length(), abs(node.denominator).bit_length())
         elif isinstance(node, (Symbol, InputSize)):
@@ -313,14 +335,14 @@ class _Parser:
 
 
 def _power_bits(base_bits: Optional[int], exponent: Node) -> Optional[int]:
-    """Powers only by a whole-number literal up to MAX_EXPONENT (or a float literal)."""
+    """Powers only by a number literal of at most MAX_EXPONENT."""
     value = _integer_value(exponent)
+    if value is None and isinstance(exponent, Number):
+        value = math.ceil(abs(exponent.value))  # a float exponent: bounded like the whole number above it
     if value is None:
-        if isinstance(exponent, Number):
-            return None  # a float exponent: a float result, computed at once
-        raise ExpressionRefused("raises to a power that is not a plain whole number")
+        raise ExpressionRefused("raises to a power that is not a plain number")
     if abs(value) > MAX_EXPONENT:
-        raise ExpressionRefused(f"raises to the power {value}; edgeopt reads powers up to {MAX_EXPONENT}")
+        raise ExpressionRefused(f"raises to a power above {MAX_EXPONENT}")
     return None if base_bits is None else base_bits * max(abs(value), 1)
 
 
@@ -331,6 +353,14 @@ def _integer_value(node: Node) -> Optional[int]:
         inner = _integer_value(node.operand)
         return None if inner is None else (-inner if node.op == "-" else inner)
     return None
+
+
+@functools.lru_cache(maxsize=1)
+def _sympy_names() -> frozenset:
+    """What sympify would take a bare name for instead of a symbol (atan2, hankel1, ...)."""
+    import sympy
+
+    return frozenset(dir(sympy))
 
 
 def _children(node: Node) -> Tuple[Node, ...]:

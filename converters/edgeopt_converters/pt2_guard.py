@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 import json
+import keyword
 import re
 import zipfile
 from pathlib import Path
@@ -37,8 +38,14 @@ _EXTRA = re.compile(r"^extra/[A-Za-z0-9_.-]+$")
 
 # Operator namespaces an exported program may call; anything else (custom libraries, extension
 # handlers) needs the user's own code, so it comes in as file.py:factory instead.
-_OP_PREFIXES = ("torch.ops.aten.", "torch.ops.prims.", "torch.ops.quantized_decomposed.",
-                "torch.ops.higher_order.", "_operator.", "math.", "torch.sym_")
+# An operator is named by its namespace and plain identifiers: torch resolves the name attribute by
+# attribute (`torch.os.system` would resolve too), so no other path and no dunder is read.
+_OPERATOR = re.compile(r"^(torch\.ops\.(aten|prims|quantized_decomposed|higher_order)\.|_operator\.|math\.|torch\.sym_)"
+                       r"_?[A-Za-z0-9]+(_[A-Za-z0-9]+)*(\._?[A-Za-z0-9]+(_[A-Za-z0-9]+)*)?$")
+# Names torch writes into the Python code it generates for the graph (placeholders, values, arguments).
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_ATTRIBUTE_PATH = re.compile(r"^[A-Za-z0-9_]{1,128}(\.[A-Za-z0-9_]{1,128}){0,31}$")  # linear.weight, layers.0.bias
+_VALUE_TABLES = ("tensor_values", "sym_int_values", "sym_bool_values", "sym_float_values", "custom_obj_values")
 _TREESPEC_TYPES = {None, "builtins.tuple", "builtins.list", "builtins.dict", "collections.OrderedDict",
                    "collections.namedtuple", "torch.fx.immutable_collections.immutable_list",
                    "torch.fx.immutable_collections.immutable_dict"}
@@ -144,9 +151,9 @@ def _check_payload_config(path: Path, name: str, config: Any, allowed: "re.Patte
 
 
 def _check_program(path: Path, name: str, program: Any) -> None:
-    """Checks the program's specs and operators, and replaces each shape expression and guard by
-    the text edgeopt writes from its own parse of it."""
-    for owner, key, value in _items(program):
+    """Checks the program's specs, operators and names, and replaces each shape expression and guard
+    by the text edgeopt writes from its own parse of it."""
+    for parent, owner, key, value in _items(program):
         if key == "expr_str":
             owner[key] = _regenerated(path, name, value, regenerate_expression, "shape expression")
         elif key == "guards_code":
@@ -155,22 +162,46 @@ def _check_program(path: Path, name: str, program: Any) -> None:
             owner[key] = [_regenerated(path, name, guard, regenerate_guard, "guard") for guard in value]
         elif key in ("in_spec", "out_spec"):
             _check_treespec(path, name, value)
-        elif key == "target" and isinstance(value, str) and not value.startswith(_OP_PREFIXES):
-            raise UserError(f"{path} is refused: {name} calls {value!r}, outside torch's own operator sets; "
-                            f"give file.py:factory so the operator's library is your code")
+        elif key in ("target", "as_operator") and isinstance(value, str) and not _is_module_path(parent, value):
+            if not _OPERATOR.match(value) or "__" in value:
+                raise UserError(f"{path} is refused: {name} calls {value[:80]!r}, outside torch's own operator sets; "
+                                f"give file.py:factory so the operator's library is your code")
+        elif key in ("name", "as_name") and not _is_name(value, keyword_allowed=parent == "inputs"):
+            _refuse_name(path, name, value)
+        elif (key == "fqn" or key.endswith("_name")) and isinstance(value, str) and value \
+                and not (_ATTRIBUTE_PATH.match(value) and "__" not in value):
+            _refuse_name(path, name, value)
+        if parent in _VALUE_TABLES and not _is_name(key, keyword_allowed=False):
+            _refuse_name(path, name, key)
+
+
+def _is_module_path(parent: Any, value: str) -> bool:
+    """A signature's `target` names a parameter or buffer by its attribute path, not an operator."""
+    return parent in ("parameter", "buffer", "tensor_constant", "custom_obj", "constant_input") and \
+        bool(_ATTRIBUTE_PATH.match(value)) and "__" not in value
+
+
+def _is_name(value: Any, keyword_allowed: bool) -> bool:
+    return isinstance(value, str) and bool(_IDENTIFIER.match(value)) and (keyword_allowed or not keyword.iskeyword(value))
+
+
+def _refuse_name(path: Path, name: str, value: Any) -> None:
+    shown = repr(value[:80]) if isinstance(value, str) else type(value).__name__
+    raise UserError(f"{path} is refused: {name} names a value {shown}, which is not a plain identifier (torch "
+                    f"writes these names into Python code); give file.py:factory or an .onnx file")
 
 
 def _items(node: Any) -> Iterator[tuple]:
-    """(the dict holding it, key, value) for every dict entry inside `node`."""
-    stack = [node]
+    """(the key of the dict's own entry, the dict holding it, key, value) for every dict entry inside `node`."""
+    stack = [(None, node)]
     while stack:
-        current = stack.pop()
+        parent, current = stack.pop()
         if isinstance(current, dict):
             for key, value in list(current.items()):
-                yield current, key, value
-                stack.append(value)
+                yield parent, current, key, value
+                stack.append((key, value))
         elif isinstance(current, list):
-            stack.extend(current)
+            stack.extend((parent, item) for item in current)
 
 
 def _regenerated(path: Path, name: str, text: Any, regenerate, what: str) -> str:
@@ -189,7 +220,7 @@ def _check_treespec(path: Path, name: str, text: Any) -> None:
         spec = None
     if not isinstance(spec, list) or len(spec) != 2:
         raise UserError(f"{path}: {name} holds a malformed input/output spec")
-    for _, key, value in _items(spec[1]):
+    for _, _, key, value in _items(spec[1]):
         if key == "__enum__" or (key == "type" and value not in _TREESPEC_TYPES):
             raise UserError(f"{path} is refused: {name} has inputs or outputs of type {value!r}, which torch "
                             f"would import by name; give file.py:factory")

@@ -1,11 +1,14 @@
 """Start a child process walled off from the user's machine: no network, one private folder as the
 only writable place, and limits on CPU time, memory and file size.
 
-Linux has the parts; Debian ships them. With bubblewrap (`bwrap`) the child sees the whole file
-system read-only but its private folder, has no network and no capabilities, gets a new session,
-and dies with its parent. Without bubblewrap, `unshare` still takes the network away (a new
-network namespace), but the child can write wherever the user can. Without either, only the
-limits hold. `Isolation.caveat` says in one line what is missing and how to get it.
+Linux has the parts; Debian ships them. With bubblewrap (`bwrap`) the child sees the file system
+read-only, with the places that hold sockets and secrets (/tmp, /run, home folders) replaced by
+empty ones but for the Python installation it needs, and its private folder as the only writable
+place; it has no network and no capabilities, gets a new session, and dies with its parent. Its
+environment holds only what Python and the numeric libraries read, never the user's tokens or
+agent sockets. Without bubblewrap, `unshare` still takes the network away (a new network
+namespace) and kills the child with its parent, but the child can read and write what the user
+can. Without either, only the limits hold. `Isolation.caveat` says in one line what is missing.
 """
 from __future__ import annotations
 
@@ -13,10 +16,15 @@ import functools
 import os
 import resource
 import shutil
+import signal
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
+
+import edgeopt_converters
+from edgeopt_agent import errors
 
 GIB = 1 << 30
 
@@ -60,14 +68,40 @@ def isolation(private: Path) -> Isolation:
                      f"memory limits, with your network and files; {BUBBLEWRAP_HINT}")
 
 
+# Folders that hold sockets (a session bus, docker, ssh-agent, databases) or the user's secrets:
+# the child sees them empty.
+HIDDEN = ("/tmp", "/var/tmp", "/run", "/home", "/root")
+
+
 def _bubblewrap_prefix(private: Path) -> Tuple[str, ...]:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return ()
+    hidden = [h for h in dict.fromkeys((*HIDDEN, os.path.expanduser("~"))) if os.path.isdir(h) and not os.path.islink(h)]
+    options = ["--die-with-parent", "--new-session", "--unshare-all", "--cap-drop", "ALL",
+               "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    for folder in hidden:
+        options += ["--tmpfs", folder]
+    for needed in _needed_inside(hidden):
+        options += ["--ro-bind", needed, needed]
     folder = str(private)
-    return (bwrap, "--die-with-parent", "--new-session", "--unshare-all", "--cap-drop", "ALL",
-            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--bind", folder, folder, "--chdir", folder, "--")
+    return (bwrap, *options, "--bind", folder, folder, "--chdir", folder, "--")
+
+
+def _needed_inside(hidden: Sequence[str]) -> List[str]:
+    """The folders Python needs (its installation, the virtual environment, every import path, the
+    folders edgeopt's own packages live in) that lie under a hidden folder: bound back read-only,
+    outermost first."""
+    packages = [os.path.dirname(os.path.dirname(os.path.abspath(m.__file__))) for m in (edgeopt_converters, errors)]
+    wanted = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path, *packages)
+              if p and os.path.isdir(p)}
+    under = sorted((p for p in wanted if any(p == h or p.startswith(h.rstrip("/") + "/") for h in hidden)),
+                   key=len)
+    kept: List[str] = []
+    for path in under:
+        if not any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept):
+            kept.append(path)
+    return kept
 
 
 def _unshare_prefix() -> Tuple[str, ...]:
@@ -75,8 +109,8 @@ def _unshare_prefix() -> Tuple[str, ...]:
     if unshare is None:
         return ()
     if os.geteuid() == 0:
-        return (unshare, "--net", "--")
-    return (unshare, "--user", "--map-root-user", "--net", "--")
+        return (unshare, "--net", "--pid", "--fork", "--kill-child", "--")
+    return (unshare, "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child", "--")
 
 
 @functools.lru_cache(maxsize=None)
@@ -92,15 +126,19 @@ def _works(prefix: Tuple[str, ...]) -> bool:
         return False
 
 
+# What the child may inherit: what Python, the numeric libraries and the exporters read; never
+# tokens, passwords or agent and bus sockets.
+_INHERITED = ("PATH", "LANG", "LANGUAGE", "TZ", "PYTHONPATH", "PYTHONHASHSEED", "VIRTUAL_ENV", "SOURCE_DATE_EPOCH")
+_INHERITED_PREFIXES = ("LC_", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "TF_CPP_", "LITERT_", "TORCH_", "PYTORCH_")
+
+
 def child_environment(private: Path) -> Dict[str, str]:
-    """The parent's environment with every home, cache and temporary folder pointed at `private`."""
-    env = dict(os.environ)
+    """The parent's harmless variables, with every home, cache and temporary folder at `private`."""
+    env = {k: v for k, v in os.environ.items() if k in _INHERITED or k.startswith(_INHERITED_PREFIXES)}
     for name in ("HOME", "TMPDIR", "TEMP", "TMP", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "TORCHINDUCTOR_CACHE_DIR",
-                 "TRITON_CACHE_DIR", "MPLCONFIGDIR"):
+                 "TRITON_CACHE_DIR", "MPLCONFIGDIR", "TORCH_HOME"):
         env[name] = str(private)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
-        env.pop(name, None)
     return env
 
 
@@ -118,4 +156,17 @@ def start(argv: Sequence[str], private: Path, limits: Limits, isolated: Isolatio
     command: List[str] = [*isolated.prefix, *argv]
     return subprocess.Popen(command, cwd=str(private), env=child_environment(private), stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=stderr, preexec_fn=apply_limits,
-                            start_new_session=not isolated.prefix, pass_fds=tuple(pass_fds), close_fds=True)
+                            start_new_session=isolated.level != "bubblewrap", pass_fds=tuple(pass_fds), close_fds=True)
+
+
+def stop(process: subprocess.Popen, isolated: Isolation) -> None:
+    """Kill the child and whatever it started (bubblewrap does that itself; otherwise its session)."""
+    if process.poll() is not None:
+        return
+    if isolated.level != "bubblewrap":
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except OSError:
+            pass
+    process.kill()
+    process.wait()

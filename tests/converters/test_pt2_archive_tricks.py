@@ -4,6 +4,7 @@ Each trick is first shown to work against a bare `torch.export.load` (so the tes
 something), then `edgeopt convert` must refuse the file with one line and leave no trace.
 """
 import json
+import os
 import pickle
 import socket
 import subprocess
@@ -263,7 +264,7 @@ def power_tower(marker=None, good=None):
 SECOND_ROUND = {
     "string argument to a sympy function": (sympy_string_argument, "shape expression edgeopt does not read"),
     "string constant in a guard": (guard_string_constant, "guard edgeopt does not read"),
-    "power tower": (power_tower, "power that is not a plain whole number"),
+    "power tower": (power_tower, "power that is not a plain number"),
 }
 
 
@@ -404,3 +405,109 @@ def test_without_bubblewrap_the_caveat_says_what_is_missing(monkeypatch, tmp_pat
     isolated = sandbox.isolation(tmp_path)
     assert isolated.level in ("network namespace", "limits only")
     assert "bubblewrap" in isolated.caveat and "\n" not in isolated.caveat
+
+
+# --- Third round (review): names torch writes into code, operator paths, powers in disguise ---
+
+def input_name_payload(marker, good=None):
+    """A placeholder's name becomes a parameter of the `def forward(...)` torch generates and runs."""
+    evil = f"x=__import__('os').system('touch {marker}')"
+
+    def change(program):
+        text = json.dumps(program).replace('"x"', json.dumps(evil))
+        program.clear()
+        program.update(json.loads(text))
+    return edit_program(change)
+
+
+def operator_path(marker=None, good=None):
+    def change(program):
+        program["graph_module"]["graph"]["nodes"][0]["target"] = "torch.os.system"
+    return edit_program(change)
+
+
+THIRD_ROUND = {
+    "code in an input's name": (input_name_payload, "not a plain identifier"),
+    "an attribute path posing as an operator": (operator_path, "outside torch's own operator sets"),
+}
+
+
+@pytest.mark.parametrize("trick", THIRD_ROUND)
+def test_third_round_tricks_are_refused(trick, good_pt2, tmp_path, capsys):
+    build, message = THIRD_ROUND[trick]
+    marker = tmp_path / "PWNED"
+    evil = rewrite(good_pt2, tmp_path / "evil.pt2", build(marker, good_pt2))
+    code = main(["convert", str(evil), "--device", "x86-64", "-o", str(tmp_path / "out"), "--no-timing"])
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and message in errors[0], err
+    assert not marker.exists()
+
+
+def test_code_in_an_input_name_runs_in_a_bare_torch_load(good_pt2, tmp_path):
+    marker = tmp_path / "PWNED"
+    evil = rewrite(good_pt2, tmp_path / "evil.pt2", input_name_payload(marker))
+    try:
+        torch.export.load(str(evil))
+    except Exception:
+        pass
+    assert marker.exists()
+
+
+@pytest.mark.parametrize("text", [
+    "Pow(Integer(2), Integer(1000000000000), Integer(1))",  # a third argument is sympy's evaluate flag
+    "(FloorToInt(1e308)**4096)**4096",  # a float made whole, then raised
+    "Mod((floor(1e308)**4096)**4096, s0)",
+    "floor(2.0**1e300)",
+    "atan2 + 1",  # a bare name sympy reads as its own function
+])
+def test_expressions_that_hang_or_mislead_sympy_are_refused(text):
+    from edgeopt_converters.pt2_expressions import ExpressionRefused, regenerate_expression
+
+    with pytest.raises(ExpressionRefused):
+        regenerate_expression(text)
+
+
+def test_a_guard_with_a_float_made_whole_and_raised_is_refused():
+    from edgeopt_converters.pt2_expressions import ExpressionRefused, regenerate_guard
+
+    with pytest.raises(ExpressionRefused, match="more than 65536 bits"):
+        regenerate_guard("(int(1e308) ** 4096) ** 4096 > L['x'].size()[0]")
+
+
+def test_the_child_sees_no_host_socket_secret_or_token(tmp_path, monkeypatch):
+    """/tmp, /run and home folders are empty inside; the environment carries no tokens."""
+    _bubblewrap(tmp_path)
+    listener = socket.socket(socket.AF_UNIX)
+    path = f"/tmp/edgeopt-test-{time.monotonic_ns()}.sock"
+    listener.bind(path)
+    listener.listen(1)
+    monkeypatch.setenv("SSH_AUTH_SOCK", path)
+    monkeypatch.setenv("EDGEOPT_BROKER_PASSWORD", "secret")
+    code = ("import os, socket\n"
+            f"s = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect({path!r}); print('connected')\n"
+            "except OSError:\n    print('refused')\n"
+            "print(os.path.exists(os.path.expanduser('~root/.config')), 'SSH_AUTH_SOCK' in os.environ,"
+            " 'EDGEOPT_BROKER_PASSWORD' in os.environ)")
+    private = tmp_path / "private"
+    private.mkdir()
+    try:
+        with tempfile.TemporaryFile() as err:
+            child = sandbox.start([sys.executable, "-c", code], private, sandbox.Limits(),
+                                  sandbox.isolation(private), err)
+            out, _ = child.communicate(timeout=60)
+    finally:
+        listener.close()
+        os.unlink(path)
+    assert out.decode().split() == ["refused", "False", "False", "False"]
+
+
+def test_the_parent_reads_no_link_the_child_leaves(good_pt2, tmp_path):
+    program = IsolatedProgram(checked_archive(good_pt2).getvalue(), "good.pt2")
+    try:
+        (program._shared.private / "export.onnx").symlink_to("/etc/passwd")
+        with pytest.raises(UserError, match="plain file"):
+            program._shared.receive_file("export.onnx", tmp_path / "copy.onnx")
+    finally:
+        program.close()
+    assert not (tmp_path / "copy.onnx").exists()
