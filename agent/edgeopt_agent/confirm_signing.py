@@ -34,6 +34,11 @@ CONFIRM_DOMAIN = b"edgeopt confirm signature v1\n"
 CERTIFICATE_FIELDS = ("collector", "public_key", "issued_at", "expires_at", "signature")
 AUTH_FIELDS = ("certificate", "signature")
 MAX_CERTIFICATE_LIFETIME_S = 2 * 366 * 86400.0
+# A signed confirm is acted on only this long after its `issued_at` (plus the clock skew), so a
+# captured one cannot be replayed for the certificate's lifetime. Refusing a late one loses
+# nothing: the agent keeps the measurements, sends them again, and the collector confirms the
+# duplicates anew with a fresh signature (an agent offline longer gets its queued confirms late).
+MAX_CONFIRM_AGE_S = 24 * 3600.0
 MAX_COLLECTOR_NAME = 128
 ED25519_PUBLIC_KEY_BYTES = 32
 
@@ -43,6 +48,7 @@ CERTIFICATE_INVALID = "certificate_invalid"  # not certified by the trusted key,
 CERTIFICATE_EXPIRED = "certificate_expired"  # outside its validity (clock skew allowed)
 SIGNATURE_INVALID = "confirm_signature_invalid"  # not signed by the certified key, or changed since
 WRONG_DEVICE = "wrong_device"  # signed for another device
+CONFIRM_EXPIRED = "confirm_expired"  # its `issued_at` is older than MAX_CONFIRM_AGE_S, or in the future
 
 
 class ConfirmRefused(ProtocolError):
@@ -129,9 +135,11 @@ def verify_certificate(trusted: TrustedKey, data: Any, now: Optional[float] = No
 
 
 def verify_confirm(trusted: TrustedKey, envelope: Envelope, confirmation: Confirmation, device_id: str,
-                   now: Optional[float] = None, clock_skew_s: float = 300.0) -> CollectorCertificate:
+                   now: Optional[float] = None, clock_skew_s: float = 300.0,
+                   max_age_s: float = MAX_CONFIRM_AGE_S) -> CollectorCertificate:
     """Refuse (ConfirmRefused) unless the confirm is for `device_id`, signed by a collector key that
-    the trusted fleet key certified and that is valid now; returns that collector's certificate."""
+    the trusted fleet key certified and that is valid now, and issued at most `max_age_s` ago and
+    not in the future (give or take the skew either way); returns that collector's certificate."""
     if envelope.device_id != device_id:
         raise ConfirmRefused(f"confirm is for device '{envelope.device_id}', not this one ('{device_id}')",
                              kind=WRONG_DEVICE)
@@ -143,6 +151,7 @@ def verify_confirm(trusted: TrustedKey, envelope: Envelope, confirmation: Confir
             "(`edgeopt keys collector`, `edgeopt fleet serve --collector-key`)", kind=UNSIGNED)
     if sorted(auth) != sorted(AUTH_FIELDS):
         raise ConfirmRefused("confirm 'auth' must hold exactly 'certificate' and 'signature'", kind=SIGNATURE_INVALID)
+    now = time.time() if now is None else now
     certificate = verify_certificate(trusted, auth["certificate"], now, clock_skew_s)
     signature = _parse_signature(auth["signature"], "confirm", SIGNATURE_INVALID)
     if signature["key_id"] != certificate.key_id:
@@ -152,6 +161,18 @@ def verify_confirm(trusted: TrustedKey, envelope: Envelope, confirmation: Confir
     if not _verified(certificate.public_key, base64.b64decode(signature["value"]), statement):
         raise ConfirmRefused(f"confirm signature of collector '{certificate.collector}' does not match the "
                              "confirm: its device, seq or ids were changed after signing", kind=SIGNATURE_INVALID)
+    issued_at = envelope.body.get("issued_at")  # signed (checked above); `parse_confirm` made it a number
+    if not _number(issued_at):
+        raise ConfirmRefused("a signed confirm needs a numeric 'issued_at'", kind=SIGNATURE_INVALID)
+    if now - issued_at > max_age_s + clock_skew_s:
+        raise ConfirmRefused(f"confirm of collector '{certificate.collector}' was issued {now - issued_at:.0f} s "
+                             f"ago, more than the {max_age_s:g} s a confirm is valid: a late or replayed "
+                             "one; the collector confirms the measurements again when they are re-sent",
+                             kind=CONFIRM_EXPIRED)
+    if issued_at - clock_skew_s > now:
+        raise ConfirmRefused(f"confirm of collector '{certificate.collector}' is issued {issued_at - now:.0f} s "
+                             f"in this board's future, beyond the {clock_skew_s:g} s allowed for clock skew; "
+                             "check the clocks", kind=CONFIRM_EXPIRED)
     return certificate
 
 

@@ -421,13 +421,15 @@ def test_as_root_the_files_the_broker_reads_are_given_to_its_user(tmp_path, monk
     passwd, acl_file = tmp_path / "edgeopt.passwd", tmp_path / "edgeopt.acl"
     shutil.copyfile(ACL_TEMPLATE, acl_file)
     os.chmod(acl_file, 0o600)
+    os.chown(acl_file, 4321, 4322)  # given to the broker's user by an earlier version: taken back to root
     device = provisioning.provision("dev-a", password_file=passwd, out_dir=tmp_path / "dev-a")
     collector = provisioning.provision("collector-1", role="collector", password_file=passwd, acl_file=acl_file,
                                        out_dir=tmp_path / "collector-1")
     server = provisioning.provision("localhost", role="broker", out_dir=tmp_path / "certs", keys_dir=tmp_path / "keys")
+    # Owner root, group mosquitto: the broker reads its password file and ACL but cannot rewrite them.
     for path in (passwd, acl_file):
         info = path.stat()
-        assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (4321, 4322, 0o640), path
+        assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (0, 4322, 0o640), path
     for path, mode in ((server.folder, 0o750), (server.key, 0o640)):
         info = path.stat()
         assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (0, 4322, mode), path
@@ -436,6 +438,56 @@ def test_as_root_the_files_the_broker_reads_are_given_to_its_user(tmp_path, monk
         info = path.stat()
         assert info.st_uid == 0 and stat.S_IMODE(info.st_mode) & 0o077 == 0, path
     assert any("group mosquitto, mode 0640" in note for note in collector.notes)
+    assert any(note.startswith(f"{acl_file}: owner root, group mosquitto") for note in collector.notes)
+
+
+@pytest.mark.parametrize("swapped", ["symlink", "other_file", "hard_link"])
+def test_giving_a_file_to_the_broker_never_follows_what_was_swapped_in_after_the_check(tmp_path, monkeypatch,
+                                                                                      swapped):
+    """The ownership change goes through a descriptor opened without following a link, and only to
+    the very file checked before: a link, or another file, put there after the check is refused."""
+    fake = provisioning.BrokerAccount("mosquitto", 4321, 4322)
+    precious = tmp_path / "precious"
+    precious.write_text("not the broker's\n")
+    os.chmod(precious, 0o600)
+    before = precious.stat()
+    acl_file = tmp_path / "edgeopt.acl"
+    acl_file.write_text("user collector-1\n")
+    real_lstat = provisioning._lstat
+
+    def check_then_swap(path):
+        info = real_lstat(path)  # the check passes on the real file...
+        if Path(path) == acl_file:  # ...then something is put in its place (kept: no inode reused)
+            acl_file.rename(tmp_path / "moved-away")
+            if swapped == "symlink":
+                acl_file.symlink_to(precious)
+            elif swapped == "other_file":
+                acl_file.write_text("user collector-1\n")
+            else:
+                os.link(precious, acl_file)
+        return info
+
+    monkeypatch.setattr(provisioning, "_lstat", check_then_swap)
+    notes = []
+    with pytest.raises(UserError, match="not followed|was replaced"):
+        provisioning._give_to_broker(acl_file, fake, notes)
+    after = precious.stat()
+    assert (after.st_uid, after.st_gid, stat.S_IMODE(after.st_mode)) == (before.st_uid, before.st_gid, 0o600)
+    assert precious.read_text() == "not the broker's\n" and notes == []
+
+
+def test_giving_a_hard_linked_file_to_the_broker_is_refused(tmp_path):
+    fake = provisioning.BrokerAccount("mosquitto", 4321, 4322)
+    precious = tmp_path / "precious"
+    precious.write_text("not the broker's\n")
+    os.chmod(precious, 0o600)
+    before = precious.stat()
+    acl_file = tmp_path / "edgeopt.acl"
+    os.link(precious, acl_file)  # planted before provisioning ran
+    with pytest.raises(UserError, match="hard links"):
+        provisioning._give_to_broker(acl_file, fake, [])
+    after = precious.stat()
+    assert (after.st_uid, after.st_gid, stat.S_IMODE(after.st_mode)) == (before.st_uid, before.st_gid, 0o600)
 
 
 @needs_mosquitto

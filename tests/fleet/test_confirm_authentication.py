@@ -25,8 +25,9 @@ from edgeopt.deploy.collector_keys import (  # noqa: E402
 )
 from edgeopt.deploy.keys import SigningKey  # noqa: E402
 from edgeopt.errors import UserError  # noqa: E402
-from edgeopt.fleet.collector import Collector  # noqa: E402
+from edgeopt.fleet.collector import Collector, confirmations  # noqa: E402
 from edgeopt.fleet.store import open_store  # noqa: E402
+from edgeopt.fleet.writer import DUPLICATE, IngestOutcome  # noqa: E402
 from edgeopt_agent import confirm_signing, signing, wire  # noqa: E402
 from edgeopt_agent.confirm_signing import ConfirmRefused  # noqa: E402
 from edgeopt_agent.daemon.agent import Agent  # noqa: E402
@@ -55,8 +56,9 @@ def keys(tmp_path_factory):
     }
 
 
-def signed(key, device=DEVICE, seq=1, committed=(A,), rejected=None):
-    return wire.confirm_message(device, seq, committed=list(committed), rejected=rejected, signer=key.sign)
+def signed(key, device=DEVICE, seq=1, committed=(A,), rejected=None, issued_at=None):
+    return wire.confirm_message(device, seq, committed=list(committed), rejected=rejected, signer=key.sign,
+                                issued_at=issued_at)
 
 
 def check(keys, envelope, device=DEVICE, now=None):
@@ -117,7 +119,8 @@ def test_expired_not_yet_valid_and_tampered_certificates_are_refused(keys):
     future = CollectorKey(collector._key, issue_certificate(keys["fleet_signer"], "new", raw, day, now=time.time() + day))
     assert refused_kind(keys, signed(future)) == confirm_signing.CERTIFICATE_EXPIRED
     # The board's clock decides, with the clock skew as slack either way.
-    assert check(keys, signed(old), now=time.time() - 2.5 * day).collector == "old"
+    then = time.time() - 2.5 * day
+    assert check(keys, signed(old, issued_at=then), now=then).collector == "old"
 
     # An attacker's own key in a copy of the genuine certificate, or a longer validity: refused.
     attacker = CollectorKey.ephemeral(keys["fleet_signer"], "attacker")
@@ -153,6 +156,33 @@ def test_signatures_of_jobs_certificates_and_confirms_never_stand_for_one_anothe
     envelope.body["auth"]["signature"] = confirm_signing.signature_dict(collector.key_id,
                                                                          collector._key.sign(wrong_domain))
     assert refused_kind(keys, envelope) == confirm_signing.SIGNATURE_INVALID
+
+
+def test_a_confirm_is_valid_for_a_day_from_its_issue_and_not_before(keys):
+    """A captured signed confirm cannot be replayed for its certificate's lifetime: older than
+    MAX_CONFIRM_AGE_S (or issued in the board's future) it is refused, whatever its certificate."""
+    collector, now, skew = keys["collector"], time.time(), 300.0
+    max_age = confirm_signing.MAX_CONFIRM_AGE_S
+    assert max_age == 24 * 3600.0
+    assert check(keys, signed(collector, issued_at=now)).collector == "collector-1"  # fresh
+    assert check(keys, signed(collector, issued_at=now - max_age + 60), now=now).collector == "collector-1"
+    assert check(keys, signed(collector, issued_at=now + skew - 60), now=now).collector == "collector-1"
+    old = signed(collector, issued_at=now - max_age - skew - 60)
+    assert refused_kind(keys, old, now=now) == confirm_signing.CONFIRM_EXPIRED
+    assert refused_kind(keys, signed(collector, issued_at=now - 30 * 86400.0)) == confirm_signing.CONFIRM_EXPIRED
+    future = signed(collector, issued_at=now + skew + 60)
+    assert refused_kind(keys, future, now=now) == confirm_signing.CONFIRM_EXPIRED
+    # The age is the signed `issued_at`'s: making an old confirm look fresh breaks its signature.
+    refreshed = wire.Envelope(device_id=DEVICE, seq=old.seq, type=wire.CONFIRM_TYPE,
+                              body={**old.body, "issued_at": round(now, 3)})
+    assert refused_kind(keys, refreshed, now=now) == confirm_signing.SIGNATURE_INVALID
+
+
+def test_the_collector_confirms_a_duplicate_again(keys):
+    """What makes refusing a late confirm safe: the agent re-sends, and the collector confirms the
+    copy it already stored (as committed), signing a fresh confirm."""
+    outcome = IngestOutcome(device_id=DEVICE, message_id=A, kind=wire.RESULTS, status=DUPLICATE)
+    assert confirmations([outcome]) == {DEVICE: ([A], {})}
 
 
 @pytest.mark.parametrize("auth", [

@@ -13,7 +13,9 @@ Checks, in order, each with its own error kind:
 Job ids and the last accepted release of each model live in the agent's SQLite state and in a
 second copy beside it (replay-state.json), merged at start, so neither a restart nor the loss of
 one file forgets them; a job id is kept until its job has expired. Only a job whose signature
-holds is remembered, so a forged job cannot block the genuine one with the same id.
+holds, that is fresh, new and addressed to this device is remembered (with the clock mark it
+raises), so a forged job cannot block the genuine one with the same id, and another device's job
+changes nothing here; a job then refused as a downgrade stays remembered.
 
 Clocks: ids are forgotten by the latest time this device has seen (its clock at an admission, or
 an accepted job's issued_at), and expiry is judged by that time too, so a clock that jumped
@@ -305,12 +307,15 @@ class Admission:
             raise wire.ProtocolError(
                 f"job '{job.job_id}' was already received by this device; a job runs once: deploy again "
                 "for a new job", kind="replayed")
-        if record:
-            self.ledger.remember(job.job_id, job.expires_at + self.clock_skew_s, now, latest=job.issued_at)
         if not job.target.includes(self.device_id, self.profile):
+            # Before anything is remembered: another device's job leaves this board's record as it was.
             raise wire.ProtocolError(
                 f"job is for {job.target.describe()}; this is device '{self.device_id}' "
                 f"(profile {self.profile or 'not set'})", kind="wrong_target")
+        if record:
+            # Remembered before the release check on purpose: a job refused as a downgrade is
+            # refused as `replayed` if it comes again, even after the release record is lost.
+            self.ledger.remember(job.job_id, job.expires_at + self.clock_skew_s, now, latest=job.issued_at)
         self._check_release(job, now, record)
 
     def _check_validity(self, job: wire.BenchmarkJob, now: float, clock_mark: Optional[float] = None) -> None:

@@ -15,8 +15,9 @@ Every file and folder written here is checked first: a symlink is refused (a pla
 redirect the write), a folder of ours that others may enter is made 0700, and files are written
 to a new name and renamed over the old one. Mosquitto 2 reads its password file, ACL and TLS
 files after dropping root to the `mosquitto` user, so when this runs as root and that user exists
-(`broker_account()`), the files the broker reads are given to it (owner and group `mosquitto`,
-mode 0640; the broker identity's folder 0750).
+(`broker_account()`), the files the broker reads are given to its group, owned by root (owner
+root, group `mosquitto`, mode 0640; the broker identity's folder 0750): the broker reads them but
+cannot rewrite them, its own ACL included.
 """
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ DEFAULT_OUT = "edgeopt-credentials"
 BROKER_USER = "mosquitto"  # the user Mosquitto's packages run the broker as (it drops root to it)
 BROKER_FILE_MODE = 0o640
 BROKER_DIR_MODE = 0o750
+BROKER_FILE_OWNER = 0  # root: the broker's files are only readable to it (group), never writable
 
 # What each role may do besides what scripts/mosquitto.acl grants every user on its own device
 # topics. {name} is the identity's user name.
@@ -144,7 +146,7 @@ def provision(
         result.ca_cert = folder / "ca.crt"
         _write_file(result.ca_cert, ca.cert_path.read_bytes(), 0o644)
         if role == "broker":
-            _give_to_broker(result.key, account, result.notes, owner=False)
+            _give_to_broker(result.key, account, result.notes)
     if role in ROLE_ACL:
         result.acl_lines = [f"user {name}"] + [line.format(name=name) for line in ROLE_ACL[role]]
         if acl_file is not None:
@@ -199,7 +201,7 @@ def _add_password(password_file: Path, name: str, folder: Path, force: bool, acc
         reason = (done.stderr or done.stdout).strip().splitlines()
         raise UserError(f"mosquitto_passwd could not add {name} to {password_file}: "
                         f"{reason[0] if reason else f'exit status {done.returncode}'}")
-    # Mosquitto reads it as its own user (it drops root before reading it).
+    # Mosquitto reads it as its own user (it drops root before reading it): group, not owner.
     _give_to_broker(password_file, account, notes)
     path = folder / "password"
     _write_private(path, (password + "\n").encode())
@@ -434,7 +436,7 @@ def _prepare_dir(folder: Path, notes: List[str], account: Optional[BrokerAccount
         raise UserError(f"{folder} belongs to another user (uid {info.st_uid}), who could read or replace what is "
                         "written there; remove it or pass another --out")
     if account is not None:
-        _give_to_broker(folder, account, notes, owner=False, mode=BROKER_DIR_MODE)
+        _give_to_broker(folder, account, notes, mode=BROKER_DIR_MODE)
         return
     mode = stat.S_IMODE(info.st_mode)
     if mode & 0o077:
@@ -447,27 +449,46 @@ def _prepare_dir(folder: Path, notes: List[str], account: Optional[BrokerAccount
         log.warning("%s was open to other users (mode %04o); made it 0700", folder, mode)
 
 
-def _give_to_broker(path: Path, account: Optional[BrokerAccount], notes: List[str], owner: bool = True,
+def _give_to_broker(path: Path, account: Optional[BrokerAccount], notes: List[str],
                     mode: int = BROKER_FILE_MODE) -> None:
-    """Let the broker's user read `path`: group (and with `owner` also owner) `account`, `mode`.
+    """Let the broker's user read `path` and not change it: owner root, group `account`, `mode`.
 
-    Mosquitto's password file and ACL get the broker's user as owner too, as newer Mosquitto
-    versions expect of the files they read; its TLS key and folder keep their owner.
+    Owned by the broker's user, its password file and ACL could be rewritten by a compromised
+    broker (its own ACL widened). The change is made through one descriptor opened without
+    following a link (O_NOFOLLOW), after checking that it is the very file or folder checked
+    before (a link or another file swapped in meanwhile is refused, not followed; chmod by path
+    has no reliable no-follow form on Linux), and that a file has no second name (a hard link
+    would hand that other file to the broker's group).
     """
     if account is None:
         return
-    _lstat(path)
+    checked = _lstat(path)
+    if checked is None:
+        raise UserError(f"{path} vanished before it could be given to the broker's user {account.name}; "
+                        "run the command again")
     try:
-        fd = os.open(str(path), os.O_RDONLY | _NOFOLLOW)
-        try:
-            os.fchown(fd, account.uid if owner else -1, account.gid)
-            os.fchmod(fd, mode)
-        finally:
-            os.close(fd)
+        fd = os.open(str(path), os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        raise UserError(f"cannot give {path} to the broker's user {account.name}: {exc.strerror} (a symbolic "
+                        "link there is not followed)") from exc
+    try:
+        opened = os.fstat(fd)
+        if (opened.st_dev, opened.st_ino) != (checked.st_dev, checked.st_ino):
+            raise UserError(f"{path} was replaced while provisioning ran; nothing was given to the broker's user "
+                            f"{account.name}: check who else writes there, and run the command again")
+        if not (stat.S_ISREG(opened.st_mode) or stat.S_ISDIR(opened.st_mode)):
+            raise UserError(f"{path} is not a regular file or folder; remove it or give another path")
+        if stat.S_ISREG(opened.st_mode) and opened.st_nlink != 1:
+            raise UserError(f"{path} has {opened.st_nlink} names (hard links): giving it to the broker's group would "
+                            "give the other names too; replace it with a file of its own")
+        os.chown(fd, BROKER_FILE_OWNER, account.gid)  # on the descriptor: what was checked, never a link
+        os.chmod(fd, mode)
     except OSError as exc:
         raise UserError(f"cannot give {path} to the broker's user {account.name}: {exc.strerror}") from exc
-    notes.append(f"{path}: {'owner and ' if owner else ''}group {account.name}, mode {mode:04o} "
-                 "(the broker reads it as that user)")
+    finally:
+        os.close(fd)
+    notes.append(f"{path}: owner root, group {account.name}, mode {mode:04o} "
+                 "(the broker reads it as that user and cannot change it)")
 
 
 def _write_file(path: Path, data: bytes, mode: int) -> None:

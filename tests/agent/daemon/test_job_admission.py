@@ -12,7 +12,7 @@ import pytest
 from agent_harness import QUICK_BENCH, write_tiny_onnx
 
 from edgeopt_agent import signing, wire
-from edgeopt_agent.daemon.admission import Admission, JobLedger
+from edgeopt_agent.daemon.admission import CLOCK_MARK, COPY_FILE, Admission, JobLedger
 from edgeopt_agent.daemon.jobs import JobHandler
 from edgeopt_agent.daemon.store import STATE_FILE, Store
 
@@ -151,6 +151,33 @@ def test_a_job_for_another_device_is_refused(board, fleet):
     kind, answer = board.send(for_b)  # device B's signed job, published on A's jobs topic
     assert kind == "wrong_target" and "device dev-b" in answer["error"]["message"]
     assert Board(board.data_dir.parent / "b", fleet.trusted, OTHER).send(for_b)[0] == ADMITTED
+
+
+def test_a_job_for_another_device_leaves_the_record_and_the_time_mark_as_they_were(tmp_path, fleet):
+    """A valid signed job addressed elsewhere (issued a little ahead, within the skew, with a
+    release) changes nothing here: no id remembered, no clock mark raised, no release, either copy."""
+    data, now = tmp_path / "data", time.time()
+    store = Store(data / STATE_FILE)
+    try:
+        ledger = JobLedger(store, clock=lambda: now)
+        handler = JobHandler(DEVICE, data, admission=Admission(DEVICE, PROFILE, fleet.trusted, ledger, 60.0,
+                                                               clock=lambda: now))
+
+        def send(body):
+            return handler.handle(wire.Envelope(DEVICE, 1, wire.BENCHMARK_JOB, body).encode())["error"]["kind"]
+
+        assert send(job(fleet, job_id="mine", issued_at=now - 10)) == ADMITTED
+        before, copy = ledger.state(), (data / COPY_FILE).read_bytes()
+        assert before.marks[CLOCK_MARK] == now
+        theirs = job(fleet, job_id="theirs", devices=(OTHER,), issued_at=now + 40,
+                     release=wire.Release("net.py:build", 3.0))
+        assert send(theirs) == "wrong_target"
+        after = ledger.state()
+        assert (after.jobs, after.releases, after.marks) == (before.jobs, before.releases, before.marks)
+        assert not ledger.seen("theirs") and ledger.mark(CLOCK_MARK) == now
+        assert (data / COPY_FILE).read_bytes() == copy
+    finally:
+        store.close()
 
 
 def test_one_signed_job_serves_the_devices_of_a_profile_and_no_other_profile(tmp_path, fleet):
