@@ -177,10 +177,15 @@ def test_broker_outage_loses_no_telemetry(mqtt_broker, data_dir, agents, listene
 def test_restart_with_a_full_outbox_sends_everything(mqtt_broker, data_dir, agents, listeners):
     mqtt_broker.stop()
     first = start_agent(agents, mqtt_broker, data_dir, telemetry_interval=0.1)
-    time.sleep(1.5)
+    # Until five telemetry messages wait in the outbox, however slowly this machine (or an emulated
+    # aarch64) runs the agent: a fixed sleep failed 3 of 3 under qemu.
+    deadline = time.monotonic() + 120
+    while _queued_telemetry(data_dir) < 5:
+        assert time.monotonic() < deadline, "the agent queued fewer than 5 telemetry messages in 120 s"
+        assert first.process.poll() is None, first.log_path.read_text(errors="replace")[-2000:]
+        time.sleep(0.1)
     assert first.terminate() == 0  # a clean stop even though the broker was never reachable
-    with sqlite3.connect(str(data_dir / "agent.db")) as db:
-        queued = db.execute("SELECT COUNT(*) FROM outbox WHERE kind = 'telemetry'").fetchone()[0]
+    queued = _queued_telemetry(data_dir)
     assert queued >= 5
 
     mqtt_broker.start()
@@ -190,6 +195,14 @@ def test_restart_with_a_full_outbox_sends_everything(mqtt_broker, data_dir, agen
     seqs = sorted(e["seq"] for e in unique_by_id(listener.of("telemetry")))
     assert seqs[0] == 1  # the oldest message measured before the restart
     assert_contiguous(seqs)  # and the numbering went on across the restart
+
+
+def _queued_telemetry(data_dir) -> int:
+    try:
+        with sqlite3.connect(str(data_dir / "agent.db")) as db:
+            return db.execute("SELECT COUNT(*) FROM outbox WHERE kind = 'telemetry'").fetchone()[0]
+    except sqlite3.OperationalError:  # not created yet, or mid-write
+        return 0
 
 
 def test_mqtt_3_1_1_fallback_when_the_broker_refuses_v5(tmp_path, data_dir, agents, listeners):
