@@ -422,3 +422,30 @@ def test_user_metric_is_scored_against_fp32(tmp_path):
         compare([ref], [ref], names=["y"], metric=load_metric(f"{plugin}:broken", None))
     with pytest.raises(UserError, match="file.py:function"):
         load_metric("metric", None)
+
+
+def _yolo_head(rng, samples=8, classes=3, anchors=400, score_scale=0.2):
+    """[N, 4+C, anchors]: pixel boxes (large) and sigmoid scores kept below the detection threshold."""
+    boxes = rng.uniform(0, 320, (samples, 4, anchors))
+    scores = rng.uniform(0, score_scale, (samples, classes, anchors))
+    return np.concatenate([boxes, scores], axis=1).astype(np.float32)
+
+
+def test_a_detector_whose_scores_are_crushed_is_not_excellent_though_its_boxes_are():
+    """The audit's broken YOLOv8 INT8: no FP32 detection in the evaluation data (unresolved), whole-tensor
+    cosine >= 0.999 from the pixel boxes, every class score zero. It must not pass as excellent."""
+    rng = np.random.default_rng(4)
+    ref = _yolo_head(rng)
+    crushed = ref.copy()
+    crushed[:, 4:] = 0.0
+
+    accuracy = compare([ref], [crushed], names=["output0"])
+
+    [judged] = accuracy.outputs
+    assert judged.kind.kind == "detection" and judged.verdict == "unresolved"
+    assert judged.figures["cosine_similarity"] > 0.999  # the whole tensor looks fine
+    assert judged.figures["scores_cosine"] == 0.0 and judged.figures["worst_part_cosine"] == 0.0
+    assert not accuracy.excellent
+
+    kept = ref + rng.normal(0, 1e-4, ref.shape).astype(np.float32)
+    assert compare([ref], [kept], names=["output0"]).excellent

@@ -13,7 +13,7 @@ from typing import Dict, Optional
 import numpy as np
 
 from . import ctc, intervals
-from .detections import SCORE_THRESHOLD, match
+from .detections import SCORE_THRESHOLD, match, split_head
 from .kinds import OutputKind
 
 OK, UNRESOLVED, FAILED = "ok", "unresolved", "failed"
@@ -51,8 +51,13 @@ class Judgement:
         return float(self.figures["cosine_similarity"])
 
     def excellent(self, tol: Tolerances) -> bool:
+        """Cosine and SQNR excellent for the whole output and, where it has parts (a detection's boxes
+        and scores), for its worst part: boxes in pixels must not hide crushed scores."""
         sqnr = self.figures.get("sqnr_db")
-        return self.cosine >= tol.excellent_cosine and (sqnr is None or sqnr >= tol.excellent_sqnr_db)
+        part_cosine, part_sqnr = self.figures.get("worst_part_cosine"), self.figures.get("worst_part_sqnr_db")
+        return (self.cosine >= tol.excellent_cosine and (sqnr is None or sqnr >= tol.excellent_sqnr_db)
+                and (part_cosine is None or part_cosine >= tol.excellent_cosine)
+                and (part_sqnr is None or part_sqnr >= tol.excellent_sqnr_db))
 
     def to_dict(self) -> dict:
         out = {"name": self.name, "kind": self.kind.kind, "kind_source": "given" if self.kind.given else "inferred",
@@ -101,6 +106,20 @@ def common_figures(ref: np.ndarray, cand: np.ndarray) -> Dict[str, Optional[floa
             "mean_abs_error": float(diff.mean()) if diff.size else 0.0,
             "cosine_similarity": float(per.mean()), "worst_cosine": float(per.min()),
             "sqnr_db": sqnr_db(ref, cand)}
+
+
+def part_figures(parts: Dict[str, int], ref_parts, cand_parts) -> Dict[str, Optional[float]]:
+    """Cosine and SQNR of each semantic part of an output ({part name: index into the split
+    arrays}), and the worst of them (`worst_part_cosine`, `worst_part_sqnr_db`)."""
+    figures: Dict[str, Optional[float]] = {}
+    for part, index in parts.items():
+        ref_part, cand_part = ref_parts[index], cand_parts[index]
+        figures[f"{part}_cosine"] = float(cosines(ref_part, cand_part).mean()) if len(ref_part) else 1.0
+        figures[f"{part}_sqnr_db"] = sqnr_db(ref_part, cand_part)
+    figures["worst_part_cosine"] = min(figures[f"{p}_cosine"] for p in parts)
+    sqnrs = [figures[f"{p}_sqnr_db"] for p in parts if figures[f"{p}_sqnr_db"] is not None]
+    figures["worst_part_sqnr_db"] = min(sqnrs) if sqnrs else None
+    return figures
 
 
 def _counted(name, kind, figures, changed: int, trials: int, what: str, tol: Tolerances) -> Judgement:
@@ -268,6 +287,7 @@ def judge_mask(name, kind, ref, cand, tol: Tolerances) -> Judgement:
 
 def judge_detection(name, kind, ref, cand, tol: Tolerances) -> Judgement:
     figures = common_figures(ref, cand)
+    figures.update(part_figures({"boxes": 0, "scores": 1}, split_head(ref), split_head(cand)))
     found = match(ref, cand)
     figures.update(reference_detections=found.reference, found_detections=found.found,
                    found_at_threshold=found.strict_found,
