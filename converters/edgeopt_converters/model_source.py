@@ -53,6 +53,10 @@ def load_source(spec: str, weights: Optional[Path] = None, trust_model_code: boo
     if path.suffix == ".pt2":
         return _load_exported(path)
     if path.suffix in TORCHSCRIPT_SUFFIXES or zipfile.is_zipfile(path):
+        if _saved_object(path):
+            raise UserError(f"{spec} is a checkpoint saved with torch.save (a state_dict or a pickled module), "
+                            f"not a model on its own: give file.py:factory (a function that builds the model) "
+                            f"with --weights {spec}")
         if not trust_model_code:
             raise UserError(f"{spec} is TorchScript, a program that runs when loaded (PyTorch has no safe mode "
                             f"for torch.jit.load); give file.py:factory, re-export it with torch.export.save (.pt2) "
@@ -62,6 +66,18 @@ def load_source(spec: str, weights: Optional[Path] = None, trust_model_code: boo
         f"{spec}: unrecognised model file (suffix '{path.suffix}'); accepted: file.py:factory, "
         f"TorchScript ({', '.join(TORCHSCRIPT_SUFFIXES)}), .pt2, .onnx"
     )
+
+
+def _saved_object(path: Path) -> bool:
+    """torch.save's archive (a pickle, data.pkl, and its tensors) rather than TorchScript's (which also
+    holds code/ and constants.pkl): told from the member names alone, nothing is unpickled."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except (zipfile.BadZipFile, OSError):
+        return False
+    leaves = {name.split("/", 1)[1] if "/" in name else name for name in names}
+    return "data.pkl" in leaves and not any(leaf.startswith("code/") or leaf == "constants.pkl" for leaf in leaves)
 
 
 def _load_factory(path: Path, factory: str, weights: Optional[Path]) -> SourceModel:
@@ -130,6 +146,10 @@ def schema_specs(module) -> List[InputSpec]:
     return specs
 
 
+_CHECKPOINT_KEYS = ("state_dict", "model_state_dict", "model_state", "model", "net", "network", "weights", "params")
+_PREFIXES = ("module.", "model.", "_orig_mod.")  # DataParallel, a Lightning wrapper, torch.compile
+
+
 def _load_weights(model, weights: Path) -> None:
     torch = _torch()
     if not weights.exists():
@@ -138,12 +158,30 @@ def _load_weights(model, weights: Path) -> None:
         state = torch.load(weights, map_location="cpu", weights_only=True)
     except Exception as exc:
         raise UserError(f"{weights} is not a state_dict that loads with weights_only=True ({type(exc).__name__}: {exc})") from exc
-    if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
-        state = state["state_dict"]
-    try:
-        model.load_state_dict(state)
-    except Exception as exc:
-        raise UserError(f"{weights} does not fit the model: {str(exc).splitlines()[0]}") from exc
+    state = _unwrapped(state, model.state_dict().keys())
+    result = model.load_state_dict(state, strict=False)
+    missing, unexpected = list(result.missing_keys), list(result.unexpected_keys)
+    if missing or unexpected:
+        raise UserError(f"{weights} does not fit the model: {len(missing)} of its keys missing (first: "
+                        f"{', '.join(missing[:3]) or 'none'}), {len(unexpected)} unexpected (first: "
+                        f"{', '.join(unexpected[:3]) or 'none'}); is it this factory's checkpoint?")
+
+
+def _unwrapped(state, wanted) -> dict:
+    """The state_dict inside a checkpoint: under a common key ({'model_state': ...}), with a wrapper's
+    prefix (`module.` of DataParallel) removed where the model's own keys do not have it."""
+    wanted, tensor = set(wanted), _torch().Tensor
+    while isinstance(state, dict) and not any(isinstance(v, tensor) for v in state.values()):
+        inner = next((state[k] for k in _CHECKPOINT_KEYS if isinstance(state.get(k), dict)), None)
+        if inner is None:
+            break
+        state = inner
+    if not isinstance(state, dict):
+        raise UserError(f"the weights file holds a {type(state).__name__}, not a state_dict (name -> tensor)")
+    for prefix in _PREFIXES:
+        if state and all(k.startswith(prefix) for k in state) and not any(k.startswith(prefix) for k in wanted):
+            state = {k[len(prefix):]: v for k, v in state.items()}
+    return state
 
 
 def _load_torchscript(path: Path) -> SourceModel:
