@@ -35,6 +35,7 @@ class Cpu:
     cores: int
     max_freq_mhz: int
     isa_features: Tuple[str, ...]
+    cores_vary: bool = False  # a generic profile (x86-64): its boards' core counts differ, `cores` is an example
 
     def has(self, feature: str) -> bool:
         return feature in self.isa_features
@@ -85,7 +86,6 @@ class DeviceProfile:
     power_sensor: str
     thermal: Thermal
     peak_tops: Mapping[str, float] = field(default_factory=dict)
-    tensorrt_version: Optional[str] = None
     notes: str = ""
 
     @property
@@ -126,6 +126,13 @@ def _optional_float(table: Mapping[str, Any], key: str, where: str) -> Optional[
     return _expect(table, key, float, where)
 
 
+def _optional_bool(table: dict, key: str, where: str) -> bool:
+    value = table.get(key, False)
+    if not isinstance(value, bool):
+        raise ProfileError(f"{where}: {key} must be true or false, not {value!r}")
+    return value
+
+
 def _one_of(value: str, allowed: Tuple[str, ...], what: str, where: str) -> str:
     if value not in allowed:
         raise ProfileError(f"{where}: {what} '{value}' is not one of {', '.join(allowed)}")
@@ -144,6 +151,7 @@ def parse_profile(data: Mapping[str, Any], source: str) -> DeviceProfile:
         cores=_expect(cpu_t, "cores", int, where + " [cpu]"),
         max_freq_mhz=_expect(cpu_t, "max_freq_mhz", int, where + " [cpu]"),
         isa_features=tuple(_expect(cpu_t, "isa_features", list, where + " [cpu]")),
+        cores_vary=_optional_bool(cpu_t, "cores_vary", where + " [cpu]"),
     )
     memory = Memory(
         size_gb=_expect(mem_t, "size_gb", float, where + " [memory]"),
@@ -194,7 +202,6 @@ def parse_profile(data: Mapping[str, Any], source: str) -> DeviceProfile:
             critical_c=_optional_float(thermal_t, "critical_c", where + " [thermal]"),
         ),
         peak_tops={k: float(v) for k, v in peak.items()},
-        tensorrt_version=data.get("tensorrt_version"),
         notes=data.get("notes", ""),
     )
 

@@ -79,28 +79,78 @@ def efficiency(fits: Sequence[Dict[str, Any]], profile: str, precision: str,
     return found, (scope if found.factor is not None else "")
 
 
-def _fleet_results(store, manifest: Dict[str, Any]) -> Dict[Tuple[str, str], List[float]]:
-    """p50 latencies of this conversion's artifacts in the fleet, by (board profile, artifact key)."""
+def mismatched_devices(devices: Sequence[Dict[str, Any]]) -> Dict[str, str]:
+    """Devices whose results say nothing about their profile's board, each with why: its agent's status says
+    the profile does not describe its CPU (`profile_check`), or the machine its telemetry reports is of
+    another architecture than the profile's (an agent from before the check)."""
+    found: Dict[str, str] = {}
+    boards: Dict[str, Any] = {}  # profile name -> its DeviceProfile, or None when unknown (read once each)
+    for d in devices:
+        profile = d.get("profile")
+        check = d.get("profile_check")
+        if isinstance(check, dict) and check.get("ok") is False:
+            mismatch = check.get("mismatch") if isinstance(check.get("mismatch"), list) else []
+            differs = "; ".join(str(m)[:200] for m in mismatch[:5]) or "no detail given"
+            found[d["device_id"]] = f"its agent reports that profile {profile} does not match its CPU ({differs})"
+            continue
+        machine = (d.get("versions") or {}).get("machine")
+        if not profile or not isinstance(machine, str) or not machine:
+            continue
+        if profile not in boards:
+            try:
+                boards[profile] = load_profile(profile)
+            except UserError:
+                boards[profile] = None  # an unknown profile gets no prediction anyway (compare_with_fleet says so)
+        board = boards[profile]
+        if board is not None and not board.matches_host(machine):
+            found[d["device_id"]] = f"it reports machine {machine}, and profile {profile} is {board.cpu.arch}"
+    return found
+
+
+def _fleet_results(store, manifest: Dict[str, Any]
+                   ) -> Tuple[Dict[Tuple[str, str], List[float]], Dict[Tuple[str, str], List[str]], Dict[str, str]]:
+    """p50 latencies of this conversion's artifacts in the fleet, by (board profile, artifact key); the devices
+    left out of each pair (`mismatched_devices`), and why each was."""
     sha = (manifest.get("model") or {}).get("sha256")
+    mismatched = mismatched_devices(store.devices())
     measured: Dict[Tuple[str, str], List[float]] = {}
+    left_out: Dict[Tuple[str, str], List[str]] = {}
     for r in store.results():
         if r.get("model_sha256") != sha or not r.get("ok") or r.get("valid") is False or not r.get("p50_ms"):
             continue
         if r.get("profile") and r.get("artifact_key"):
-            measured.setdefault((r["profile"], r["artifact_key"]), []).append(float(r["p50_ms"]))
-    return measured
+            key = (r["profile"], r["artifact_key"])
+            if r["device_id"] in mismatched:
+                left_out.setdefault(key, []).append(r["device_id"])
+            else:
+                measured.setdefault(key, []).append(float(r["p50_ms"]))
+    reasons = {d: mismatched[d] for devices in left_out.values() for d in devices}
+    return measured, left_out, reasons
 
 
 def _error_pct(predicted: float, measured: float) -> float:
     return round((predicted - measured) / measured * 100.0, 2)
 
 
-def compare_with_fleet(store, manifest: Dict[str, Any], costs: Dict[str, GraphCost]) -> Tuple[List[Dict[str, Any]], List[str]]:
-    """Predicted against measured for every board that ran these artifacts; stores each pair."""
+def compare_with_fleet(store, manifest: Dict[str, Any], costs: Dict[str, GraphCost]
+                       ) -> Tuple[List[Dict[str, Any]], List[str], List[Dict[str, Any]]]:
+    """Predicted against measured for every board that ran these artifacts; stores each pair. Also returns the
+    devices whose results were left out (`mismatched_devices`): device_id, the profiles and artifacts, why."""
     sha = (manifest.get("model") or {}).get("sha256")
     rows, notes = [], []
     pairs = []
-    for (profile_name, key), latencies in sorted(_fleet_results(store, manifest).items()):
+    measured_by_key, left_out, reasons = _fleet_results(store, manifest)
+    devices_left_out = []
+    for device_id, why in sorted(reasons.items()):
+        keys = sorted(k for k, devices in left_out.items() if device_id in devices)
+        profiles = sorted({p for p, _ in keys})
+        devices_left_out.append({"device_id": device_id, "profiles": profiles,
+                                 "artifacts": sorted({a for _, a in keys}), "reason": why})
+        notes.append(f"left out {device_id}'s results: they do not calibrate {', '.join(profiles)} because {why}")
+    for profile_name, key in sorted(set(left_out) - set(measured_by_key)):
+        if key in costs and store.forget_roofline_fit(profile_name, sha, key):
+            notes.append(f"forgot the stored {profile_name} fit of {key}: only left-out devices measured it")
+    for (profile_name, key), latencies in sorted(measured_by_key.items()):
         if key not in costs:
             continue
         try:
@@ -131,7 +181,7 @@ def compare_with_fleet(store, manifest: Dict[str, Any], costs: Dict[str, GraphCo
     if pairs:
         notes.append("calibrated figures use each board's efficiency fitted from its other artifacts (this one "
                      "left out), so the error shown is out of sample")
-    return rows, notes
+    return rows, notes, devices_left_out
 
 
 def calibrate(prediction: Prediction, found: Fit) -> Prediction:
@@ -151,6 +201,7 @@ def analyze(path, device: str, input_shapes: Sequence[Sequence[int]] = (), db: O
     costs = {t.key: analyze_onnx(t.path, shapes[t.key], runtime=runtime) for t in found}
     fleet_rows: List[Dict[str, Any]] = []
     fits: List[Dict[str, Any]] = []
+    left_out: List[Dict[str, Any]] = []
     if db is not None:
         from .fleet.store import open_store
 
@@ -159,7 +210,7 @@ def analyze(path, device: str, input_shapes: Sequence[Sequence[int]] = (), db: O
             if manifest is not None:
                 # The fleet's boards: each artifact's own graph.
                 own = costs if runtime is None else {t.key: analyze_onnx(t.path, shapes[t.key]) for t in found}
-                fleet_rows, fleet_notes = compare_with_fleet(store, manifest, own)
+                fleet_rows, fleet_notes, left_out = compare_with_fleet(store, manifest, own)
                 notes.extend(fleet_notes)
             else:
                 notes.append("an ONNX file alone has no model hash to find fleet results by; give the OUTDIR")
@@ -179,7 +230,7 @@ def analyze(path, device: str, input_shapes: Sequence[Sequence[int]] = (), db: O
                     if fitted.kinds else "; too few results to fit per kernel kind"))
         artifacts.append(artifact_summary(t, cost, prediction, top))
     return {"device": device, "machine": board.to_dict(), "figures": figures(board, device), "artifacts": artifacts,
-            "fleet": fleet_rows, "notes": notes}
+            "fleet": fleet_rows, "left_out": left_out, "notes": notes}
 
 
 def figures(board: Machine, device: str) -> List[str]:

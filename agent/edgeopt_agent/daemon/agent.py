@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Any, Dict, Optional
 
-from .. import confirm_signing, signing, wire
+from .. import confirm_signing, cpu_check, signing, wire
 from ..bench.leftovers import RECORD_FILE, ChildRecord
 from ..profiles import load_profile
 from .admission import Admission, JobLedger
@@ -34,11 +34,13 @@ CONFIRM_WARNING_INTERVAL_S = 60.0
 
 
 class Agent:
-    def __init__(self, config: AgentConfig, sensors: Any = None):
-        """`sensors` is a SensorSuite; by default the board's sensors are discovered here, once."""
+    def __init__(self, config: AgentConfig, sensors: Any = None, cpu: Optional[cpu_check.CpuFacts] = None):
+        """`sensors` is a SensorSuite; by default the board's sensors are discovered here, once. `cpu` is what
+        the profile is checked against; by default this CPU's facts, read once (`cpu_check.read_cpu`)."""
         self.config = config
         self.device_id = config.device_id
         profile = load_profile(config.profile) if config.profile else None
+        self.profile_check = self._check_profile(profile, cpu)  # warns once here when the profile does not fit
         self.trusted_key = signing.load_public_key(config.trusted_key) if config.trusted_key else None
         if self.trusted_key is not None:
             signing.ensure_available()
@@ -244,6 +246,7 @@ class Agent:
             started_at=self._started_at,
             mqtt_protocol=self.session.protocol,
             **self._signature_state(),
+            profile_check=self.profile_check,
         )
         envelope = wire.Envelope(device_id=self.device_id, seq=seq, type=wire.STATUS_TYPE, body=body)
         return Message(wire.status_topic(self.device_id), envelope.encode(), retain=True)
@@ -278,6 +281,23 @@ class Agent:
             "trusted_key_id": self.trusted_key.key_id if self.trusted_key else None,
             "confirms": "signed" if self.trusted_key else "any",
         }
+
+    @staticmethod
+    def _check_profile(profile: Any, cpu: Optional[cpu_check.CpuFacts]) -> Optional[Dict[str, Any]]:
+        """Whether the configured profile describes this CPU (None without a profile). A failure to check
+        is logged and reported as unchecked, never fatal: the agent runs on regardless."""
+        if profile is None:
+            return None
+        try:
+            check = cpu_check.check_profile(profile, cpu if cpu is not None else cpu_check.read_cpu("/"))
+        except Exception as exc:
+            log.exception("checking profile %s against this CPU failed", profile.name)
+            return {"ok": None, "machine": None, "cores": None, "mismatch": [],
+                    "unchecked": [f"the check failed: {type(exc).__name__}: {exc}"]}
+        mismatch = cpu_check.warning(profile, check)
+        if mismatch:
+            log.warning("%s", mismatch)
+        return check
 
     def _confirms_refused(self) -> Dict[str, Any]:
         """Confirm messages not acted on, ever: in all (`unauthenticated_confirms`) and by why."""

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Optional, Tuple
 
+from edgeopt_agent.wire.errors import REFUSED_BEFORE_RUNNING
+
 from .database import Database
 from .tables import DEVICE_COLUMNS, RESULT_COLUMNS, TELEMETRY_COLUMNS
 
@@ -28,6 +30,14 @@ class FleetQueries:
                     "WHERE filled_at IS NULL AND suspect = 0 GROUP BY device_id"
                 )
             }
+            # The newest status's body (the one the devices row's state came from): its profile check.
+            checks = {
+                r["device_id"]: _profile_check(r["body"])
+                for r in tx.rows(
+                    "SELECT s.device_id, s.body FROM status s JOIN devices d ON d.device_id = s.device_id "
+                    "AND d.state_seq = s.seq AND d.state_ts = s.ts"
+                )
+            }
         return [
             {
                 "device_id": r["device_id"],
@@ -42,6 +52,7 @@ class FleetQueries:
                 "temperature_c": r["temperature_c"],
                 "mqtt_protocol": r["mqtt_protocol"],
                 "missing_messages": missing.get(r["device_id"], 0),
+                "profile_check": checks.get(r["device_id"]),
             }
             for r in rows
         ]
@@ -56,6 +67,9 @@ class FleetQueries:
     ) -> List[Dict[str, Any]]:
         """Benchmark results, the latest per (device, model, artifact) unless `latest=False`.
 
+        The latest is the newest result that ran: a refusal before running (an unsigned or expired job,
+        a replay, another target, a downgrade...: `REFUSED_BEFORE_RUNNING`) never hides the last measured
+        result, and is the latest only while the key has nothing else; `latest=False` lists it too.
         Sorted for comparison: by model, then p50 latency (failures last), then device.
         `with_body` adds "body", the full result message body as sent.
         """
@@ -74,7 +88,7 @@ class FleetQueries:
             newest: Dict[Tuple[Any, ...], Dict[str, Any]] = {}
             for r in rows:
                 key = (r["device_id"], r["model"], r["artifact_key"])
-                if key not in newest or (r["ts"], r["seq"]) > (newest[key]["ts"], newest[key]["seq"]):
+                if key not in newest or _latest_order(r) > _latest_order(newest[key]):
                     newest[key] = r
             rows = list(newest.values())
         for r in rows:
@@ -197,6 +211,21 @@ def _confirms_refused(latest_telemetry: List[Dict[str, Any]]) -> Dict[str, Any]:
         if isinstance(count, int) and not isinstance(count, bool) and count > 0:
             devices[row["device_id"]] = count
     return {"total": sum(devices.values()), "devices": dict(sorted(devices.items()))}
+
+
+def _latest_order(row: Dict[str, Any]) -> Tuple[Any, ...]:
+    """Which result of a (device, model, artifact) is its latest: any that ran before any refusal, then the newest."""
+    refused = not row["ok"] and row["error_kind"] in REFUSED_BEFORE_RUNNING
+    return (not refused, row["ts"], row["seq"])
+
+
+def _profile_check(body: str) -> Optional[Dict[str, Any]]:
+    """A status body's `profile_check` (docs/PROTOCOL.md), or None (no profile, an older agent, not an object)."""
+    try:
+        check = json.loads(body).get("profile_check")
+    except (ValueError, AttributeError):
+        return None
+    return check if isinstance(check, dict) else None
 
 
 def _comparison_order(row: Dict[str, Any]) -> Tuple[Any, ...]:

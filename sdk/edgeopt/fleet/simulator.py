@@ -48,13 +48,18 @@ class SimulatedDevice:
         )
         return Published(wire.topic(self.device_id, kind), envelope.encode(), envelope, retain)
 
-    def status(self, state: str = wire.ONLINE, reason: str = "connected", seq: Optional[int] = None) -> Published:
+    def status(self, state: str = wire.ONLINE, reason: str = "connected", seq: Optional[int] = None,
+               profile_check: Optional[Mapping[str, Any]] = None) -> Published:
+        """`profile_check`: what the agent found comparing its profile with its CPU (left out when None)."""
         body = wire.status_body(state, reason, agent_version=self.agent_version, profile=self.profile,
                                     started_at=self.started_at, mqtt_protocol="5")
+        if profile_check is not None:
+            body["profile_check"] = dict(profile_check)
         return self.envelope(wire.STATUS, wire.STATUS_TYPE, body, seq, retain=True)
 
     def telemetry(self, temperature_c: Optional[float] = None, power_w: Optional[float] = None,
-                  seq: Optional[int] = None) -> Published:
+                  seq: Optional[int] = None, machine: Optional[str] = None) -> Published:
+        """`machine`: the `versions.machine` the agent reports (`platform.machine()`; left out when None)."""
         rng = self._rng
         temperature = round(rng.uniform(40.0, 70.0), 1) if temperature_c is None else temperature_c
         body = {
@@ -73,6 +78,8 @@ class SimulatedDevice:
                          "tflite-runtime": None, "tensorrt": None, "python": "3.11.2"},
             "agent": {"pid": 4242, "uptime_s": round(self._clock() - self.started_at, 1), "outbox_queued": 0},
         }
+        if machine is not None:
+            body["versions"]["machine"] = machine
         return self.envelope(wire.TELEMETRY, wire.TELEMETRY_TYPE, body, seq)
 
     def result(self, job_id: str, p50_ms: float = 10.0, ok: bool = True, meta: Optional[Mapping[str, Any]] = None,

@@ -69,6 +69,18 @@ def _state(row: Mapping[str, Any]) -> str:
     return row["state"] if not reason or row["state"] == "online" else f"{row['state']} ({reason})"
 
 
+def _profile_check(row: Mapping[str, Any]) -> str:
+    """Whether the device's profile describes its CPU, as its agent's newest status says."""
+    check = row.get("profile_check")
+    if not isinstance(check, Mapping) or check.get("ok") is None:
+        return DASH  # no profile, an agent from before the check, or a check that failed
+    if check["ok"]:
+        return "ok"
+    mismatch = check.get("mismatch") if isinstance(check.get("mismatch"), list) else []
+    shown = "; ".join(str(m)[:200] for m in mismatch[:5]) + (f"; and {len(mismatch) - 5} more" if len(mismatch) > 5 else "")
+    return f"MISMATCH: {shown}" if mismatch else "MISMATCH"
+
+
 def _validity(row: Mapping[str, Any]) -> str:
     if not row.get("ok"):
         return f"failed: {row.get('error_kind') or 'error'}"
@@ -91,6 +103,7 @@ def _power(row: Mapping[str, Any]) -> str:
 DEVICES = (
     Column("device", _text("device_id")),
     Column("profile", _text("profile")),
+    Column("profile check", _profile_check),
     Column("state", _state),
     Column("last seen", lambda r: ago(r.get("last_seen"))),
     Column("agent", _text("agent_version")),

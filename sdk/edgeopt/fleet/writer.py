@@ -246,6 +246,15 @@ class FleetWriter:
 
         return self.db.run(work)
 
+    def forget_roofline_fit(self, profile: str, model_sha256: str, artifact_key: str) -> bool:
+        """Delete one artifact's stored pair on a board profile (made from results that no longer count);
+        True when there was one."""
+        def work(tx: Transaction) -> bool:
+            return tx.execute("DELETE FROM roofline_fits WHERE profile = ? AND model_sha256 = ? AND artifact_key = ?",
+                              (profile, model_sha256, artifact_key)) > 0
+
+        return self.db.run(work)
+
     def save_roofline_fit(self, profile: str, precision: str, model_sha256: str, artifact_key: str,
                           predicted_ms: float, measured_ms: float,
                           kind_ms: Optional[Dict[str, float]] = None) -> None:
