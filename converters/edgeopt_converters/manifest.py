@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from edgeopt_agent.errors import UserError
 from edgeopt_agent.files import write_atomically
+from edgeopt_agent.runtimes import ENGINE_RUNTIMES, PRECISIONS, RUNTIMES
 
 FILE_NAME = "manifest.json"
 SCHEMA_PREFIX = "edgeopt.manifest/"
@@ -163,6 +164,53 @@ def bench_inputs(entry: Mapping[str, Any]) -> Optional[List[dict]]:
                 description[key] = list(item[key])
         result.append({k: v for k, v in description.items() if v is not None})
     return result
+
+
+BOARD_OPTIONS = ("runtime", "precision", "threads", "fallback_runtimes")
+
+
+def board_options(entry: Mapping[str, Any], runtime: Optional[str] = None, precision: Optional[str] = None,
+                  threads: Optional[int] = None) -> Dict[str, Any]:
+    """The benchmark options that run a manifest's artifact entry as its conversion planned for the
+    board (its "board": runtime, precision, threads, fallback_runtimes), with the user's overrides.
+
+    A `runtime` given replaces the planned runtime, its engine precision and its fallbacks; a
+    `precision` given needs a runtime that builds an engine; `threads` replaces the planned threads.
+    An entry without "board" (a manifest from before it) gives only the overrides. Options left
+    unset (None, no fallback) are left out, so the engine's defaults apply.
+    """
+    key = entry.get("key")
+    name = f"artifact '{key}'" if isinstance(key, str) else "an artifact"
+    board = entry.get("board")
+    if board is None:
+        board = {}
+    elif not isinstance(board, dict):
+        raise UserError(f"the manifest's {name} has a \"board\" that is not an object; re-run `edgeopt convert`")
+    planned = {k: board.get(k) for k in BOARD_OPTIONS}
+    fallbacks = planned["fallback_runtimes"] or []
+    if planned["runtime"] is not None and planned["runtime"] not in RUNTIMES or \
+            planned["precision"] is not None and planned["precision"] not in PRECISIONS or \
+            planned["threads"] is not None and (not isinstance(planned["threads"], int) or planned["threads"] < 1) or \
+            not isinstance(fallbacks, list) or not all(f in RUNTIMES for f in fallbacks):
+        raise UserError(f"the manifest's {name} has a \"board\" configuration edgeopt does not know "
+                        f"({_brief(board)}); re-run `edgeopt convert`")
+    if runtime is not None and runtime != planned["runtime"]:
+        planned.update(runtime=runtime, precision=None, fallback_runtimes=None)
+    if precision is not None:
+        if planned["runtime"] not in ENGINE_RUNTIMES:
+            runs_on = f"runs on {planned['runtime']}" if planned["runtime"] else "has no engine-building runtime"
+            raise UserError(f"a precision applies to runtimes that build an engine on the board "
+                            f"({', '.join(ENGINE_RUNTIMES)}); {name} {runs_on}: leave the precision out "
+                            f"or also give one of those runtimes")
+        planned["precision"] = precision
+    if threads is not None:
+        planned["threads"] = threads
+    return {k: v for k, v in planned.items() if v not in (None, [])}
+
+
+def _brief(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def fed_shapes(entry: Mapping[str, Any]) -> Optional[Dict[str, List[int]]]:

@@ -15,7 +15,7 @@ from edgeopt_agent.files import sha256_file
 from . import manifest
 from .accuracy import Accuracy
 from .host_timing import HostTiming
-from .recipe import PlannedArtifact
+from .recipe import PlannedArtifact, board_config
 from .runtime import match_inputs
 from .tensors import feed_batch
 
@@ -73,7 +73,7 @@ def described_inputs(io_inputs: List[dict], specs, shapes: Dict[str, tuple],
 
 def _artifact_entry(record: ArtifactRecord, work: Path, fp32_p50: Dict[str, float], recommended: Optional[str],
                     specs=(), shapes: Optional[Dict[str, tuple]] = None,
-                    ranges: Optional[Dict[str, Tuple[tuple, tuple]]] = None) -> Dict[str, Any]:
+                    ranges: Optional[Dict[str, Tuple[tuple, tuple]]] = None, profile=None) -> Dict[str, Any]:
     path = work / record.path
     item = record.planned
     entry: Dict[str, Any] = {
@@ -99,6 +99,9 @@ def _artifact_entry(record: ArtifactRecord, work: Path, fp32_p50: Dict[str, floa
         "accuracy": record.accuracy.to_dict(),
         "host_timing": None,
         "recommended": item.key == recommended,
+        # How the board runs it (runtime, engine precision, threads, fallbacks, engine build): what
+        # deploy sends and `edgeopt bench OUTDIR` uses; see manifest.board_options.
+        "board": board_config(profile, item) if profile is not None else None,
     }
     if record.host_timing is not None:
         timing = record.host_timing.to_dict()
@@ -191,8 +194,10 @@ def build_manifest(ctx, records: List[ArtifactRecord], recommendation, opts) -> 
         "recommendation": recommendation.to_dict(),
         "notes": list(ctx.notes),
         "warnings": list(ctx.warnings),
+        "failed_artifacts": list(ctx.failed),  # {key, format, precision, cause}: built or run, they failed
         "artifacts": [_artifact_entry(r, ctx.work, fp32_p50, recommendation.key, ctx.specs, validated,
-                                      shape_ranges(ctx.calibration.shapes(feed_batch(ctx.specs)) + [validated]))
+                                      shape_ranges(ctx.calibration.shapes(feed_batch(ctx.specs)) + [validated]),
+                                      profile)
                       for r in records],
     }
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field, replace
@@ -41,7 +42,8 @@ from .progress import ProgressReporter
 from .quant_check import check_weights
 from .sensitivity import node_sensitivity
 from .source_model import SourceModel
-from .recipe import PlannedArtifact, architecture_variants, make_plan, tflite_dynamic_variant
+from .recipe import (PlannedArtifact, architecture_variants, make_plan, repair_dynamic_variant, tflite_dynamic_variant,
+                     with_exclusions)
 from .recommend import recommend
 from .roofline import predict_artifacts
 from .runtime import open_predictor, reference_predictor
@@ -81,6 +83,7 @@ class ConvertOptions:
     opset: int = 18
     time_on_host: bool = True
     mixed_precision: bool = True  # a failed static INT8 keeps its most sensitive nodes in float until it passes
+    strict: bool = False  # an artifact that cannot be built or run fails the whole conversion
 
 
 @dataclass
@@ -98,6 +101,7 @@ class _Context:
     metric: Optional[UserMetric] = None
     judging: Optional["_Judging"] = None  # decided from the reference and the first artifact's names
     model_specs: List[InputSpec] = field(default_factory=list)  # every input, constants and dynamic dims included
+    failed: List[Dict[str, Any]] = field(default_factory=list)  # artifacts that could not be built or run, with why
 
 
 @dataclass(frozen=True)
@@ -303,11 +307,12 @@ def build_artifact(ctx: _Context, item: PlannedArtifact, built: Dict[str, Path],
     if item.base and current is None:
         raise StepFailed(f"needs {item.base}, which was not built")
     info: Dict[str, Any] = {"steps": [c.name for c in item.steps]}
+    last_here = max((i for i, c in enumerate(item.steps) if not c.on_target), default=-1)  # writes the artifact
     for index, call in enumerate(item.steps):
         if call.on_target:
             info.setdefault("on_target_steps", []).append(call.name)
             continue
-        output = target if index == len(item.steps) - 1 else ctx.work / ".steps" / f"{item.key}.{index}.{call.name}.onnx"
+        output = target if index == last_here else ctx.work / ".steps" / f"{item.key}.{index}.{call.name}.onnx"
         output.parent.mkdir(exist_ok=True)
         result = call.build().run(step_ctx, current, output)
         info.setdefault("inputs_of", {})[call.name] = current
@@ -384,8 +389,8 @@ def _build_all(ctx: _Context, plan, opts: ConvertOptions, progress: ProgressRepo
             predictor.close()
         return accuracy, io
 
-    while queue:
-        item = queue.pop(0)
+    def build_and_judge(item: PlannedArtifact) -> Optional[ArtifactRecord]:
+        nonlocal dynamic_batch
         target = ctx.work / item.filename
         total = ctx.calibration.size if item.precision == "int8" and (item.int8 or item.format == "tflite") else 1
         try:
@@ -395,7 +400,7 @@ def _build_all(ctx: _Context, plan, opts: ConvertOptions, progress: ProgressRepo
                     advance()
         except StepFailed as exc:
             ctx.warnings.append(f"{item.key} not built: {exc}")
-            continue
+            return None
         built[item.key] = target
         if item.key == "onnx-fp32":
             dynamic_batch = bool(info.get("dynamic_batch"))
@@ -416,10 +421,97 @@ def _build_all(ctx: _Context, plan, opts: ConvertOptions, progress: ProgressRepo
             fallback = tflite_dynamic_variant(item)
             plan.artifacts.append(fallback)
             queue.append(fallback)
-        records.append(record)
+        if item.format == "tflite" and item.precision == "int8":
+            _check_tflite_size(ctx, record, built.get("tflite-fp32"), target)
+        return record
+
+    while queue:
+        item = queue.pop(0)
+        try:
+            record = build_and_judge(item)
+        except Exception as exc:  # reported as this artifact's failure, with its cause; the others go on
+            repaired = None if opts.strict else _repaired(ctx, item, built, exc)
+            if repaired is not None:
+                queue.insert(0, repaired)
+                continue
+            _artifact_failed(ctx, item, built, exc, opts.strict)
+            if item.int8 is not None and not any(a.key == "onnx-int8-dynamic" for a in plan.artifacts):
+                variant = repair_dynamic_variant(item, _one_line(exc)[:120])
+                plan.artifacts.append(variant)
+                queue.insert(0, variant)
+            continue
+        if record is not None:
+            records.append(record)
+    if not records:
+        causes = "; ".join(f"{f['key']}: {f['cause']}" for f in ctx.failed) or "; ".join(ctx.warnings)
+        raise UserError(f"no artifact could be built and run: {causes}")
     if opts.time_on_host:
         _time_all(ctx, records, progress)
     return records
+
+
+def _artifact_failed(ctx: _Context, item: PlannedArtifact, built: Dict[str, Path], exc: Exception,
+                     strict: bool) -> None:
+    """An artifact that could not be built, loaded or judged: listed as failed with its one-line
+    cause (manifest, table, warnings) while the conversion goes on; its file is not published.
+    The traceback is logged for -v. With --strict the conversion stops here."""
+    cause = _one_line(exc)
+    log.debug("%s failed", item.key, exc_info=True)
+    if strict:
+        raise UserError(f"{item.key} failed: {cause} (--strict stops at the first artifact that fails)") from exc
+    built.pop(item.key, None)
+    (ctx.work / item.filename).unlink(missing_ok=True)
+    ctx.failed.append({"key": item.key, "format": item.format, "precision": item.precision, "cause": cause})
+    ctx.warnings.append(f"{item.key} failed and is left out: {cause}")
+
+
+_NAMED_NODE = re.compile(r"Node \(([^()\s]+)\)")
+MAX_REPAIRS = 3
+
+
+def _repaired(ctx: _Context, item: PlannedArtifact, built: Dict[str, Path], exc: Exception) -> Optional[PlannedArtifact]:
+    """A static ONNX INT8 that a runtime refused, naming a node of the graph (onnxruntime's `Node (If_0)`):
+    the same artifact with that node kept in float, at most MAX_REPAIRS times. None: nothing to repair."""
+    if item.int8 is None or "onnx-fp32" not in built:
+        return None
+    kept = list(item.int8.nodes_to_exclude or ())
+    if len(kept) >= MAX_REPAIRS:
+        return None
+    import onnx
+
+    graph_nodes = {n.name for n in onnx.load(str(built["onnx-fp32"]), load_external_data=False).graph.node}
+    named = [n for n in _NAMED_NODE.findall(str(exc)) if n in graph_nodes and n not in kept]
+    if not named:
+        return None
+    built.pop(item.key, None)
+    ctx.notes.append(f"{item.key}: the runtime refused it at node {named[0]} ({_one_line(exc)[:160]}); "
+                     f"built again with {named[0]} kept in float")
+    return with_exclusions(item, kept + named[:1])
+
+
+def _one_line(exc: Exception) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    if not isinstance(exc, UserError):
+        text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return text if len(text) <= 2000 else text[:1997] + "..."
+
+
+TFLITE_INT8_MAX_SIZE = 0.6  # of the FP32 file: INT8 weights take about a quarter
+
+
+def _check_tflite_size(ctx: _Context, record: ArtifactRecord, fp32: Optional[Path], int8: Path) -> None:
+    """A TFLite 'INT8' whose file is nearly FP32's size kept its weights in float (an LSTM litert-torch
+    does not quantize): warned about, and not recommended at 0.9x or more, as for ONNX."""
+    if fp32 is None or not fp32.is_file():
+        return
+    ratio = int8.stat().st_size / max(fp32.stat().st_size, 1)
+    record.info.setdefault("weights", {"ratio": round(ratio, 3), "measured_by": "file size against the FP32 TFLite",
+                                       "quantized": ratio <= TFLITE_INT8_MAX_SIZE})
+    if ratio > TFLITE_INT8_MAX_SIZE:
+        record.not_quantized = True
+        ctx.warnings.append(f"{record.planned.key} is not really quantized: its file is {ratio:.2f}x the FP32 "
+                            f"TFLite's (INT8 weights should make it about 0.25x)")
 
 
 def _blame_fp16(ctx: _Context, record: ArtifactRecord, built: Dict[str, Path]) -> None:

@@ -6,11 +6,11 @@ runtimes), never from the board's name.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from edgeopt_agent.errors import UserError
 from edgeopt_agent.profiles import Artifact, DeviceProfile
-from edgeopt_agent.runtimes import FORMATS, PRECISIONS
+from edgeopt_agent.runtimes import BY_NAME, FORMAT_RUNTIMES, FORMATS, PRECISIONS
 
 from .architecture import Architecture
 from .passes.base import StepCall
@@ -20,6 +20,7 @@ from .passes.fp16_onnx import OnnxFp16Options
 from .passes.preprocess_onnx import PreprocessOptions
 from .passes.quantize_dynamic import RECURRENT_OPS, TRANSFORMER_OPS, OnnxDynamicOptions
 from .passes.quantize_onnx import OnnxInt8Options
+from .passes.tensorrt import BuildTensorrtEngine, TensorrtEngineOptions
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,46 @@ def _steps(fmt: str, precision: str, int8: Optional[OnnxInt8Options], opset: int
     if precision == "fp16":
         return (StepCall("convert-onnx-fp16", OnnxFp16Options()),)
     return (StepCall("preprocess-onnx", PreprocessOptions()), StepCall("quantize-onnx-static", int8))
+
+
+def _engine_ready(item: PlannedArtifact) -> bool:
+    """Whether a runtime that builds an engine on the board (TensorRT) can take this artifact: an ONNX
+    file in float, or INT8 only as explicit QDQ in TensorRT's layout (symmetric activations)."""
+    if item.format != "onnx":
+        return False
+    if item.precision != "int8":
+        return True
+    return item.variant == "" and item.int8 is not None and item.int8.symmetric_activations
+
+
+def board_config(profile: DeviceProfile, item: PlannedArtifact) -> Dict[str, Any]:
+    """How the board runs this artifact: the first runtime of the profile that can run its format (a
+    runtime that builds an engine only where the artifact suits one), the precision such an engine is
+    built at (the artifact's own: FP32/FP16 from the float ONNX, INT8 from the QDQ ONNX; None for a
+    runtime that runs the file as it is), the profile's threads, the profile's other runtimes for the
+    format to fall back to when the board lacks the first, and the step the board performs (an engine build).
+    """
+    able = [name for name in profile.runtimes if item.format in BY_NAME[name].formats
+            and (not BY_NAME[name].builds_engine or _engine_ready(item))]
+    if not able:  # the profile lists none for this format: the format's default runtime
+        able = [FORMAT_RUNTIMES[item.format][0]]
+    runtime = BY_NAME[able[0]]
+    engine = runtime.builds_engine and runtime.name == "tensorrt"
+    return {
+        "runtime": runtime.name,
+        "precision": item.precision if runtime.builds_engine else None,
+        "threads": profile.default_threads,
+        "fallback_runtimes": able[1:],
+        "engine_build": {"step": BuildTensorrtEngine.name, "precision": item.precision} if engine else None,
+    }
+
+
+def _with_board_steps(profile: DeviceProfile, item: PlannedArtifact) -> PlannedArtifact:
+    """The artifact with the on-target step its board configuration needs (the engine build) planned last."""
+    build = board_config(profile, item)["engine_build"]
+    if build is None or any(c.name == build["step"] for c in item.steps):
+        return item
+    return replace(item, steps=item.steps + (StepCall(build["step"], TensorrtEngineOptions(build["precision"])),))
 
 
 def architecture_variants(plan: "Plan", arch: Architecture, profile: DeviceProfile) -> List[PlannedArtifact]:
@@ -152,8 +193,9 @@ def make_plan(profile: DeviceProfile, formats: Sequence[str] = (), precisions: S
     for a in ordered:
         own = int8 if (a.format, a.precision) == ("onnx", "int8") else None
         base = "onnx-fp32" if a.format == "onnx" and a.precision != "fp32" else None
-        artifacts.append(PlannedArtifact(a.format, a.precision, _why(profile, a, int8 if a.format == "onnx" else None),
-                                         own, steps=_steps(a.format, a.precision, own, opset), base=base))
+        planned = PlannedArtifact(a.format, a.precision, _why(profile, a, int8 if a.format == "onnx" else None),
+                                  own, steps=_steps(a.format, a.precision, own, opset), base=base)
+        artifacts.append(_with_board_steps(profile, planned))
     return Plan(artifacts, notes)
 
 
@@ -172,5 +214,16 @@ def with_exclusions(item: PlannedArtifact, nodes: Sequence[str], calibrate_metho
 
 def with_int8(item: PlannedArtifact, int8: OnnxInt8Options) -> PlannedArtifact:
     """The same static INT8 artifact quantized with `int8` instead."""
-    steps = tuple(StepCall(c.name, int8) if c.name == "quantize-onnx-static" else c for c in item.steps)
+    steps = tuple(StepCall(c.name, int8) if c.name == "quantize-onnx-static" else c for c in item.steps
+                  if int8.symmetric_activations or c.name != BuildTensorrtEngine.name)  # TensorRT takes only its layout
     return replace(item, int8=int8, steps=steps)
+
+
+def repair_dynamic_variant(static: PlannedArtifact, cause: str) -> PlannedArtifact:
+    """Dynamic INT8 of the matrix products and recurrent ops, without preprocessing: what edgeopt tries
+    when a runtime refuses the static QDQ INT8 of a graph (control flow, layouts its quantizer breaks)."""
+    reduce_range = bool(static.int8 and static.int8.reduce_range)
+    ops = tuple(dict.fromkeys(TRANSFORMER_OPS + RECURRENT_OPS))
+    return PlannedArtifact("onnx", "int8", f"static INT8 was refused ({cause}): dynamic INT8 of {', '.join(ops)}",
+                           variant="dynamic", base="onnx-fp32",
+                           steps=(StepCall("quantize-onnx-dynamic", OnnxDynamicOptions(ops, reduce_range=reduce_range)),))

@@ -140,10 +140,12 @@ def test_deploy_waits_for_the_measurement_and_the_fleet_files_it(converted, keys
 @pytest.mark.parametrize("signer, kind", [("unsigned", "unsigned_job"), ("someone-else", "signature_invalid")])
 def test_an_agent_with_a_trusted_key_refuses_unsigned_and_foreign_artifacts(converted, keys, fleet, capsys,
                                                                             signer, kind):
+    """Sent with --force: deploy itself refuses to send what lab-x86's status says it will refuse
+    (test_deploy_refusals.py); the agent must refuse it all the same."""
     outdir, manifest = converted
     int8 = entry(manifest, "onnx-int8")
     signing = ["--unsigned"] if signer == "unsigned" else ["--key", keys[1].private_key]
-    code, out, err = run_cli(capsys, outdir, "--device", "lab-x86", "--artifact", "onnx-int8", "--json",
+    code, out, err = run_cli(capsys, outdir, "--device", "lab-x86", "--artifact", "onnx-int8", "--json", "--force",
                              "--broker", fleet.broker.address, *signing, "--wait", "--chunk-kb", CHUNK_KB, *CLI_BENCH)
     assert code == 1, err
     [row] = json.loads(out)
@@ -151,6 +153,32 @@ def test_an_agent_with_a_trusted_key_refuses_unsigned_and_foreign_artifacts(conv
     assert row["result"] is None and row["chunks_sent"] == 0  # refused before a single chunk was asked for
     agent = fleet.agents["lab-x86"]
     assert f"{int8['sha256']}.onnx" not in agent.artifacts() and agent.chunks_held(int8["sha256"]) == 0
+
+
+def test_deploy_does_not_send_an_unsigned_job_to_an_agent_that_requires_signatures(converted, fleet, capsys):
+    outdir, manifest = converted
+    fp32 = entry(manifest, "onnx-fp32")
+    agent = fleet.agents["lab-x86"]
+    seen = len(agent.log())
+    code, out, err = run_cli(capsys, outdir, "--device", "lab-x86", "--artifact", "onnx-fp32", "--unsigned",
+                             "--broker", fleet.broker.address, "--wait", "--timeout", "10", "--chunk-kb", CHUNK_KB)
+    assert code == 2 and out == ""
+    [line] = err.strip().splitlines()
+    assert line.startswith("error: lab-x86 only run signed jobs") and "--key FILE" in line and "--force" in line
+    time.sleep(1.0)  # a job sent would have reached the agent (its debug log names each PUBLISH) by now
+    received = [line for line in agent.log()[seen:].splitlines()
+                if "Received PUBLISH" in line and wire.jobs_topic("lab-x86") in line]
+    assert received == [] and agent.chunks_held(fp32["sha256"]) == 0
+
+
+def test_an_agent_whose_profile_is_not_its_cpu_says_so_and_the_fleet_shows_it(fleet, capsys):
+    """lab-pi is an x86 agent started with --profile rpi5."""
+    assert "PROFILE MISMATCH: profile rpi5 does not describe this CPU (arch: profile rpi5 is aarch64" in \
+        fleet.agents["lab-pi"].log()
+    assert main(["fleet", "devices", "--db", fleet.url, "--json"]) == 0
+    devices = {d["device_id"]: d for d in json.loads(capsys.readouterr().out)}
+    check = devices["lab-pi"]["profile_check"]
+    assert check["ok"] is False and check["mismatch"][0].startswith("arch: profile rpi5 is aarch64")
 
 
 def test_tampered_bytes_never_reach_the_model_parser(converted, keys, fleet, tmp_path):
@@ -202,6 +230,7 @@ def test_a_deployed_job_is_signed_whole_and_a_copy_of_it_is_refused_as_a_replay(
         # outputs the board must reproduce: all signed
         reference = body["bench"].pop("reference")
         assert body["bench"] == {"runs": 5, "duration_s": 0.0, "idle_s": 0.0,
+                                 "runtime": "onnxruntime", "threads": 2,  # the manifest's board configuration
                                  "inputs": [{"name": "x", "shape": [1, 3, 16, 16], "dtype": "float32"}]}
         assert reference["samples"] == 4 and [o["name"] for o in reference["outputs"]] == ["linear"]
         assert row["result"]["output_check"]["ok"] is True and row["result"]["valid"] is True

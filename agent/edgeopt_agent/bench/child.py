@@ -6,6 +6,7 @@ The spec comes as JSON on stdin. With WATCH_FD and PARENT_PID it dies with its p
 It reports on the file descriptor RESULT_FD, one JSON object per line:
     {"type": "phase", "text": ..., "batch": ...}   what it is doing now (for progress and for
                                                     naming the batch a crash happened in)
+    {"type": "fallback", "fallback": {...}}         the runtime asked for is not here: which one runs instead, why
     {"type": "loaded", ...}                         load time, memory, runtime, model inputs/outputs
     {"type": "batch", "entry": {...}}               one measured batch size, or its error
     {"type": "op_profile", "profile": {...}}        the per-op profile (spec.profile), after every batch
@@ -15,17 +16,19 @@ A process that ends without "done" or "error" has crashed; the parent names the 
 """
 from __future__ import annotations
 
+import dataclasses
 import faulthandler
 import gc
 import json
 import os
 import sys
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from .. import op_profile
-from ..runners import open_runner
-from ..runtimes import GPU_RUNTIMES
+from ..runners import UnsupportedModelError, open_runner
+from ..runners.availability import unavailable_reason
+from ..runtimes import ENGINE_RUNTIMES, GPU_RUNTIMES
 from .failures import classify
 from .inputs import file_feeds, random_feeds
 from .memory import current_rss_mb, limit_address_space, peak_rss_mb
@@ -39,6 +42,11 @@ Send = Callable[..., None]
 
 
 def benchmark(spec: BenchmarkSpec, send: Send) -> None:
+    if spec.fallback_runtimes:
+        send("phase", text="checking which runtime this machine has")
+        spec, fallback = choose_runtime(spec)
+        if fallback is not None:
+            send("fallback", fallback=fallback)
     send("phase", text="loading the model")
     runner = open_runner(spec.artifact, threads=spec.resolved_threads(), runtime=spec.runtime, **spec.runner_options())
     notes = []
@@ -94,6 +102,30 @@ def benchmark(spec: BenchmarkSpec, send: Send) -> None:
         send("op_profile", profile=profile_ops(runner, spec, profile_feeds))
     runner.close()
     send("done", peak_rss_mb=_mb(peak_rss_mb()))
+
+
+def choose_runtime(spec: BenchmarkSpec) -> Tuple[BenchmarkSpec, Optional[Dict[str, Any]]]:
+    """The spec with the first of its runtime and fallback runtimes this machine can use, and what
+    falling back meant ({"from", "to", "reason"}), or None where the runtime asked for is there.
+    Asking imports each runtime, which is why this happens here, in the benchmark process."""
+    reasons = []
+    for runtime in (spec.runtime,) + tuple(spec.fallback_runtimes or ()):
+        reason = unavailable_reason(runtime)
+        if reason is None:
+            break
+        reasons.append((runtime, reason))
+    else:
+        raise UnsupportedModelError("no runtime asked for can run here: " +
+                                    "; ".join(f"{runtime}: {reason}" for runtime, reason in reasons))
+    if not reasons:
+        return spec, None
+    fallback: Dict[str, Any] = {"from": spec.runtime, "to": runtime, "reason": reasons[0][1]}
+    if len(reasons) > 1:
+        fallback["also_unavailable"] = {name: why for name, why in reasons[1:]}
+    precision = spec.precision if runtime in ENGINE_RUNTIMES else None
+    if spec.precision is not None and precision is None:
+        fallback["precision_dropped"] = spec.precision
+    return dataclasses.replace(spec, runtime=runtime, precision=precision, fallback_runtimes=None), fallback
 
 
 def measure_batch(runner, spec: BenchmarkSpec, batch: Optional[int], feeds: Dict[str, Any]) -> Dict[str, Any]:

@@ -62,8 +62,11 @@ def run_benchmark(
         spec = BenchmarkSpec.from_dict(spec)
     runtime = resolve_runtime(spec.artifact, spec.runtime)
     check_precision(runtime, spec.precision)
+    for fallback in spec.fallback_runtimes or ():
+        resolve_runtime(spec.artifact, fallback)  # each must be able to run this file
     if spec.input_file is not None and not Path(spec.input_file).is_file():
         raise InputError(f"input file not found: {spec.input_file}")
+    threads_requested = spec.threads
     spec = dataclasses.replace(spec, threads=spec.resolved_threads(), runtime=runtime)
 
     snapshot = sensors.snapshot() if sensors is not None else {}
@@ -79,12 +82,24 @@ def run_benchmark(
     health_after = sensors.health() if sensors is not None else None
     board_after = board_state(sensors.snapshot()) if board_before else {}
     result = _result(spec, outcome, entries, health_before, health_during, health_after)
+    result.update(_threads_fields(threads_requested, spec.threads))
+    if result.get("threads_capped") and result["ok"]:
+        result["notes"] = [result["threads_capped"]] + list(result.get("notes") or [])
     if result["ok"] and board_before:  # a board with clock / power-mode telemetry (a Jetson)
         result.update(board_fields(board_before, board_after))
         changes = board_changes(board_before, board_after)
         result["invalid_reasons"] = result["invalid_reasons"] + changes
         result["valid"] = not result["invalid_reasons"]
     return result
+
+
+def _threads_fields(requested: Optional[int], used: int) -> Dict[str, Any]:
+    """What the job asked for, and why fewer threads ran where the machine has fewer CPUs."""
+    fields: Dict[str, Any] = {"threads_requested": requested, "threads_capped": None}
+    if requested is not None and requested > used:
+        fields["threads_capped"] = (f"threads capped at {used}: {requested} asked for, but this machine lets "
+                                    f"the benchmark use {used} CPU{'s' if used != 1 else ''}")
+    return fields
 
 
 def _idle_baseline(power: Mapping[str, Any], monitor, idle_s: float, progress: Optional[ProgressTextCallback]):
@@ -182,10 +197,12 @@ def _result(
 ) -> Dict[str, Any]:
     loaded = outcome.first("loaded") or {}
     runner = loaded.get("runner", {})
+    fell_back = (outcome.first("fallback") or {}).get("fallback")
     head: Dict[str, Any] = {
         "artifact": spec.artifact,
-        "runtime": spec.runtime,
+        "runtime": fell_back["to"] if fell_back else spec.runtime,
         "threads": spec.threads,
+        "fallback": fell_back,
     }
     head.update({k: v for k, v in runner.items() if k not in ("runtime", "threads")})
 
@@ -214,7 +231,8 @@ def _result(
         input={"source": "file", "path": spec.input_file} if spec.input_file else {"source": "random", "seed": spec.seed},
         inputs=loaded.get("inputs"),
         outputs=loaded.get("outputs"),
-        notes=loaded.get("notes", []),
+        notes=([f"runtime {fell_back['from']} is not available here ({fell_back['reason']}): "
+                f"ran {fell_back['to']} instead"] if fell_back else []) + list(loaded.get("notes", [])),
         spec=_spec_summary(spec),
     )
     check = outcome.first("reference")

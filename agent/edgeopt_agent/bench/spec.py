@@ -28,6 +28,11 @@ class BenchmarkSpec:
     precision: what runtimes that build an engine on the board ("tensorrt",
     "onnxruntime-tensorrt") build at. None: "tensorrt" builds at the model's own precision
     (INT8 for a QDQ model); "onnxruntime-tensorrt" enables neither FP16 nor INT8.
+    fallback_runtimes: runtimes to run the artifact with, in order, when `runtime` is not available
+    on this machine (not installed, no GPU); the result names the one used and why (`fallback`).
+    None: no fallback, a missing runtime is an error. A runtime that does not build an engine
+    runs the artifact at its own precision, so `precision` is dropped when falling back to one.
+    threads: capped at the CPUs this process may use (the result says so: `threads_capped`).
     reference: outputs of the host's FP32 artifact on seeded inputs, with tolerances (see
     edgeopt_agent.wire.check_reference); the child checks its own outputs against them.
     profile: after every batch size is measured, run the first one again under the runtime's
@@ -57,6 +62,7 @@ class BenchmarkSpec:
     profile: bool = False
     inputs: Optional[Tuple[Dict[str, Any], ...]] = None
     reference: Optional[Dict[str, Any]] = None
+    fallback_runtimes: Optional[Tuple[str, ...]] = None
 
     def __post_init__(self) -> None:
         if self.reference is not None:
@@ -94,6 +100,16 @@ class BenchmarkSpec:
             raise UserError(f"seed must be a whole number, got {self.seed!r}")
         if self.runtime is not None and self.runtime not in RUNTIMES:
             raise UserError(f"unknown runtime '{self.runtime}'; available: {', '.join(RUNTIMES)}")
+        if self.fallback_runtimes is not None:
+            if isinstance(self.fallback_runtimes, str) or not all(isinstance(r, str) for r in self.fallback_runtimes):
+                raise UserError(f"fallback_runtimes must be a list of runtime names, got {self.fallback_runtimes!r}")
+            names = tuple(self.fallback_runtimes)
+            unknown = [r for r in names if r not in RUNTIMES]
+            if unknown:
+                raise UserError(f"unknown fallback runtime '{unknown[0]}'; available: {', '.join(RUNTIMES)}")
+            if len(set(names)) != len(names) or self.runtime in names:
+                raise UserError(f"fallback_runtimes must be distinct and differ from the runtime, got {list(names)}")
+            object.__setattr__(self, "fallback_runtimes", names or None)
         if self.precision is not None and self.precision not in PRECISIONS:
             raise UserError(f"unknown precision '{self.precision}'; available: {', '.join(PRECISIONS)}")
         if self.precision is not None and self.runtime is not None and self.runtime not in ENGINE_RUNTIMES:
@@ -122,10 +138,15 @@ class BenchmarkSpec:
             data["batch_sizes"] = list(self.batch_sizes)
         if self.inputs is not None:
             data["inputs"] = [dict(item) for item in self.inputs]
+        if self.fallback_runtimes is not None:
+            data["fallback_runtimes"] = list(self.fallback_runtimes)
         return data
 
     def resolved_threads(self) -> int:
-        return self.threads or available_cpus()
+        """`threads`, at most the CPUs this process may use (more would only make the threads share
+        cores); every such CPU when not given."""
+        cpus = available_cpus()
+        return min(self.threads, cpus) if self.threads else cpus
 
     def runner_options(self) -> Dict[str, Any]:
         """What open_runner takes beyond the path, threads and runtime, for this spec's runtime."""

@@ -26,12 +26,14 @@ BENCH_OPTIONS: Dict[str, Tuple[str, bool]] = {
     "memory_limit_mb": ("positive", True),
     "runtime": ("name", True),
     "precision": ("name", True),  # the precision a TensorRT engine is built at on the board
+    "fallback_runtimes": ("names", True),  # runtimes to use, in order, when `runtime` is not available here
     "idle_s": ("number", False),
     "profile": ("flag", False),  # per-op profile from the runtime's own profiler, published with the result
     "inputs": ("inputs", True),  # how to feed each input: see check_input_description
     "reference": ("reference", True),  # outputs the board's must match: see check_reference
 }
 
+MAX_FALLBACK_RUNTIMES = 8
 INPUT_DESCRIPTION_KEYS = ("name", "shape", "dtype", "value", "alias", "min_shape", "max_shape")
 MAX_DESCRIBED_INPUTS = 256
 MAX_INPUT_RANK = 16
@@ -196,6 +198,12 @@ def _check_option(name: str, kind: str, value: Any) -> Any:
             return check_reference(value)
         except UserError as exc:
             raise ProtocolError(f"bench option {exc}") from None
+    elif kind == "names":
+        if not isinstance(value, list) or not 1 <= len(value) <= MAX_FALLBACK_RUNTIMES or \
+                not all(isinstance(v, str) and 1 <= len(v) <= 64 for v in value):
+            raise ProtocolError(f"bench option '{name}' must be a list of 1-{MAX_FALLBACK_RUNTIMES} runtime names, "
+                                f"got {_short(value)}")
+        return list(value)
     elif kind in ("path", "name"):
         if not isinstance(value, str) or not value:
             raise ProtocolError(f"bench option '{name}' must be a non-empty string, got {value!r}")

@@ -12,7 +12,7 @@ from edgeopt_agent.bench import BenchmarkSpec, run_benchmark
 from edgeopt_agent.runners import resolve_runtime
 from edgeopt_agent.runtimes import PRECISIONS, RUNTIMES
 from edgeopt_converters.manifest import FILE_NAME as MANIFEST_FILE
-from edgeopt_converters.manifest import bench_inputs
+from edgeopt_converters.manifest import bench_inputs, board_options
 from edgeopt_converters.manifest import read as read_manifest
 
 from ..errors import UserError
@@ -24,7 +24,8 @@ from .output import console, table
 @click.option("--duration", type=float, default=1.0, show_default=True, help="Minimum measured seconds.")
 @click.option("--warmup", "warmup_runs", type=int, default=10, show_default=True, help="Minimum warm-up runs.")
 @click.option("--max-duration", type=float, default=60.0, show_default=True, help="Cap on each of warm-up and measurement, seconds.")
-@click.option("--threads", type=int, help="Runtime threads (default: every CPU this process may use).")
+@click.option("--threads", type=int, help="Runtime threads (default: for a convert folder, each artifact's from "
+                                         "its manifest, at most this machine's CPUs; else every CPU this process may use).")
 @click.option("--batch", "batch", metavar="N[,N...]", help="Batch sizes to sweep, e.g. 1,2,4,8.")
 @click.option("--latency-budget-ms", type=float, help="Report the largest batch whose p90 fits this budget.")
 @click.option("--input", "input_file", type=click.Path(path_type=Path), help="Input data: .npy (one input) or .npz keyed by input name.")
@@ -36,7 +37,9 @@ from .output import console, table
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random input.")
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Kill a benchmark after this many seconds.")
 @click.option("--memory-limit-mb", type=int, help="Address-space limit of the benchmark process (RLIMIT_AS).")
-@click.option("--runtime", type=click.Choice(RUNTIMES), help="Runtime (default: from the file type).")
+@click.option("--runtime", type=click.Choice(RUNTIMES),
+              help="Runtime (default: for a convert folder, each artifact's from its manifest, falling back to "
+                   "the next the profile lists where this machine lacks it; else from the file type).")
 @click.option("--precision", type=click.Choice(PRECISIONS),
               help="Precision a TensorRT engine is built at (runtimes tensorrt, onnxruntime-tensorrt).")
 @click.option("--idle", "idle_s", type=float, default=1.0, show_default=True, help="Idle power baseline before each run, seconds (with a power sensor).")
@@ -57,7 +60,7 @@ def bench(artifact: Path, batch: Optional[str], no_sensors: bool, as_json: bool,
     options["batch_sizes"] = parse_batches(batch)
     targets = collect_targets(artifact)
     given = given_inputs(input_shapes, input_values)
-    specs = [_spec(path, options, merge_inputs(entry, given)) for path, entry in targets]
+    specs = [_spec(path, with_board(options, entry), merge_inputs(entry, given)) for path, entry in targets]
     if artifact.is_dir():  # a convert output folder: check every artifact's outputs against its FP32 artifact
         specs = with_references(artifact, specs, [entry for _, entry in targets])
     for spec in specs:  # a missing or unrecognised file stops everything before anything runs
@@ -170,6 +173,18 @@ def with_references(outdir: Path, specs: List[BenchmarkSpec], entries: List[Dict
     manifest = read_manifest(outdir, require_schema=False).data
     return [dataclasses.replace(spec, reference=build_reference(outdir, manifest, entry, spec.inputs))
             for spec, entry in zip(specs, entries)]
+
+
+def with_board(options: Dict[str, Any], entry: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """The options for one artifact: a convert folder's artifact runs as its manifest entry planned
+    for the board (runtime, engine precision, threads, fallback runtimes) unless --runtime,
+    --precision or --threads say otherwise; a plain file takes the options as given."""
+    if entry is None:
+        return options
+    values = dict(options)
+    planned = board_options(entry, runtime=values.pop("runtime"), precision=values.pop("precision"),
+                            threads=values.pop("threads"))
+    return {**values, "runtime": None, "precision": None, "threads": None, **planned}
 
 
 def _spec(path: Path, options: Dict[str, Any], inputs: Optional[List[Dict[str, Any]]] = None) -> BenchmarkSpec:

@@ -9,6 +9,8 @@ from typing import Any, Dict, List
 
 import click
 
+from edgeopt_agent.runtimes import PRECISIONS, RUNTIMES
+
 from .broker_options import broker_options, broker_settings_from
 from .output import console, table
 
@@ -46,7 +48,8 @@ class Duration(click.ParamType):
 @click.option("--key", "key_path", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
               help="Ed25519 private key to sign with (default: $EDGEOPT_SIGNING_KEY, or the key of "
                    "`edgeopt keys init` when there is one).")
-@click.option("--unsigned", is_flag=True, help="Send the artifact unsigned (agents with a trusted key refuse it).")
+@click.option("--unsigned", is_flag=True, help="Send the job unsigned (agents with a trusted key refuse it, so it is not sent to a device "
+                   "whose status says it requires signed jobs unless --force).")
 @click.option("--url", metavar="URL", help="Let devices download the artifact from this http(s) URL instead of "
                                           "receiving it through the broker.")
 @click.option("--wait", is_flag=True, help="Wait for every device's measurement; exit 1 if any failed, timed out "
@@ -57,7 +60,12 @@ class Duration(click.ParamType):
               help="Seconds to wait for the devices, in all.")
 @click.option("--runs", type=click.IntRange(min=1), help="Minimum measured runs on the device.")
 @click.option("--duration", "duration_s", type=click.FloatRange(min=0), help="Minimum measured seconds on the device.")
-@click.option("--threads", type=click.IntRange(min=1), help="Runtime threads on the device (default: all it may use).")
+@click.option("--threads", type=click.IntRange(min=1),
+              help="Runtime threads on the device (default: the manifest's, from the profile; else all it may use).")
+@click.option("--runtime", type=click.Choice(RUNTIMES),
+              help="Runtime on the device (default: the manifest's, from the profile's runtimes and the file type).")
+@click.option("--precision", type=click.Choice(PRECISIONS),
+              help="Precision a TensorRT engine is built at on the device (default: the manifest's).")
 @click.option("--idle", "idle_s", type=click.FloatRange(min=0), help="Idle power baseline before the run, seconds.")
 @click.option("--chunk-kb", type=click.IntRange(min=1, max=4096), default=256, show_default=True,
               help="Size of the chunks the artifact travels in.")
@@ -66,10 +74,13 @@ class Duration(click.ParamType):
 @click.option("--allow-downgrade", is_flag=True,
               help="Let devices run this artifact although they accepted a newer build of the model before "
                    "(signed into the job).")
+@click.option("--force", is_flag=True,
+              help="Send the job although a device's status says it will refuse it (unsigned, or signed with a key "
+                   "it does not trust).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON list (one object per device) instead of a table.")
 @broker_options(PASSWORD_ENV)
 def deploy(outdir: Path, device_id, profile, all_devices, max_devices, fleet_db, artifact_key, key_path, unsigned, url, wait,
-           timeout_s, runs, duration_s, threads, idle_s, chunk_kb, expires_s, allow_downgrade, as_json, allow_invalid,
+           timeout_s, runs, duration_s, threads, runtime, precision, idle_s, chunk_kb, expires_s, allow_downgrade, force, as_json, allow_invalid,
            **broker):
     """Send the recommended artifact of OUTDIR (an `edgeopt convert` output) to devices as a benchmark job.
 
@@ -77,6 +88,8 @@ def deploy(outdir: Path, device_id, profile, all_devices, max_devices, fleet_db,
     the rest). The whole job (artifact, bench options, target devices, validity) is signed with
     your Ed25519 key, so agents with a trusted key run nothing else, each job once, before it
     expires, and never an older build of the model unless you say --allow-downgrade.
+    A job that a device's status says it will refuse (unsigned, or signed with a key it does not
+    trust) is not sent unless --force.
     Devices are picked from the broker's retained status messages: --device ID, --profile NAME
     (its online devices) or --all; --all and --profile pick at most --max-devices, and with
     --db only devices the fleet store has results from. With --wait, shows progress until each
@@ -88,14 +101,15 @@ def deploy(outdir: Path, device_id, profile, all_devices, max_devices, fleet_db,
     settings = broker_settings_from(PASSWORD_ENV, **broker)
     key = signing_key(key_path, unsigned)
     bench = {name: value for name, value in
-             (("runs", runs), ("duration_s", duration_s), ("threads", threads), ("idle_s", idle_s)) if value is not None}
+             (("runs", runs), ("duration_s", duration_s), ("threads", threads), ("idle_s", idle_s),
+              ("runtime", runtime), ("precision", precision)) if value is not None}
     display = ProgressDisplay(wait)
     try:
         rows = run_deploy(outdir, settings, device=device_id, profile=profile, all_devices=all_devices,
                           artifact=artifact_key, private_key=key, unsigned=key is None, wait=wait, timeout_s=timeout_s,
                           progress=display.update, url=url, bench=bench, chunk_size=chunk_kb * 1024,
                           expires_s=expires_s, allow_downgrade=allow_downgrade, fleet_db=fleet_db,
-                          max_devices=max_devices)
+                          max_devices=max_devices, force=force)
     finally:
         display.close()
     if as_json:
@@ -111,6 +125,8 @@ def deploy(outdir: Path, device_id, profile, all_devices, max_devices, fleet_db,
             elif invalid(row):
                 reasons = "; ".join(str(r) for r in row["result"].get("invalid_reasons") or []) or "no reason given"
                 click.echo(f"{row['device_id']}: INVALID: {reasons}", err=True)
+            for line in ran_otherwise(row):
+                click.echo(f"{row['device_id']}: {line}", err=True)
     if any(failed(r) or (invalid(r) and not allow_invalid) for r in rows):
         click.get_current_context().exit(1)
 
@@ -123,6 +139,18 @@ def invalid(row: Dict[str, Any]) -> bool:
     """The device measured, but its outputs did not match the reference (or the run was invalid otherwise)."""
     result = row.get("result")
     return isinstance(result, dict) and result.get("valid") is False
+
+
+def ran_otherwise(row: Dict[str, Any]) -> List[str]:
+    """Where the board ran otherwise than the job asked: another runtime (and why), fewer threads."""
+    result = row.get("result") if isinstance(row.get("result"), dict) else {}
+    lines = []
+    fallback = result.get("fallback")
+    if isinstance(fallback, dict):
+        lines.append(f"ran {fallback.get('to')} instead of {fallback.get('from')}: {fallback.get('reason')}")
+    if result.get("threads_capped"):
+        lines.append(str(result["threads_capped"]))
+    return lines
 
 
 def row_cells(row: Dict[str, Any]) -> List[str]:

@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Mapping, Optional, Union
 
 from edgeopt_agent import wire
 from edgeopt_agent.wire.broker import BrokerSettings, broker_settings
+from edgeopt_converters.manifest import board_options
 
 from ..errors import UserError
 from .artifact import choose_artifact
@@ -43,6 +44,7 @@ def deploy(
     allow_downgrade: bool = False,
     fleet_db: Optional[str] = None,
     max_devices: int = DEFAULT_MAX_DEVICES,
+    force: bool = False,
 ) -> List[Dict[str, Any]]:
     """Send a benchmark job for an artifact of OUTDIR (the recommended one, or `artifact`) to one
     online `device`, every online device of a `profile`, or `all_devices` online.
@@ -54,9 +56,15 @@ def deploy(
     them and no other device. Devices refuse it `expires_s` seconds after now, and refuse an
     older build of the same model than the last they accepted unless `allow_downgrade`.
     `bench` holds benchmark options (runs, duration_s, threads...; see
-    edgeopt_agent.wire.BENCH_OPTIONS). `all_devices` and `profile` pick at most `max_devices`
+    edgeopt_agent.wire.BENCH_OPTIONS); the job carries the board configuration the manifest planned
+    for the artifact (runtime, precision, threads, fallback_runtimes), which `bench`'s `runtime`,
+    `precision` and `threads` override. `all_devices` and `profile` pick at most `max_devices`
     devices (more is refused) and, with `fleet_db` (a fleet store URL), only devices that store
     holds a result from: a retained status alone is no evidence on a broker without an ACL.
+
+    A job a picked device's retained status says it will refuse (unsigned, or signed with another key
+    than the one it trusts, to a device whose status says `"signatures": "required"`) is not sent: a
+    UserError names the devices, unless `force`.
 
     Returns one dict per device: device_id, job_id, artifact_key, state ("answered", "delivered",
     "timeout"), ok (None while unanswered), error {kind, message}, result (the measurement), meta,
@@ -81,18 +89,30 @@ def deploy(
     try:
         client.connect()
         targets = select_targets(read_statuses(client), device, profile, all_devices, measured, max_devices)
-        _warn_about_signatures(targets, key)
+        _check_signatures(targets, key, force)
         # One body, signed once, for every device picked: it names them all.
         body = wire.benchmark_body(
             job_id, chosen.sha256, chosen.format, meta=chosen.meta, chunks=None if url else chosen.chunks, url=url,
             size=chosen.size, target=wire.JobTarget(tuple(t.device_id for t in targets), profile),
             lifetime_s=expires_s, release=chosen.release, allow_downgrade=allow_downgrade,
-            signer=key.sign_job if key else None, **_with_reference(outdir, chosen, _with_inputs(bench, chosen.inputs)),
+            signer=key.sign_job if key else None,
+            **_with_reference(outdir, chosen, _with_inputs(_with_board(bench, chosen), chosen.inputs)),
         )
         jobs = {target.device_id: wire.job_message(target.device_id, 1, body) for target in targets}
         return Rollout(client, chosen, jobs, progress).run(wait, timeout_s)
     finally:
         client.close()
+
+
+def _with_board(bench: Optional[Mapping[str, Any]], chosen) -> Dict[str, Any]:
+    """The benchmark options, with the board configuration the manifest planned for the artifact
+    (runtime, engine precision, threads, fallback runtimes); `runtime`, `precision` and `threads` in
+    `bench` override it (see edgeopt_converters.manifest.board_options)."""
+    options = dict(bench or {})
+    overrides = {name: options.pop(name, None) for name in ("runtime", "precision", "threads")}
+    planned = board_options(chosen.entry or {}, **overrides)
+    planned.update(options)  # any other option the caller gives (its own fallback_runtimes included) wins
+    return planned
 
 
 def _with_inputs(bench: Optional[Mapping[str, Any]], inputs: Optional[List[Dict[str, Any]]]) -> Dict[str, Any]:
@@ -123,20 +143,36 @@ def signing_key(private_key: Union[PathLike, SigningKey, None], unsigned: bool =
     if isinstance(private_key, SigningKey):
         return private_key
     path = Path(private_key) if private_key is not None else default_private_key()
-    if path is None:
-        log.warning("no signing key (run `edgeopt keys init`): the artifact goes unsigned, "
-                    "and agents with a trusted key will refuse it")
+    if path is None:  # deploy refuses to send it to a device that requires signed jobs (_check_signatures)
+        log.info("no signing key (`edgeopt keys init` makes one): the job goes unsigned")
         return None
     return SigningKey.load(path)
 
 
-def _warn_about_signatures(targets: List[DeviceStatus], key: Optional[SigningKey]) -> None:
-    for target in targets:
-        if target.signatures != "required":
-            continue
-        if key is None:
-            log.warning("%s only runs signed jobs and this deploy is unsigned: it will refuse the job",
-                        target.device_id)
-        elif target.trusted_key_id and target.trusted_key_id != key.key_id:
-            log.warning("%s trusts key %s, this deploy signs with key %s: it will refuse the job",
-                        target.device_id, target.trusted_key_id, key.key_id)
+def _check_signatures(targets: List[DeviceStatus], key: Optional[SigningKey], force: bool = False) -> None:
+    """Refuse (one line) to send a job that devices will refuse by their retained status: unsigned to a device
+    that requires signed jobs, or signed with a key it does not trust. With `force`, one warning instead."""
+    required = [t for t in targets if t.signatures == "required"]
+    unsigned = [t.device_id for t in required if key is None]
+    foreign = [t for t in required if key is not None and t.trusted_key_id and t.trusted_key_id != key.key_id]
+    problems = []
+    if unsigned:
+        problems.append(f"{_names(unsigned)} only run signed jobs (their status says signatures: required) and "
+                        "this deploy is unsigned")
+    if foreign:
+        trusted = ", ".join(sorted({t.trusted_key_id for t in foreign if t.trusted_key_id}))
+        problems.append(f"{_names([t.device_id for t in foreign])} trust key {trusted}, and this deploy signs with "
+                        f"key {key.key_id if key else '-'}")
+    if not problems:
+        return
+    what = "; ".join(problems) + ": they would refuse the job"
+    if force:
+        log.warning("%s; sending it anyway (--force)", what)
+        return
+    raise UserError(f"{what}; sign it with --key FILE, the fleet key whose public key the devices trust "
+                    "(`edgeopt keys init` makes one), or pass --force to send it anyway")
+
+
+def _names(device_ids: List[str], shown: int = 10) -> str:
+    more = len(device_ids) - shown
+    return ", ".join(device_ids[:shown]) + (f" and {more} more" if more > 0 else "")

@@ -36,6 +36,7 @@ class DeployArtifact:
     meta: Dict[str, Any]
     release: Optional[wire.Release] = None
     inputs: Optional[List[Dict[str, Any]]] = None  # how the board feeds each input (the `inputs` bench option)
+    entry: Optional[Dict[str, Any]] = None  # the manifest's entry (its "board": runtime, precision, threads...)
 
 
 def choose_artifact(outdir: Path, key: Optional[str] = None,
@@ -87,7 +88,7 @@ def choose_artifact(outdir: Path, key: Optional[str] = None,
     }
     return DeployArtifact(key=wanted, path=path, format=fmt, precision=entry.get("precision"), sha256=sha256,
                           size=size, chunks=chunks, meta=meta, release=release_of(manifest, manifest_path),
-                          inputs=_inputs(entry))
+                          inputs=_inputs(entry), entry=entry)
 
 
 def release_of(manifest: Dict[str, Any], where: Path) -> Optional[wire.Release]:

@@ -45,5 +45,9 @@ def test_unknown_job_options_are_named():
 
 
 def test_threads_resolve_to_a_count():
-    assert BenchmarkSpec(artifact="m.onnx", threads=3).resolved_threads() == 3
+    from edgeopt_agent.bench.spec import available_cpus
+
+    assert BenchmarkSpec(artifact="m.onnx", threads=1).resolved_threads() == 1
+    # more threads than CPUs would only share cores: capped (the result says so, test_runtime_fallback.py)
+    assert BenchmarkSpec(artifact="m.onnx", threads=available_cpus() + 1).resolved_threads() == available_cpus()
     assert BenchmarkSpec(artifact="m.onnx").resolved_threads() >= 1
