@@ -80,6 +80,7 @@ def convert(
     trust_model_code: bool = False,
     time_on_host: bool = True,
     mixed_precision: bool = True,
+    strict: bool = False,
     progress=None,
 ) -> Dict[str, Any]:
     """Convert `model` for `device`; returns the manifest (also written to OUTDIR/manifest.json).
@@ -92,6 +93,8 @@ def convert(
     `calibration` is a data file, or a list of files of different shapes (sequence lengths).
     `trust_model_code=True` is needed for a TorchScript file, which runs code when loaded.
     `mixed_precision=False` keeps a failed INT8 whole-graph instead of searching nodes to keep in float.
+    An artifact that cannot be built or run is listed in `failed_artifacts` with its cause and the
+    others go on; `strict=True` raises instead.
     `output_kinds` ({name: kind} or ["name=kind"]) says how outputs are judged; `state`
     ({input: output}) names recurrent state for streamed judgement; `metric` is "file.py:fn".
     """
@@ -123,6 +126,7 @@ def convert(
         trust_model_code=trust_model_code,
         time_on_host=time_on_host,
         mixed_precision=mixed_precision,
+        strict=strict,
     )
     return run(model, options, progress or ProgressReporter())
 

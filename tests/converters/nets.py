@@ -233,3 +233,20 @@ def embedder():
 def gru_step():
     torch.manual_seed(0)
     return GruStep()
+
+
+class Recurrent(nn.Module):
+    """A small LSTM tagger: [1, steps, 8] -> [1, steps, 4]."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(8, 64, batch_first=True)
+        self.head = nn.Linear(64, 4)
+
+    def forward(self, x):
+        return self.head(self.lstm(x)[0])
+
+
+def lstm():
+    torch.manual_seed(0)
+    return Recurrent()

@@ -414,3 +414,11 @@ def test_an_invalid_result_is_crossed_out_in_every_chart_and_never_the_fastest()
     bold = [row for row in section(page, "results").split("<tr>") if '<td class="num"><b>' in row]
     orin = [row for row in bold if "orin-02" in row]
     assert len(orin) == 1 and ">onnx-int8<" not in orin[0] and ">tflite-int8<" in orin[0]
+
+
+def test_an_artifact_that_failed_to_build_is_listed_with_its_cause():
+    data = full_data(manifest=dict(manifest(), failed_artifacts=[
+        {"key": "onnx-int8-x", "format": "onnx", "precision": "int8", "cause": f"Node (If_0) refused {EVIL}"}]))
+    conversion = section(render_report(data), "conversion")
+    assert "Artifacts that failed" in conversion and "onnx-int8-x" in conversion
+    assert "Node (If_0) refused &lt;script&gt;" in conversion and EVIL not in conversion

@@ -64,11 +64,14 @@ file, an ExportedProgram .pt2, an .onnx file, or example:digits-cnn (bundled).""
               help="Load a TorchScript MODEL, which runs code when loaded: only for files from a source you trust.")
 @click.option("--no-mixed-precision", is_flag=True,
               help="Keep a failed INT8 as it is instead of keeping its most sensitive nodes in float until it passes.")
+@click.option("--strict", is_flag=True,
+              help="Fail the conversion when any artifact cannot be built or run (by default it is listed as "
+                   "failed with its cause and the others go on).")
 @click.option("--no-timing", is_flag=True, help="Skip the host timing (the recommendation then falls back to the profile's prediction).")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON instead of the summary table.")
 def convert(model, device, output_dir, input_shapes, input_dtypes, input_values, calibration, eval_data, formats, precisions,
             max_accuracy_drop, min_cosine, output_kinds, state_pairs, stream_steps, metric, max_metric_drop, threads,
-            calibrate_method, weights, trust_model_code, no_mixed_precision, no_timing, as_json):
+            calibrate_method, weights, trust_model_code, no_mixed_precision, strict, no_timing, as_json):
     from edgeopt.api import convert as run
     from edgeopt_converters.progress import ProgressReporter, RichProgress
 
@@ -81,7 +84,7 @@ def convert(model, device, output_dir, input_shapes, input_dtypes, input_values,
         state=list(state_pairs), stream_steps=stream_steps, metric=metric, max_metric_drop=max_metric_drop,
         threads=threads, calibrate_method=calibrate_method,
         weights=weights, trust_model_code=trust_model_code, time_on_host=not no_timing, mixed_precision=not no_mixed_precision,
-        progress=reporter,
+        strict=strict, progress=reporter,
     )
     if as_json:
         manifest = run(model, device, output_dir, **kwargs)
@@ -90,6 +93,10 @@ def convert(model, device, output_dir, input_shapes, input_dtypes, input_values,
     with reporter:
         manifest = run(model, device, output_dir, **kwargs)
     print_summary(manifest, output_dir)
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _fmt(value, pattern="{:.2f}"):
@@ -110,7 +117,7 @@ def _worst(acc: dict) -> str:
     o = judged[0]
     if o.get("loss_points") is not None:
         low, high = o["loss_points_interval"]
-        figure = f"-{o['loss_points']:.2f} pt [{low:.1f},{high:.1f}]"
+        figure = f"{points(o['loss_points'])} [{_signed(low, 1)}, {_signed(high, 1)}]"
     elif o["kind"] == "embedding":
         figure = f"cos {o['cosine_similarity']:.4f}/{o['worst_cosine']:.4f}"
     elif o["kind"] == "mask":
@@ -120,11 +127,24 @@ def _worst(acc: dict) -> str:
     return f"{o['name']} {o['kind']}: {figure}"
 
 
+def points(loss: float) -> str:
+    """A loss in percentage points in words: 'lost 0.50 pt', 'gained 0.50 pt', 'lost 0 pt' (never -0.00)."""
+    rounded = round(loss, 2)
+    if rounded == 0:
+        return "lost 0 pt"
+    return f"lost {rounded:.2f} pt" if rounded > 0 else f"gained {-rounded:.2f} pt"
+
+
+def _signed(value: float, digits: int) -> str:
+    rounded = round(value, digits)
+    return f"{rounded + 0.0:.{digits}f}"  # + 0.0 turns -0.0 into 0.0
+
+
 def _speedup(timing: dict) -> str:
     speedup = timing.get("speedup")
     if speedup:
         low, high = speedup["interval"]
-        return f"{speedup['estimate']:.2f}x [{low:.2f},{high:.2f}]"
+        return f"{speedup['estimate']:.2f}x [{low:.2f}, {high:.2f}]"
     return _fmt(timing.get("speedup_vs_fp32"), "{:.2f}x")
 
 
@@ -141,6 +161,8 @@ def print_summary(manifest: dict, output_dir: str) -> None:
             _fmt(timing.get("p50_ms"), "{:.3f}"),
             _speedup(timing),
         ])
+    for failed in manifest.get("failed_artifacts") or []:
+        rows.append(["  " + failed["key"], "-", "failed", _clip(failed["cause"], 40), "-", "-", "-"])
     out = console()
     basis = manifest["recommendation"]["basis"]
     where = "measured on this host" if basis == "measured" else f"timings are from this {manifest['host']['machine']} host, not {manifest['device']}"
@@ -153,6 +175,8 @@ def print_summary(manifest: dict, output_dir: str) -> None:
             out.print(f"{a['key']}: kept in float: {', '.join(a['float_nodes'])}", markup=False)
         if a["accuracy"].get("verdict") != "ok":
             out.print(f"{a['key']}: {a['accuracy'].get('verdict')}: {a['accuracy'].get('reason')}", markup=False)
+    for failed in manifest.get("failed_artifacts") or []:
+        out.print(f"{failed['key']}: failed: {failed['cause']}", markup=False)
     for note in manifest["notes"]:
         out.print(f"note: {note}", markup=False)
     for warning in manifest["warnings"]:

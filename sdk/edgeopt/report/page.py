@@ -316,8 +316,19 @@ def _conversion_section(manifest: Mapping[str, Any]) -> str:
     artifacts = artifact_views(manifest)
     notes = "".join(f'<p class="note">note: {esc(n)}</p>' for n in _strings(manifest.get("notes")))
     notes += "".join(f'<p class="warn">warning: {esc(w)}</p>' for w in _strings(manifest.get("warnings")))
-    return (intro + _table(headers, [_artifact_row(a) for a in artifacts]) + _output_verdicts(artifacts)
-            + _host_latency(artifacts) + notes)
+    return (intro + _table(headers, [_artifact_row(a) for a in artifacts]) + _failed_artifacts(manifest)
+            + _output_verdicts(artifacts) + _host_latency(artifacts) + notes)
+
+
+def _failed_artifacts(manifest: Mapping[str, Any]) -> str:
+    """Artifacts the conversion could not build or run: each with its cause (none was published)."""
+    failed = [f for f in manifest.get("failed_artifacts") or [] if isinstance(f, Mapping)]
+    if not failed:
+        return ""
+    rows = [f'<tr><td>{esc(text(f.get("key")))}</td><td><span class="bad">failed</span></td>'
+            f'<td>{esc(text(f.get("cause")))}</td></tr>' for f in failed]
+    return ("<h3>Artifacts that failed</h3><p class=\"note\">Built or run, these failed; the conversion went on "
+            "without them.</p>" + _table(("artifact", "verdict", "cause"), rows))
 
 
 _VERDICT_PILL = {"ok": "good", "failed": "bad"}
