@@ -177,3 +177,11 @@ def test_ages_read_naturally():
     assert views.ago(0.0, now=5 * 86400.0) == "5 d ago"
     assert views.ago(10.0, now=6.0) == "in 4 s"
     assert views.ago(None) == "-"
+
+
+def test_a_guessable_share_group_is_warned_about(db_url, capsys):
+    """A board that knows the group can join it on an acl_file broker and make the broker drop its share."""
+    code, _, err = run(capsys, "serve", "--db", db_url, "--shared", "fleet", "--broker", "host:99999")
+    assert code == 2 and "share group 'fleet' is easy to guess" in err and "--shared fleet-" in err
+    code, _, err = run(capsys, "serve", "--db", db_url, "--shared", "fleet-7f3c9a1e52", "--broker", "host:99999")
+    assert code == 2 and "easy to guess" not in err

@@ -29,6 +29,11 @@ def fleet():
     """Collect what devices publish, and show devices, results and telemetry."""
 
 
+def guessable_group(group: str) -> bool:
+    """A share group name a board could guess: short, or without the digits a random suffix has."""
+    return len(group) < 12 or sum(c.isdigit() for c in group) < 4
+
+
 @fleet.command()
 @broker_options(PASSWORD_ENV)
 @click.option("--db", "db_url", metavar="URL", help=DB_HELP)
@@ -56,6 +61,13 @@ def serve(db_url, group, client_id, max_batch, retain_days, collector_key, **bro
 
     if group is not None:
         shared_subscription(group)  # a bad group name fails here, as a user error
+        if guessable_group(group):
+            import secrets
+
+            click.echo(f"warning: share group '{group}' is easy to guess: on a broker with an acl_file, a board that "
+                       f"subscribes to $share/{group}/... takes a share of the messages, which the broker then drops; "
+                       f"give every collector a random name such as --shared fleet-{secrets.token_hex(6)} "
+                       f"(docs/FLEET.md, 'Shared subscriptions and the ACL')", err=True)
     settings = broker_settings_from(PASSWORD_ENV, **broker)
     signer = find_collector_key(collector_key, client_id or default_client_id(group))
     store = open_store(db_url)
