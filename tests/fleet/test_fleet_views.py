@@ -185,3 +185,15 @@ def test_a_guessable_share_group_is_warned_about(db_url, capsys):
     assert code == 2 and "share group 'fleet' is easy to guess" in err and "--shared fleet-" in err
     code, _, err = run(capsys, "serve", "--db", db_url, "--shared", "fleet-7f3c9a1e52", "--broker", "host:99999")
     assert code == 2 and "easy to guess" not in err
+
+
+@pytest.mark.parametrize("columns", [80, 100, 120])
+@pytest.mark.parametrize("view", ["devices", "results"])
+def test_fleet_tables_fit_the_terminal_and_keep_names_and_numbers_whole(view, columns, db_url, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", str(columns))
+    code, out, _ = run(capsys, view, "--db", db_url)
+    assert code == 0
+    assert max(len(line) for line in out.splitlines()) <= columns
+    for whole in ("jetson-01", "rpi-01", "onnx-int8" if view == "results" else "online", "12.00" if view == "results"
+                  else "53.5"):
+        assert whole in out, f"{whole!r} cut at {columns} columns:\n{out}"

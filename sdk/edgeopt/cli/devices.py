@@ -37,5 +37,6 @@ def devices(name, as_json):
         for p in profiles
     ]
     console().print(
-        table(["device", "cpu", "accelerators", "runtimes", "recipe", "threads", "power sensor"], rows)
+        table(["device", "cpu", "accelerators", "runtimes", "recipe", "threads", "power sensor"], rows,
+              optional=("accelerators", "recipe"))
     )

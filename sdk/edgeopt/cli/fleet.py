@@ -166,7 +166,7 @@ def _open(db_url: Optional[str]):
 
 
 def _emit(rows: Sequence[Any], columns, as_json: bool, as_csv: bool, title: str, empty: str,
-          drop: Sequence[str] = ()) -> None:
+          drop: Sequence[str] = (), optional: Sequence[str] = ()) -> None:
     from ..fleet import views
 
     if as_json and as_csv:
@@ -179,7 +179,7 @@ def _emit(rows: Sequence[Any], columns, as_json: bool, as_csv: bool, title: str,
         click.echo(empty)
     else:
         headers, cells = views.cells(columns, rows)
-        console().print(table(headers, cells, title=title))
+        console().print(table(headers, cells, title=title, optional=optional))
 
 
 @fleet.command()
@@ -190,7 +190,8 @@ def devices(db_url, as_json, as_csv):
 
     with _open(db_url) as store:
         rows = store.devices()
-    _emit(rows, views.DEVICES, as_json, as_csv, "devices", "no devices have reported yet")
+    _emit(rows, views.DEVICES, as_json, as_csv, "devices", "no devices have reported yet",
+          optional=views.DEVICES_OPTIONAL)
 
 
 @fleet.command()
@@ -205,7 +206,7 @@ def results(model, device, profile, history, db_url, as_json, as_csv):
 
     with _open(db_url) as store:
         rows = store.results(model=model, device=device, profile=profile, latest=not history)
-    _emit(rows, views.RESULTS, as_json, as_csv, "results", "no results match")
+    _emit(rows, views.RESULTS, as_json, as_csv, "results", "no results match", optional=views.RESULTS_OPTIONAL)
 
 
 @fleet.command()

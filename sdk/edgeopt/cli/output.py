@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any, Callable, Sequence
 
@@ -40,21 +41,64 @@ def console(stderr: bool = False):
     except ImportError:
         return _PlainConsole()
     stream = sys.stderr if stderr else sys.stdout
-    # Piped into a file or another program, a table must not be cut to 80 columns.
-    width = None if stream.isatty() else 1000
-    return Console(stderr=stderr, width=width)
+    return Console(stderr=stderr, width=_fixed_width(stream))
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]], title: str = ""):
+def _fixed_width(stream):
+    """Piped into a file or another program, a table must not be cut to 80 columns (unless COLUMNS says so)."""
+    return None if stream.isatty() or os.environ.get("COLUMNS", "").isdigit() else 1000
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], title: str = "", optional: Sequence[str] = ()):
+    """A table whose columns wrap at spaces, never inside a name or number. Where even so it would
+    not fit the terminal, the `optional` columns are left out, in that order, and its caption says so."""
     try:
+        from rich.console import Console
         from rich.table import Table
         from rich.text import Text
     except ImportError:
         return _PlainTable(headers, rows)
+    cells = [[str(c) for c in r] for r in rows]
+    words = [min(max([len(w) for r in cells if i < len(r) for w in r[i].split()] + [len(w) for w in h.split()]),
+                 MAX_UNBROKEN) for i, h in enumerate(headers)]
+    lines = [max([len(r[i]) for r in cells if i < len(r)] + [len(h)]) for i, h in enumerate(headers)]
+    room = _fixed_width(sys.stdout) or Console().width
+    kept = list(range(len(headers)))
+    dropped = []
+    for name in optional:
+        if sum(words[i] + 3 for i in kept) + 1 <= room:
+            break
+        if name in headers:
+            kept.remove(headers.index(name))
+            dropped.append(name)
+    widths = _fit([words[i] for i in kept], [lines[i] for i in kept], room - 3 * len(kept) - 1)
+    caption = f"left out at this width: {', '.join(dropped)} (wider terminal, or --json)" if dropped else None
     # Cells are data (device ids, model names): Text keeps rich from reading "[...]" as markup.
-    t = Table(title=Text(title) if title else None)
-    for h in headers:
-        t.add_column(h, overflow="fold")
-    for r in rows:
-        t.add_row(*(Text(str(c)) for c in r))
+    t = Table(title=Text(title) if title else None, caption=Text(caption) if caption else None)
+    for i, width in zip(kept, widths):
+        t.add_column(headers[i], overflow="fold", width=width)
+    for r in cells:
+        t.add_row(*(Text(r[i]) for i in kept if i < len(r)))
     return t
+
+
+def _fit(words: Sequence[int], lines: Sequence[int], room: int) -> list:
+    """Column widths within `room`: every column its whole line where all fit, else at least its longest
+    word (the longest words cut down first where even they do not fit), the rest of the room shared
+    in proportion to what each would still take."""
+    if sum(lines) <= room:
+        return list(lines)
+    widths = list(words)
+    while sum(widths) > room and max(widths) > MIN_FOLDED:  # too narrow even so: the longest words fold first
+        widths[widths.index(max(widths))] -= 1
+    spare = room - sum(widths)
+    wants = [line - word for line, word in zip(lines, words)]
+    if spare > 0 and sum(wants):
+        total = sum(wants)
+        for i, want in enumerate(wants):
+            widths[i] += min(want, spare * want // total)
+    return widths
+
+
+MAX_UNBROKEN = 32  # a longer word folds rather than push the table off the screen
+MIN_FOLDED = 8  # where even the words do not fit, the longest fold down to this, numbers last

@@ -128,6 +128,10 @@ RESULTS = (
     Column("valid", _validity),
 )
 
+# Columns a narrow terminal leaves out first, in that order (--json and --csv keep everything).
+DEVICES_OPTIONAL = ("agent", "runtimes", "missing msgs", "temp °C")
+RESULTS_OPTIONAL = ("p90 ms", "peak MB", "inf/s", "profile", "format", "mJ/inf")
+
 TELEMETRY = (
     Column("time (UTC)", lambda r: clock(r.get("ts"))),
     Column("device", _text("device_id")),
