@@ -209,11 +209,14 @@ def show(results: Sequence[Dict[str, Any]]) -> None:
             elif result["ok"]:
                 problems.append(f"{name} batch {entry['batch']}: {entry['error']['kind']}: {entry['error']['message']}")
         if result["ok"]:
-            notes.extend(f"{name}: {line}" for line in _notes(result))
+            notes.extend(f"{name}: {line}" for line in _notes(result) if not line.startswith(UNMEASURED))
     if rows:
         headers = ["artifact", "batch", "p50 ms", "p90 ms", "p99 ms", "inf/s", "RSS MB", "mJ/inf", "outputs"]
         out.print(table(headers, rows))
     for line in notes:
+        out.print(line, markup=False)
+    unmeasured = sorted({line for r in results if r["ok"] for line in _notes(r) if line.startswith(UNMEASURED)})
+    for line in unmeasured:  # the same for every artifact on this machine: said once
         out.print(line, markup=False)
     for line in problems:
         click.echo(f"failed: {line}", err=True)
@@ -263,7 +266,7 @@ def _notes(result: Dict[str, Any]) -> List[str]:
             f"idle {_num(result.get('idle_power_w'))} W"
         )
     else:
-        lines.append(f"power: not measured ({result.get('power_reason')})")
+        lines.append(f"{UNMEASURED} ({result.get('power_reason')})")
     check = result.get("output_check")
     if check:
         lines.append(f"outputs vs FP32 reference ({check['samples']} samples): " + ", ".join(
@@ -274,6 +277,9 @@ def _notes(result: Dict[str, Any]) -> List[str]:
         lines.append("INVALID: " + "; ".join(result["invalid_reasons"]))
     lines.extend(result.get("notes") or [])
     return lines
+
+
+UNMEASURED = "power: not measured on this machine"
 
 
 def _num(value: Optional[float]) -> str:
