@@ -67,7 +67,11 @@ def test_input_file(models, tmp_path):
     run = edgeopt("bench", models["dynamic"], *QUICK, "--input", tmp_path / "x.npy", "--no-sensors", "--json")
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)
-    assert result["batch"] == 3 and result["input"]["source"] == "file"
+    assert result["batch"] == 1 and result["input"]["source"] == "file"  # 3 samples, fed one batch at a time
+    run = edgeopt("bench", models["dynamic"], *QUICK, "--input", tmp_path / "x.npy", "--batch", "3", "--no-sensors",
+                  "--json")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["batches"][0]["batch"] == 3
 
 
 def test_output_folder_with_manifest(models, tmp_path):

@@ -111,7 +111,10 @@ def file_feeds(path: str, infos: Sequence[TensorInfo], batch: Optional[int],
     artifact's, or the model's own name given as a description's alias). Described constants
     need no array.
 
-    With a batch size, each array's leading axis is cut to it, or repeated up to it.
+    A file holds samples on axis 0, as `edgeopt convert` reads it: [N, *sample]. A run feeds one
+    batch: with a batch size, each array's leading axis is cut to it, or repeated up to it; without
+    one, the model's own batch (its fixed one, the described one, or 1) of the first samples, or
+    the first sample of an input that has no batch axis (an array one axis deeper than the input).
     """
     by_name = described(descriptions, infos)
     constants = {name: d for name, d in by_name.items() if "value" in d}
@@ -130,6 +133,8 @@ def file_feeds(path: str, infos: Sequence[TensorInfo], batch: Optional[int],
                 raise UnsupportedModelError(f"input '{info.name}' is a scalar: it has no batch axis to set to {batch}")
             check_batch(info, batch)
             array = _fit_batch(array, batch, info.name)
+        else:
+            array = _one_feed(array, info, by_name.get(info.name))
         feeds[info.name] = array
     return feeds
 
@@ -160,6 +165,20 @@ def _load_arrays(path: Path, infos: Sequence[TensorInfo], aliases: Optional[Mapp
             + (f" (unknown {unknown})" if unknown else "")
         )
     return arrays
+
+
+def _one_feed(array: np.ndarray, info: TensorInfo, description: Optional[Description]) -> np.ndarray:
+    """One feed of samples [N, *sample]: the first sample where the array is one axis deeper than the
+    input (a state, a scalar), else the model's own batch of rows."""
+    if array.ndim == len(info.shape) + 1 and len(array):
+        return array[0]
+    if array.ndim != len(info.shape) or not info.shape:
+        return array  # the runner says what does not fit
+    first = info.shape[0]
+    known = list(description["shape"]) if description is not None and description.get("shape") else None
+    want = first if TensorInfo.is_fixed(first) else (known[0] if known and isinstance(known[0], int) and known[0] > 0
+                                                       else 1)
+    return _fit_batch(array, want, info.name)
 
 
 def _fit_batch(array: np.ndarray, batch: int, name: str) -> np.ndarray:

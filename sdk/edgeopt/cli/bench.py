@@ -28,7 +28,8 @@ from .output import console, table
                                          "its manifest, at most this machine's CPUs; else every CPU this process may use).")
 @click.option("--batch", "batch", metavar="N[,N...]", help="Batch sizes to sweep, e.g. 1,2,4,8.")
 @click.option("--latency-budget-ms", type=float, help="Report the largest batch whose p90 fits this budget.")
-@click.option("--input", "input_file", type=click.Path(path_type=Path), help="Input data: .npy (one input) or .npz keyed by input name.")
+@click.option("--input", "input_file", type=click.Path(path_type=Path), help="Input data: .npy (one input) or .npz keyed by input name, N samples on axis 0 (as convert "
+                   "reads it); a run feeds one batch of them (--batch sets its size).")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=1,512",
               help="Shape of an input with dynamic dims (NAME= for a scalar); repeat per input. "
                    "Artifacts of an `edgeopt convert` folder take the shapes its manifest recorded.")

@@ -46,7 +46,8 @@ def test_random_feeds_are_seeded_and_typed():
 def test_npy_for_a_single_input_model(tmp_path):
     data = np.arange(3 * 16, dtype=np.float32).reshape(3, 16)
     np.save(tmp_path / "x.npy", data)
-    np.testing.assert_array_equal(file_feeds(str(tmp_path / "x.npy"), [DYNAMIC], None)["x"], data)
+    # [N, 16] holds N samples (as convert reads it): a run feeds one batch, the model's own (here 1)
+    np.testing.assert_array_equal(file_feeds(str(tmp_path / "x.npy"), [DYNAMIC], None)["x"], data[:1])
     np.testing.assert_array_equal(file_feeds(str(tmp_path / "x.npy"), [DYNAMIC], 2)["x"], data[:2])
     repeated = file_feeds(str(tmp_path / "x.npy"), [DYNAMIC], 7)["x"]
     np.testing.assert_array_equal(repeated, np.concatenate([data, data, data])[:7])
@@ -99,3 +100,18 @@ def test_an_input_file_may_use_the_models_own_names(tmp_path):
     feeds = file_feeds(str(path), STATEFUL, None, DESCRIBED)
     assert feeds["serving_default_args_0"].shape == (1, 64) and float(feeds["serving_default_args_0"][0, 0]) == 1.0
     assert int(feeds["sr"]) == 16000  # a constant needs no array
+
+
+def test_a_file_of_whole_samples_feeds_its_first_sample(tmp_path):
+    """An input without a batch axis (a state [2, 1, 4]) takes [N, 2, 1, 4] samples: one per run."""
+    state = TensorInfo("state", (2, 1, 4), "float32")
+    data = np.arange(3 * 8, dtype=np.float32).reshape(3, 2, 1, 4)
+    np.save(tmp_path / "s.npy", data)
+    np.testing.assert_array_equal(file_feeds(str(tmp_path / "s.npy"), [state], None)["state"], data[0])
+
+
+def test_a_fixed_batch_takes_that_many_samples(tmp_path):
+    fixed = TensorInfo("x", (2, 16), "float32")
+    data = np.arange(5 * 16, dtype=np.float32).reshape(5, 16)
+    np.save(tmp_path / "x.npy", data)
+    np.testing.assert_array_equal(file_feeds(str(tmp_path / "x.npy"), [fixed], None)["x"], data[:2])
