@@ -35,7 +35,10 @@ class RichProgress(ProgressReporter):
 
         self.console = Console(file=_own_stderr())
         self._bars = _Bars(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                           TimeElapsedColumn(), console=self.console, transient=False)
+                           TimeElapsedColumn(), console=self.console, transient=False,
+                           # sys.stderr stays the real one, so a step's captured_output also catches what
+                           # libraries log through handlers made while the bars draw (torch's guard tracebacks)
+                           redirect_stdout=False, redirect_stderr=False)
 
     def __enter__(self):
         self._bars.__enter__()
@@ -54,3 +57,48 @@ class RichProgress(ProgressReporter):
 
     def note(self, message: str) -> None:
         self._bars.console.print(message, markup=False, style="yellow")
+
+
+class LineProgress(ProgressReporter):
+    """For a log or a pipe (`| tee log`, CI): one line as each step ends, with its count and time;
+    a live display there would come out all at once at the end, wrapped and cut."""
+
+    def __init__(self, stream=None):
+        self.stream = stream or _own_stderr()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    @contextlib.contextmanager
+    def step(self, description: str, total: int = 0):
+        import time
+
+        started, done = time.monotonic(), [0]
+
+        def advance(count: int = 1) -> None:
+            done[0] += count
+
+        try:
+            yield advance
+        finally:
+            count = f" ({done[0]}/{total})" if total > 1 else ""
+            self._line(f"{description}: done in {time.monotonic() - started:.1f} s{count}")
+
+    def note(self, message: str) -> None:
+        self._line(message)
+
+    def _line(self, text: str) -> None:
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+
+def terminal_progress() -> ProgressReporter:
+    """Bars on a terminal; a line per finished step anywhere else."""
+    try:
+        interactive = sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        interactive = False
+    return RichProgress() if interactive else LineProgress()

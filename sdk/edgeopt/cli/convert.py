@@ -73,9 +73,9 @@ def convert(model, device, output_dir, input_shapes, input_dtypes, input_values,
             max_accuracy_drop, min_cosine, output_kinds, state_pairs, stream_steps, metric, max_metric_drop, threads,
             calibrate_method, weights, trust_model_code, no_mixed_precision, strict, no_timing, as_json):
     from edgeopt.api import convert as run
-    from edgeopt_converters.progress import ProgressReporter, RichProgress
+    from edgeopt_converters.progress import ProgressReporter, terminal_progress
 
-    reporter = ProgressReporter() if as_json else RichProgress()
+    reporter = ProgressReporter() if as_json else terminal_progress()
     kwargs = dict(
         input_shape=list(input_shapes) or None, input_dtype=list(input_dtypes) or None,
         input_value=list(input_values) or None,

@@ -25,7 +25,7 @@ def quickstart(output_dir, broker, device_id, timeout_s, as_json):
     signed artifact over MQTT, stores the agent's measurement in SQLite, prints the fleet tables
     and writes an HTML report. Everything it started is stopped at the end.
     """
-    from edgeopt_converters.progress import ProgressReporter, RichProgress
+    from edgeopt_converters.progress import ProgressReporter, terminal_progress
 
     from ..fleet import views
     from ..quickstart import QuickstartOptions, run_quickstart
@@ -39,7 +39,7 @@ def quickstart(output_dir, broker, device_id, timeout_s, as_json):
             "devices": result.devices, "results": result.results,
         }, indent=2, default=str))
         return
-    with RichProgress() as progress:
+    with terminal_progress() as progress:
         result = run_quickstart(options, lambda text: progress.console.print(f"• {text}", markup=False), progress)
     shown = console()
     for title, columns, rows in (("devices", views.DEVICES, result.devices), ("results", views.RESULTS, result.results)):
