@@ -19,8 +19,10 @@ BATCH_WORDS = ("batch", "batch_size", "n", "b", "n_batch", "batchsize")
 
 
 def resolve_specs(source: SourceModel, shapes: Sequence[str], dtypes: Sequence[str],
-                  values: Sequence[str] = ()) -> List[InputSpec]:
-    """Every input of the model in its argument order, constants included."""
+                  values: Sequence[str] = (), data_shapes: Optional[Dict[str, tuple]] = None) -> List[InputSpec]:
+    """Every input of the model in its argument order, constants included. `data_shapes` ({input:
+    shape} from the calibration data, see `shapes_from_data`) gives a shape the model does not
+    declare and the user did not give."""
     pos_shapes, named_shapes = split_named(shapes, "--input-shape")
     pos_dtypes, named_dtypes = split_named(dtypes, "--input-dtype")
     pos_values, named_values = split_named(values, "--input-value")
@@ -53,13 +55,13 @@ def resolve_specs(source: SourceModel, shapes: Sequence[str], dtypes: Sequence[s
             raise UserError(f"input '{spec.name}' of {source.description} is a {spec.dtype}, not a tensor: "
                             f"give its value with --input-value {spec.name}=…")
         specs.append(spec)
-    specs = _apply_shapes(specs, pos_shapes, named_shapes, source)
+    specs = _apply_shapes(specs, pos_shapes, named_shapes, source, data_shapes or {})
     specs = _apply_dtypes(specs, pos_dtypes, named_dtypes)
     return _fill_dims(specs)
 
 
 def _apply_shapes(specs: List[InputSpec], positional: Sequence[str], named: Dict[str, str],
-                  source: SourceModel) -> List[InputSpec]:
+                  source: SourceModel, data_shapes: Dict[str, tuple]) -> List[InputSpec]:
     """Given shapes, checked against what the model declares; positional ones fill inputs in order."""
     open_slots = [i for i, s in enumerate(specs) if s.name not in named and s.tensor and not s.is_constant]
     if len(positional) > len(open_slots):
@@ -72,6 +74,9 @@ def _apply_shapes(specs: List[InputSpec], positional: Sequence[str], named: Dict
     result = []
     for spec in specs:
         if spec.name not in given:
+            if spec.shape is None and spec.tensor and spec.name in data_shapes:
+                result.append(replace(spec, shape=tuple(data_shapes[spec.name])))
+                continue
             if spec.shape is None:
                 raise UserError(f"give the shape of input '{spec.name}' of {source.description}, "
                                 f"like --input-shape {spec.name}=1,3,224,224 (or {spec.name}= for a scalar)")
@@ -86,6 +91,15 @@ def _apply_shapes(specs: List[InputSpec], positional: Sequence[str], named: Dict
                             f"of shape {spec.shape_text()} declared by the model (? marks a dynamic dim)")
         result.append(replace(spec, shape=shape))
     return result
+
+
+def shapes_from_data(arrays: Dict[str, "object"], names: Sequence[str]) -> Dict[str, tuple]:
+    """Input shapes a data file fixes: its arrays hold N samples on axis 0 ([N, *sample], keyed by
+    input name; a lone .npy array for a model of one input), so a feed is (1, *sample)."""
+    if set(arrays) == {""} and len(names) == 1:
+        arrays = {names[0]: arrays[""]}
+    return {name: (1, *array.shape[1:]) for name, array in arrays.items()
+            if name in names and getattr(array, "ndim", 0) >= 1}
 
 
 def _apply_dtypes(specs: List[InputSpec], positional: Sequence[str], named: Dict[str, str]) -> List[InputSpec]:

@@ -32,7 +32,7 @@ from .host_timing import ORT_SIDE_BY_SIDE, time_interleaved
 from .manifest_build import ArtifactRecord, build_manifest, publish
 from .architecture import classify
 from .board_reference import record_reference_figures
-from .input_specs import concrete_specs, resolve_specs, tensor_inputs
+from .input_specs import concrete_specs, resolve_specs, shapes_from_data, tensor_inputs
 from .mixed_precision import search_mixed_precision
 from .model_source import bind_constants, load_source, module_source
 from .passes._quiet import captured_output, quiet_libraries
@@ -222,10 +222,13 @@ def convert(model: Any, opts: ConvertOptions, progress: ProgressReporter = Progr
 
 
 def _convert(source: SourceModel, profile, metric, opts: ConvertOptions, progress: ProgressReporter) -> Dict[str, Any]:
-    model_specs = resolve_specs(source, opts.input_shapes, opts.input_dtypes, opts.input_values)
+    data_shapes, data_file = _shapes_from_data(source, opts)
+    model_specs = resolve_specs(source, opts.input_shapes, opts.input_dtypes, opts.input_values, data_shapes)
     source = bind_constants(source, model_specs)
     fed = tensor_inputs(model_specs, baked=source.kind != "onnx")
-    notes: List[str] = []
+    notes: List[str] = [f"input '{s.name}' takes its shape {','.join(map(str, s.shape))} from {data_file} "
+                        f"(N samples of {list(s.shape[1:])})" for s in model_specs
+                        if s.name in data_shapes and s.shape == data_shapes[s.name]]
     warnings: List[str] = list(source.warnings)
     calibration, evaluation = _datasets(source, fed, opts, notes, warnings)
     specs = concrete_specs(fed, calibration.feed_shapes(feed_batch(fed)))
@@ -261,6 +264,19 @@ def _convert(source: SourceModel, profile, metric, opts: ConvertOptions, progres
         shutil.rmtree(work, ignore_errors=True)
         if not done and created:
             shutil.rmtree(out, ignore_errors=True)
+
+
+def _shapes_from_data(source: SourceModel, opts: ConvertOptions) -> Tuple[Dict[str, tuple], str]:
+    """({input: shape}, the file) for inputs whose shape neither the model nor the options give and
+    the first data file fixes (a file.py:factory's forward() declares names, not shapes)."""
+    unknown = [s.name for s in source.input_specs if s.shape is None and s.tensor]
+    files = list(opts.calibration or ()) or ([opts.eval_data] if opts.eval_data else [])
+    if not unknown or not files:
+        return {}, ""
+    from .tensors import read_data_arrays
+
+    found = shapes_from_data(read_data_arrays(Path(files[0]), "calibration"), [s.name for s in source.input_specs])
+    return {name: shape for name, shape in found.items() if name in unknown}, str(files[0])
 
 
 def _source(model: Any, opts: ConvertOptions) -> SourceModel:

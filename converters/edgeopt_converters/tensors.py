@@ -285,6 +285,11 @@ def load_datasets(paths: Sequence[Path], specs: Sequence[InputSpec], what: str,
     return DatasetParts(loaded)
 
 
+def read_data_arrays(path: Path, what: str) -> Dict[str, np.ndarray]:
+    """A calibration or evaluation file's arrays, checked (no pickles, size caps)."""
+    return _read_arrays(path, what)
+
+
 def _read_arrays(path: Path, what: str) -> Dict[str, np.ndarray]:
     if not path.exists():
         raise UserError(f"{what} file not found: {path}")
