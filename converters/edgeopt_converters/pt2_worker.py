@@ -84,8 +84,10 @@ class _Worker:
     def op_call(self, request) -> Dict[str, Any]:
         import torch
 
+        from .runtime import flatten_outputs
+
         with torch.no_grad():
-            outputs = _flatten(self.bound(request)(*self.tensors(request["inputs"])))
+            outputs = flatten_outputs(self.bound(request)(*self.tensors(request["inputs"])))
         np.savez(self.folder / request["output"], **{f"a{i}": a for i, a in enumerate(outputs)})
         return {"ok": True, "count": len(outputs)}
 
@@ -118,14 +120,6 @@ class _Worker:
             write_tflite(torch, self.bound(request), self.tensors(request["args"]), self.folder / request["output"],
                          options, feeds, progress)
         return {"ok": True}
-
-
-def _flatten(value) -> List[np.ndarray]:
-    if isinstance(value, (list, tuple)):
-        return [a for item in value for a in _flatten(item)]
-    if isinstance(value, dict):
-        return [a for item in value.values() for a in _flatten(item)]
-    return [value.detach().cpu().numpy()]
 
 
 def main(argv: List[str]) -> int:

@@ -69,11 +69,12 @@ def open_predictor(path: Path, threads: Optional[int], session_config: Optional[
     return Predictor(path, threads, **({"session_config": session_config} if session_config else {}))
 
 
-def _flatten(value) -> List[np.ndarray]:
+def flatten_outputs(value) -> List[np.ndarray]:
+    """A module's outputs (tensors, nested in tuples, lists or dicts) as numpy arrays, in order."""
     if isinstance(value, (list, tuple)):
-        return [a for item in value for a in _flatten(item)]
+        return [a for item in value for a in flatten_outputs(item)]
     if isinstance(value, dict):
-        return [a for item in value.values() for a in _flatten(item)]
+        return [a for item in value.values() for a in flatten_outputs(item)]
     return [value.detach().cpu().numpy()]
 
 
@@ -107,7 +108,7 @@ def reference_predictor(source: SourceModel, specs: Sequence[InputSpec]):
         args = [torch.from_numpy(np.ascontiguousarray(feeds[s.name])) for s in specs]
         try:
             with torch.no_grad():
-                return _flatten(source.module(*args))
+                return flatten_outputs(source.module(*args))
         except Exception as exc:
             shapes = ", ".join(f"{s.name}{list(a.shape)}" for s, a in zip(specs, args))
             raise UserError(f"{source.description} fails on inputs {shapes}: {_cause(exc)}; "

@@ -107,14 +107,19 @@ def duplicate_config(marker, good):
     return edit
 
 
-def sympy_expression(marker, good=None):
+def first_expression(rewrite_text):
+    """An edit that rewrites the program's first shape expression: `rewrite_text(original) -> new text`."""
     def change(program):
         for value in program["graph_module"]["graph"]["tensor_values"].values():
             for size in value["sizes"]:
                 if "as_expr" in size:
-                    size["as_expr"]["expr_str"] = f"__import__('os').system('touch {marker}') or {size['as_expr']['expr_str']}"
+                    size["as_expr"]["expr_str"] = rewrite_text(size["as_expr"]["expr_str"])
                     return
     return edit_program(change)
+
+
+def sympy_expression(marker, good=None):
+    return first_expression(lambda text: f"__import__('os').system('touch {marker}') or {text}")
 
 
 def guard_code(marker, good=None):
@@ -234,14 +239,7 @@ def test_archive_must_come_from_torch_export_save(tmp_path):
 
 def sympy_string_argument(marker, good=None):
     """sympy's floor() re-parses a string argument with eval: a grammar of allowed calls let it through."""
-    def change(program):
-        for value in program["graph_module"]["graph"]["tensor_values"].values():
-            for size in value["sizes"]:
-                if "as_expr" in size:
-                    size["as_expr"]["expr_str"] = (f"floor(\"__import__('os').system('touch {marker}')\") + 0*"
-                                                   f"{size['as_expr']['expr_str']}")
-                    return
-    return edit_program(change)
+    return first_expression(lambda text: f"floor(\"__import__('os').system('touch {marker}')\") + 0*{text}")
 
 
 def guard_string_constant(marker, good=None):
@@ -252,13 +250,7 @@ def guard_string_constant(marker, good=None):
 
 
 def power_tower(marker=None, good=None):
-    def change(program):
-        for value in program["graph_module"]["graph"]["tensor_values"].values():
-            for size in value["sizes"]:
-                if "as_expr" in size:
-                    size["as_expr"]["expr_str"] = f"Pow(Integer(10), Pow(Integer(10), Integer(10))) + {size['as_expr']['expr_str']}"
-                    return
-    return edit_program(change)
+    return first_expression(lambda text: f"Pow(Integer(10), Pow(Integer(10), Integer(10))) + {text}")
 
 
 SECOND_ROUND = {
@@ -330,13 +322,7 @@ def _bubblewrap(tmp_path):
 
 def _expression_payload(python):
     """An expression trick that the first wall would refuse, for loading past it on purpose."""
-    def change(program):
-        for value in program["graph_module"]["graph"]["tensor_values"].values():
-            for size in value["sizes"]:
-                if "as_expr" in size:
-                    size["as_expr"]["expr_str"] = f"({python}) * 0 or {size['as_expr']['expr_str']}"
-                    return
-    return edit_program(change)
+    return first_expression(lambda text: f"({python}) * 0 or {text}")
 
 
 def test_a_payload_past_the_first_wall_cannot_write_outside_its_folder(good_pt2, tmp_path):
