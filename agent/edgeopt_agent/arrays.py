@@ -17,6 +17,8 @@ Standard library and numpy only: the board and the host share it.
 """
 from __future__ import annotations
 
+import collections
+
 import ast
 import os
 import struct
@@ -78,7 +80,7 @@ def read_arrays(path: Union[str, Path], what: str = "array file", max_bytes: Opt
     left = cap
     with zipfile.ZipFile(path) as archive:
         names = [info.filename for info in archive.infolist()]
-        duplicated = sorted({n for n in names if names.count(n) > 1})
+        duplicated = sorted(n for n, count in collections.Counter(names).items() if count > 1)
         if duplicated:
             raise ValueError(f"member {duplicated[0]!r} is in the archive more than once")
         for info in archive.infolist():

@@ -71,7 +71,7 @@ def check_profile(profile: DeviceProfile, cpu: CpuFacts) -> Dict[str, Any]:
     if not same_arch:
         unchecked.append("isa_features: not compared across architectures")
     elif cpu.features is None:
-        unchecked.append("isa_features: /proc/cpuinfo could not be read")
+        unchecked.append("isa_features: /proc/cpuinfo could not be read or lists no flags")
     else:
         lacking = [f for f in profile.cpu.isa_features if not _has(cpu.features, f)]
         if lacking:
@@ -98,13 +98,14 @@ def _read(path: Path) -> Optional[str]:
         return None
 
 
-def _features(cpuinfo: str) -> FrozenSet[str]:
-    """The first CPU's flags (x86 `flags`, ARM `Features`; a big.LITTLE board lists the same for all)."""
+def _features(cpuinfo: str) -> Optional[FrozenSet[str]]:
+    """The first CPU's flags (x86 `flags`, ARM `Features`; a big.LITTLE board lists the same for all);
+    None where cpuinfo lists none (some virtual and emulated kernels): unchecked, not lacking."""
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
         if key.strip() in ("flags", "Features"):
             return frozenset(value.split())
-    return frozenset()
+    return None
 
 
 def _present_cores(text: Optional[str]) -> Optional[int]:

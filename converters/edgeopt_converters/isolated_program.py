@@ -16,6 +16,7 @@ import os
 import queue
 import shutil
 import stat
+import subprocess
 import sys
 import tempfile
 import threading
@@ -117,11 +118,16 @@ class _Child:
         self.description = description
         self.private = Path(tempfile.mkdtemp(prefix="edgeopt-pt2-"))
         self.counter = 0
-        (self.private / "model.pt2").write_bytes(archive)
-        self.isolated = sandbox.isolation(self.private)
         self.stderr = tempfile.TemporaryFile()
-        argv = [sys.executable, "-m", "edgeopt_converters.pt2_worker", str(self.private)]
-        self.process = sandbox.start(argv, self.private, limits, self.isolated, self.stderr)
+        try:
+            (self.private / "model.pt2").write_bytes(archive)
+            self.isolated = sandbox.isolation(self.private)
+            argv = [sys.executable, "-m", "edgeopt_converters.pt2_worker", str(self.private)]
+            self.process = sandbox.start(argv, self.private, limits, self.isolated, self.stderr)
+        except BaseException:  # nothing of the model's copy stays behind
+            self.stderr.close()
+            shutil.rmtree(self.private, ignore_errors=True)
+            raise
         self.answers: "queue.Queue[Optional[bytes]]" = queue.Queue()
         threading.Thread(target=self._read_answers, daemon=True).start()
         self._finalizer = weakref.finalize(self, _stop, self.process, self.isolated, self.private)
@@ -157,7 +163,12 @@ class _Child:
             return answer
 
     def _died(self, doing: str) -> None:
-        code = self.process.wait()
+        try:
+            code = self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # it closed its answers but lives on: stopped, and said so
+            self.close()
+            raise UserError(f"{self.description}: the isolated child stopped answering while {doing} and was "
+                            f"stopped") from None
         self.stderr.seek(0)
         lines = [line.strip() for line in self.stderr.read()[-20000:].decode("utf-8", "replace").splitlines()
                  if line.strip()]

@@ -83,9 +83,11 @@ class LineProgress(ProgressReporter):
 
         try:
             yield advance
-        finally:
-            count = f" ({done[0]}/{total})" if total > 1 else ""
-            self._line(f"{description}: done in {time.monotonic() - started:.1f} s{count}")
+        except BaseException:
+            self._line(f"{description}: failed after {time.monotonic() - started:.1f} s")
+            raise
+        count = f" ({done[0]}/{total})" if total > 1 else ""
+        self._line(f"{description}: done in {time.monotonic() - started:.1f} s{count}")
 
     def note(self, message: str) -> None:
         self._line(message)

@@ -160,13 +160,13 @@ def start(argv: Sequence[str], private: Path, limits: Limits, isolated: Isolatio
 
 
 def stop(process: subprocess.Popen, isolated: Isolation) -> None:
-    """Kill the child and whatever it started (bubblewrap does that itself; otherwise its session)."""
-    if process.poll() is not None:
-        return
+    """Kill the child and whatever it started (bubblewrap does that itself; otherwise its session,
+    also when the child itself already exited and left processes behind)."""
     if isolated.level != "bubblewrap":
         try:
             os.killpg(process.pid, signal.SIGKILL)
         except OSError:
             pass
-    process.kill()
-    process.wait()
+    if process.poll() is None:
+        process.kill()
+        process.wait()

@@ -136,3 +136,10 @@ def test_the_generic_x86_profile_takes_any_core_count(tmp_path):
     check = check_profile(load_profile("x86-64"), cpu)
     assert check["ok"] is True and check["mismatch"] == []
     assert any("generic" in line for line in check["unchecked"])
+
+
+def test_a_cpuinfo_without_flags_leaves_the_features_unchecked(tmp_path):
+    """Some virtual and emulated kernels list no flags: that is not a CPU lacking every feature."""
+    bare = "".join(f"processor\t: {n}\nmodel name\t: vCPU\n\n" for n in range(2))
+    check = check_profile(load_profile("x86-64"), read_cpu(fake_root(tmp_path, bare, "0-1"), "x86_64"))
+    assert check["ok"] is True and any(u.startswith("isa_features:") for u in check["unchecked"])

@@ -497,3 +497,15 @@ def test_the_parent_reads_no_link_the_child_leaves(good_pt2, tmp_path):
     finally:
         program.close()
     assert not (tmp_path / "copy.onnx").exists()
+
+
+def test_without_bubblewrap_what_the_child_left_running_dies_with_it(tmp_path):
+    marker = f"edgeopt-orphan-{time.monotonic_ns()}"
+    isolated = sandbox.Isolation("limits only", (), "test: no wrapper")
+    with tempfile.TemporaryFile() as err:
+        child = sandbox.start(["sh", "-c", f"sleep 300 {marker} & exit 0"], tmp_path, sandbox.Limits(), isolated, err)
+        child.wait(timeout=30)
+        sandbox.stop(child, isolated)
+    time.sleep(0.3)
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.strip()
+    assert left == "", f"processes left running: {left}"

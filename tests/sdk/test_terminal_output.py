@@ -38,3 +38,20 @@ def test_a_log_gets_one_line_per_step_as_it_ends(tmp_path):
     assert "━" not in run.stderr  # no bar drawn into a file
     for noise in NOISE:
         assert noise not in run.stderr
+
+
+def test_a_step_that_fails_says_so_in_a_log():
+    import io
+
+    from edgeopt_converters.progress import LineProgress
+
+    log = io.StringIO()
+    progress = LineProgress(log)
+    with pytest.raises(RuntimeError):
+        with progress.step("export TFLite FP32", 1):
+            raise RuntimeError("exporter gave up")
+    with progress.step("validate onnx-fp32", 4) as advance:
+        advance(4)
+    lines = log.getvalue().splitlines()
+    assert lines[0].startswith("export TFLite FP32: failed after ") and "done" not in lines[0]
+    assert lines[1].startswith("validate onnx-fp32: done in ") and lines[1].endswith("(4/4)")
