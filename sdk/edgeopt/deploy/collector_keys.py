@@ -22,7 +22,7 @@ from edgeopt_agent import confirm_signing, signing, wire
 from edgeopt_agent.files import write_atomically
 
 from ..errors import UserError
-from .keys import SigningKey, _crypto, default_dir, default_private_key
+from .keys import SigningKey, _crypto, default_dir, default_private_key, ed25519_private_key
 
 COLLECTOR_KEY_ENV = "EDGEOPT_COLLECTOR_KEY"
 PRIVATE_NAME = "edgeopt-collector.key"
@@ -139,8 +139,6 @@ class CollectorKey:
     @classmethod
     def load(cls, path: PathLike) -> "CollectorKey":
         """The private key at `path` and its certificate beside it (`.cert`)."""
-        serialization = _crypto("cryptography.hazmat.primitives.serialization")
-        ed25519 = _crypto("cryptography.hazmat.primitives.asymmetric.ed25519")
         path = Path(path).expanduser()
         cert_path = certificate_path(path)
         try:
@@ -151,14 +149,7 @@ class CollectorKey:
                             "`edgeopt keys collector NAME`") from exc
         except ValueError as exc:
             raise UserError(f"{cert_path} is not a collector certificate (JSON): {exc}") from exc
-        try:
-            key = serialization.load_pem_private_key(data, password=None)
-        except (ValueError, TypeError) as exc:
-            raise UserError(f"{path} is not an unencrypted PEM private key ({exc}); use the .key file that "
-                            "`edgeopt keys collector` wrote") from exc
-        if not isinstance(key, ed25519.Ed25519PrivateKey):
-            raise UserError(f"{path} is not an Ed25519 key; use the .key file that `edgeopt keys collector` wrote")
-        return cls(key, certificate, path)
+        return cls(ed25519_private_key(data, path, "edgeopt keys collector"), certificate, path)
 
     @classmethod
     def ephemeral(cls, fleet_key: SigningKey, name: str, lifetime_s: float = EPHEMERAL_LIFETIME_S) -> "CollectorKey":

@@ -79,22 +79,12 @@ class SigningKey:
 
     @classmethod
     def load(cls, path: PathLike) -> "SigningKey":
-        serialization = _crypto("cryptography.hazmat.primitives.serialization")
-        ed25519 = _crypto("cryptography.hazmat.primitives.asymmetric.ed25519")
         path = Path(path).expanduser()
         try:
             data = path.read_bytes()
         except OSError as exc:
             raise UserError(f"cannot read signing key {path}: {exc.strerror}; make one with `edgeopt keys init`") from exc
-        try:
-            key = serialization.load_pem_private_key(data, password=None)
-        except (ValueError, TypeError) as exc:
-            raise UserError(f"{path} is not an unencrypted PEM private key ({exc}); "
-                            "use the .key file that `edgeopt keys init` wrote") from exc
-        if not isinstance(key, ed25519.Ed25519PrivateKey):
-            raise UserError(f"{path} holds a {type(key).__name__.replace('PrivateKey', '')} key; "
-                            "jobs are signed with Ed25519 keys from `edgeopt keys init`")
-        return cls(key, path)
+        return cls(ed25519_private_key(data, path, "edgeopt keys init"), path)
 
     def sign_job(self, body: Mapping[str, Any]) -> wire.Signature:
         """The signature of a whole job body (all of it but a `signature` already there)."""
@@ -108,6 +98,22 @@ class SigningKey:
 
         value = self._key.sign(confirm_signing.certificate_statement(certificate))
         return confirm_signing.signature_dict(self.key_id, value)
+
+
+def ed25519_private_key(data: bytes, path: Path, made_by: str):
+    """The Ed25519 private key in PEM `data` read from `path`; `made_by` is the command that writes
+    such files, named in the one-line error."""
+    serialization = _crypto("cryptography.hazmat.primitives.serialization")
+    ed25519 = _crypto("cryptography.hazmat.primitives.asymmetric.ed25519")
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError) as exc:
+        raise UserError(f"{path} is not an unencrypted PEM private key ({exc}); "
+                        f"use the .key file that `{made_by}` wrote") from exc
+    if not isinstance(key, ed25519.Ed25519PrivateKey):
+        raise UserError(f"{path} holds a {type(key).__name__.replace('PrivateKey', '')} key; edgeopt's jobs and "
+                        f"confirmations are signed with Ed25519 keys, made by `{made_by}`")
+    return key
 
 
 def _crypto(module: str):
