@@ -193,15 +193,31 @@ TRICKS = {
 }
 
 
-@pytest.mark.parametrize("trick", TRICKS)
-def test_trick_is_refused_before_torch_reads_the_file(trick, good_pt2, tmp_path, capsys):
-    build, message = TRICKS[trick]
+def convert_trick(build, good_pt2, tmp_path, capsys):
+    """`edgeopt convert` of the good archive rewritten by `build(marker, good)`: (exit code, its
+    error lines, all of stderr, the marker a payload would create, the output folder)."""
     marker = tmp_path / "PWNED"
     evil = rewrite(good_pt2, tmp_path / "evil.pt2", build(marker, good_pt2))
     out = tmp_path / "out"
     code = main(["convert", str(evil), "--device", "x86-64", "-o", str(out), "--no-timing"])
     err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    return code, [line for line in err.splitlines() if line.startswith("error:")], err, marker, out
+
+
+def load_bare(evil, call=True):
+    """torch alone: load (and run) the archive, as edgeopt's walls would not let it."""
+    try:
+        program = torch.export.load(str(evil))
+        if call:
+            program.module()(torch.randn(8, 3))
+    except Exception:
+        pass  # the payload ran before whatever broke afterwards; the marker says so
+
+
+@pytest.mark.parametrize("trick", TRICKS)
+def test_trick_is_refused_before_torch_reads_the_file(trick, good_pt2, tmp_path, capsys):
+    build, message = TRICKS[trick]
+    code, errors, err, marker, out = convert_trick(build, good_pt2, tmp_path, capsys)
     assert code == 2 and len(errors) == 1 and "Traceback" not in err, err
     assert message in errors[0]
     assert not marker.exists()
@@ -212,11 +228,7 @@ def test_trick_is_refused_before_torch_reads_the_file(trick, good_pt2, tmp_path,
 def test_trick_runs_code_in_a_bare_torch_load(trick, good_pt2, tmp_path):
     """The refusals above are not hypothetical: torch alone runs the payload."""
     marker = tmp_path / "PWNED"
-    evil = rewrite(good_pt2, tmp_path / "evil.pt2", TRICKS[trick][0](marker, good_pt2))
-    try:
-        torch.export.load(str(evil)).module()(torch.randn(8, 3))
-    except Exception:
-        pass  # the payload ran before whatever broke afterwards; the marker says so
+    load_bare(rewrite(good_pt2, tmp_path / "evil.pt2", TRICKS[trick][0](marker, good_pt2)))
     assert marker.exists()
 
 
@@ -263,12 +275,8 @@ SECOND_ROUND = {
 @pytest.mark.parametrize("trick", SECOND_ROUND)
 def test_second_round_tricks_are_refused_at_once(trick, good_pt2, tmp_path, capsys):
     build, message = SECOND_ROUND[trick]
-    marker = tmp_path / "PWNED"
-    evil = rewrite(good_pt2, tmp_path / "evil.pt2", build(marker, good_pt2))
     started = time.monotonic()
-    code = main(["convert", str(evil), "--device", "x86-64", "-o", str(tmp_path / "out"), "--no-timing"])
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    code, errors, err, marker, _ = convert_trick(build, good_pt2, tmp_path, capsys)
     assert code == 2 and len(errors) == 1 and message in errors[0], err
     assert time.monotonic() - started < 30
     assert not marker.exists()
@@ -277,11 +285,7 @@ def test_second_round_tricks_are_refused_at_once(trick, good_pt2, tmp_path, caps
 @pytest.mark.parametrize("trick", ["string argument to a sympy function", "string constant in a guard"])
 def test_second_round_tricks_run_code_in_a_bare_torch_load(trick, good_pt2, tmp_path):
     marker = tmp_path / "PWNED"
-    evil = rewrite(good_pt2, tmp_path / "evil.pt2", SECOND_ROUND[trick][0](marker, good_pt2))
-    try:
-        torch.export.load(str(evil)).module()(torch.randn(8, 3))
-    except Exception:
-        pass  # the payload ran before whatever broke afterwards; the marker says so
+    load_bare(rewrite(good_pt2, tmp_path / "evil.pt2", SECOND_ROUND[trick][0](marker, good_pt2)))
     assert marker.exists()
 
 
@@ -359,10 +363,7 @@ def test_a_payload_past_the_first_wall_has_no_network(good_pt2, tmp_path, monkey
             program.close()
         with pytest.raises(socket.timeout):
             server.accept()
-        try:  # without the walls the same payload reaches the listener
-            torch.export.load(str(evil))
-        except Exception:
-            pass
+        load_bare(evil, call=False)  # without the walls the same payload reaches the listener
         connection, _ = server.accept()
         connection.close()
 
@@ -421,22 +422,14 @@ THIRD_ROUND = {
 @pytest.mark.parametrize("trick", THIRD_ROUND)
 def test_third_round_tricks_are_refused(trick, good_pt2, tmp_path, capsys):
     build, message = THIRD_ROUND[trick]
-    marker = tmp_path / "PWNED"
-    evil = rewrite(good_pt2, tmp_path / "evil.pt2", build(marker, good_pt2))
-    code = main(["convert", str(evil), "--device", "x86-64", "-o", str(tmp_path / "out"), "--no-timing"])
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    code, errors, err, marker, _ = convert_trick(build, good_pt2, tmp_path, capsys)
     assert code == 2 and len(errors) == 1 and message in errors[0], err
     assert not marker.exists()
 
 
 def test_code_in_an_input_name_runs_in_a_bare_torch_load(good_pt2, tmp_path):
     marker = tmp_path / "PWNED"
-    evil = rewrite(good_pt2, tmp_path / "evil.pt2", input_name_payload(marker))
-    try:
-        torch.export.load(str(evil))
-    except Exception:
-        pass
+    load_bare(rewrite(good_pt2, tmp_path / "evil.pt2", input_name_payload(marker)), call=False)
     assert marker.exists()
 
 
