@@ -30,6 +30,13 @@ def wait_until(predicate: Callable[[], Any], what: str, timeout: float = WAIT_S,
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
+class NoSensors:
+    """An in-process agent's sensors: none, so its telemetry is the agent's own counters."""
+
+    def snapshot(self):
+        return {}
+
+
 class Agent:
     """`python -m edgeopt_agent.daemon` for one device."""
 

@@ -15,6 +15,7 @@ import uuid
 
 import paho.mqtt.client as mqtt
 import pytest
+from deploy_harness import NoSensors, wait_until
 
 pytest.importorskip("cryptography", reason="signed confirmations need the cryptography package (fleet extra)")
 
@@ -269,19 +270,6 @@ def test_fleet_serve_finds_its_key_beside_the_fleet_keys(keys, tmp_path, monkeyp
 
 
 # --- end to end: a real broker with no ACL, the real agent and collector -------------------------------
-
-
-class NoSensors:
-    def snapshot(self):
-        return {}
-
-
-def wait_until(predicate, what, timeout=WAIT_S):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.02)
 
 
 class Running:
