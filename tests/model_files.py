@@ -124,3 +124,37 @@ def perturb_onnx_weights(path):
     changed = values[::-1].copy() if values.dtype.kind in "iu" else (values * -1.0).astype(values.dtype)
     weight.CopyFrom(numpy_helper.from_array(changed.reshape(values.shape), weight.name))
     onnx.save(model, str(path))
+
+
+def save_conv_outdir(out, model_sha256):
+    """A convert output folder of one Conv (8 -> 16 channels, 3x3, on 1x8x64x64): model.fp32.onnx
+    (Conv + Relu), model.int8.onnx (its QDQ twin) and the manifest listing both."""
+    import json
+
+    onnx = pytest.importorskip("onnx", reason="building test models needs the onnx package")
+    from onnx import TensorProto, helper, numpy_helper
+
+    def save(path, nodes, inits):
+        graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 64, 64])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+    out.mkdir(parents=True)
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((16, 8, 3, 3)).astype(np.float32), "w")
+    save(out / "model.fp32.onnx", [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+                                   helper.make_node("Relu", ["c"], ["y"], name="relu")], [w])
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "s"), numpy_helper.from_array(np.array(0, np.int8), "z"),
+             numpy_helper.from_array(rng.integers(-100, 100, (16, 8, 3, 3)).astype(np.int8), "wq")]
+    save(out / "model.int8.onnx", [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+                                   helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+                                   helper.make_node("DequantizeLinear", ["wq", "s", "z"], ["wd"]),
+                                   helper.make_node("Conv", ["xd", "wd"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+                                   helper.make_node("QuantizeLinear", ["c", "s", "z"], ["cq"]),
+                                   helper.make_node("DequantizeLinear", ["cq", "s", "z"], ["y"])], inits)
+    artifacts = [{"key": f"onnx-{p}", "path": f"model.{p}.onnx", "format": "onnx", "precision": p}
+                 for p in ("fp32", "int8")]
+    (out / "manifest.json").write_text(json.dumps({"schema": "edgeopt.manifest/1", "model": {"sha256": model_sha256},
+                                                   "artifacts": artifacts}))
+    return out
+

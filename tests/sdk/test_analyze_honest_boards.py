@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+
+import model_files
 
 from edgeopt.analysis import analyze, mismatched_devices
 from edgeopt.cli.main import main
@@ -21,31 +20,9 @@ MISMATCH = {"ok": False, "machine": "x86_64", "cores": 16, "unchecked": [],
 MATCH = {"ok": True, "machine": "aarch64", "cores": 4, "mismatch": [], "unchecked": []}
 
 
-def _save(path, nodes, inits):
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 32, 32])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-
-
 @pytest.fixture()
 def outdir(tmp_path):
-    out = tmp_path / "out"
-    out.mkdir()
-    rng = np.random.default_rng(0)
-    w = numpy_helper.from_array(rng.standard_normal((16, 8, 3, 3)).astype(np.float32), "w")
-    _save(out / "model.fp32.onnx", [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="conv")], [w])
-    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "s"), numpy_helper.from_array(np.array(0, np.int8), "z"),
-             numpy_helper.from_array(rng.integers(-100, 100, (16, 8, 3, 3)).astype(np.int8), "wq")]
-    _save(out / "model.int8.onnx", [
-        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
-        helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
-        helper.make_node("DequantizeLinear", ["wq", "s", "z"], ["wd"]),
-        helper.make_node("Conv", ["xd", "wd"], ["y"], pads=[1, 1, 1, 1], name="conv")], inits)
-    artifacts = [{"key": f"onnx-{p}", "path": f"model.{p}.onnx", "format": "onnx", "precision": p}
-                 for p in ("fp32", "int8")]
-    (out / "manifest.json").write_text(json.dumps({"schema": "edgeopt.manifest/1", "model": {"sha256": SHA},
-                                                   "artifacts": artifacts}))
-    return out
+    return model_files.save_conv_outdir(tmp_path / "out", SHA)
 
 
 def meta(key):

@@ -8,6 +8,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import model_files
+
 from edgeopt.analysis import analyze
 from edgeopt.cli.main import main
 from edgeopt.fleet.simulator import SimulatedDevice
@@ -17,43 +19,9 @@ from edgeopt.profiling import compare, profile, profile_artifact
 SHA = "ab" * 32
 
 
-def _fp32(path):
-    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((16, 8, 3, 3)).astype(np.float32), "w")
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
-             helper.make_node("Relu", ["c"], ["y"], name="relu")]
-    _save(path, nodes, [w])
-
-
-def _int8(path):
-    rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "s"), numpy_helper.from_array(np.array(0, np.int8), "z"),
-             numpy_helper.from_array(rng.integers(-100, 100, (16, 8, 3, 3)).astype(np.int8), "wq")]
-    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
-             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
-             helper.make_node("DequantizeLinear", ["wq", "s", "z"], ["wd"]),
-             helper.make_node("Conv", ["xd", "wd"], ["c"], pads=[1, 1, 1, 1], name="conv"),
-             helper.make_node("QuantizeLinear", ["c", "s", "z"], ["cq"]),
-             helper.make_node("DequantizeLinear", ["cq", "s", "z"], ["y"])]
-    _save(path, nodes, inits)
-
-
-def _save(path, nodes, inits):
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 64, 64])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-
-
 @pytest.fixture()
 def outdir(tmp_path):
-    out = tmp_path / "out"
-    out.mkdir()
-    _fp32(out / "model.fp32.onnx")
-    _int8(out / "model.int8.onnx")
-    artifacts = [{"key": f"onnx-{p}", "path": f"model.{p}.onnx", "format": "onnx", "precision": p}
-                 for p in ("fp32", "int8")]
-    (out / "manifest.json").write_text(json.dumps({"schema": "edgeopt.manifest/1", "model": {"sha256": SHA},
-                                                   "artifacts": artifacts}))
-    return out
+    return model_files.save_conv_outdir(tmp_path / "out", SHA)
 
 
 def _fleet(tmp_path, measured):
