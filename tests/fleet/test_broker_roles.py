@@ -32,7 +32,7 @@ import pytest
 from deploy_harness import wait_until
 from mqtt_broker import MqttBroker, free_port, mosquitto_binary
 from test_fleet_identity import ACL_TEMPLATE, NOT_AUTHORIZED, Client, Fleet, needs_mosquitto, started_collector
-from test_fleet_store import postgres_schema
+from test_fleet_store import db_url  # noqa: F401  (the SQLite and PostgreSQL store fixture)
 
 from edgeopt.errors import UserError
 from edgeopt.fleet import provision as provisioning
@@ -270,16 +270,7 @@ def test_the_same_id_on_another_devices_topic_does_not_shadow_the_real_result(se
     store.close()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request, tmp_path):
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/fleet.db"
-        return
-    with postgres_schema() as url:
-        yield url
-
-
-def test_duplicates_are_per_device_and_the_migration_keeps_what_was_stored(db_url):
+def test_duplicates_are_per_device_and_the_migration_keeps_what_was_stored(db_url):  # noqa: F811 (the fixture)
     """A database made before migration 5 (messages keyed by id alone) keeps its rows, and from
     then on the same id counts as a duplicate only from the same device."""
     old = SimulatedDevice("dev-a").result("before")
@@ -441,16 +432,27 @@ def test_as_root_the_files_the_broker_reads_are_given_to_its_user(tmp_path, monk
     assert any(note.startswith(f"{acl_file}: owner root, group mosquitto") for note in collector.notes)
 
 
+def _precious_file(tmp_path):
+    """A file of someone else's that provisioning must never hand to the broker: (path, its stat)."""
+    precious = tmp_path / "precious"
+    precious.write_text("not the broker's\n")
+    os.chmod(precious, 0o600)
+    return precious, precious.stat()
+
+
+def _assert_untouched(precious, before):
+    after = precious.stat()
+    assert (after.st_uid, after.st_gid, stat.S_IMODE(after.st_mode)) == (before.st_uid, before.st_gid, 0o600)
+    assert precious.read_text() == "not the broker's\n"
+
+
 @pytest.mark.parametrize("swapped", ["symlink", "other_file", "hard_link"])
 def test_giving_a_file_to_the_broker_never_follows_what_was_swapped_in_after_the_check(tmp_path, monkeypatch,
                                                                                       swapped):
     """The ownership change goes through a descriptor opened without following a link, and only to
     the very file checked before: a link, or another file, put there after the check is refused."""
     fake = provisioning.BrokerAccount("mosquitto", 4321, 4322)
-    precious = tmp_path / "precious"
-    precious.write_text("not the broker's\n")
-    os.chmod(precious, 0o600)
-    before = precious.stat()
+    precious, before = _precious_file(tmp_path)
     acl_file = tmp_path / "edgeopt.acl"
     acl_file.write_text("user collector-1\n")
     real_lstat = provisioning._lstat
@@ -471,23 +473,18 @@ def test_giving_a_file_to_the_broker_never_follows_what_was_swapped_in_after_the
     notes = []
     with pytest.raises(UserError, match="not followed|was replaced"):
         provisioning._give_to_broker(acl_file, fake, notes)
-    after = precious.stat()
-    assert (after.st_uid, after.st_gid, stat.S_IMODE(after.st_mode)) == (before.st_uid, before.st_gid, 0o600)
+    _assert_untouched(precious, before)
     assert precious.read_text() == "not the broker's\n" and notes == []
 
 
 def test_giving_a_hard_linked_file_to_the_broker_is_refused(tmp_path):
     fake = provisioning.BrokerAccount("mosquitto", 4321, 4322)
-    precious = tmp_path / "precious"
-    precious.write_text("not the broker's\n")
-    os.chmod(precious, 0o600)
-    before = precious.stat()
+    precious, before = _precious_file(tmp_path)
     acl_file = tmp_path / "edgeopt.acl"
     os.link(precious, acl_file)  # planted before provisioning ran
     with pytest.raises(UserError, match="hard links"):
         provisioning._give_to_broker(acl_file, fake, [])
-    after = precious.stat()
-    assert (after.st_uid, after.st_gid, stat.S_IMODE(after.st_mode)) == (before.st_uid, before.st_gid, 0o600)
+    _assert_untouched(precious, before)
 
 
 @needs_mosquitto
