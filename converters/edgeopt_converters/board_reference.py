@@ -13,13 +13,14 @@ falls back to the verdicts' figures, widened by a run of the artifact on this ho
 """
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from edgeopt_agent.bench.reference import compare, plan_stride, reduce_output, reference_feeds, row_argmax
+from edgeopt_agent.bench.reference import plan_stride, reduce_output, reference_feeds, row_argmax, run_reference
 
 from .manifest import bench_inputs
 from .manifest import read as read_manifest
@@ -41,10 +42,12 @@ HOST_MARGIN = 2.0  # fallback only: how many times the artifact's own gap on the
 
 def build_reference(outdir: Path, manifest: Mapping[str, Any], entry: Mapping[str, Any],
                     inputs: Optional[Sequence[Mapping[str, Any]]], samples: int = SAMPLES,
-                    seed: int = SEED, host_run: bool = True) -> Optional[Dict[str, Any]]:
+                    seed: int = SEED, host_run: bool = True,
+                    fp32_runs: Optional[Dict[Any, Any]] = None) -> Optional[Dict[str, Any]]:
     """The reference for `entry`, or None (with a log line) when no FP32 artifact can compute it here.
-    `host_run=False` leaves the fallback tolerances as the verdicts make them."""
-    computed = _fp32_outputs(outdir, manifest, entry, inputs, samples, seed)
+    `host_run=False` leaves the fallback tolerances as the verdicts make them; `fp32_runs` (a dict
+    the caller keeps) runs the FP32 artifact once for all the entries that share its inputs."""
+    computed = _fp32_outputs(outdir, manifest, entry, inputs, samples, seed, fp32_runs)
     if computed is None:
         return None
     fp32_names, produced, ranges = computed
@@ -78,28 +81,17 @@ def build_reference(outdir: Path, manifest: Mapping[str, Any], entry: Mapping[st
 def record_reference_figures(outdir: Path, manifest: Dict[str, Any]) -> None:
     """For each artifact that runs here and is not FP32: its outputs against the FP32 artifact's on
     the seeded reference inputs a board will get, stored as the entry's `reference_figures`."""
-    from edgeopt_agent.errors import UserError
-    from edgeopt_agent.runners import open_runner
-
+    fp32_runs: Dict[Any, Any] = {}
     for entry in manifest.get("artifacts") or []:
         if entry.get("precision") == "fp32" or not entry.get("path"):
             continue
         inputs = bench_inputs(entry)
-        reference = build_reference(outdir, manifest, entry, inputs, host_run=False)
+        reference = build_reference(outdir, manifest, entry, inputs, host_run=False, fp32_runs=fp32_runs)
         if reference is None:
             continue
-        try:
-            runner = open_runner(str(Path(outdir) / entry["path"]), threads=1)
-            runner.load()
-        except (UserError, RuntimeError, OSError) as exc:
-            log.info("%s does not run here (%s): a board will judge it by its verdicts' figures", entry.get("key"), exc)
+        check = _check_here(outdir, entry, reference, inputs, "a board will judge it by its verdicts' figures")
+        if check is None:
             continue
-        try:
-            produced = [runner.infer(reference_feeds(runner.inputs(), inputs, SEED, s, reference.get("ranges")))
-                        for s in range(SAMPLES)]
-            check = compare(reference, produced, [o.name for o in runner.outputs()])
-        finally:
-            runner.close()
         entry["reference_figures"] = {
             "seed": SEED, "samples": SAMPLES, "inputs": inputs,
             "outputs": [{k: o.get(k) for k in ("name", "cosine", "max_abs_error", "argmax_agreement")}
@@ -144,15 +136,28 @@ def _canonical(inputs: Any) -> Any:
     return sorted((sorted(d.items()) if isinstance(d, dict) else d for d in inputs), key=repr)
 
 
-def _fp32_outputs(outdir: Path, manifest: Mapping[str, Any], entry: Mapping[str, Any], inputs, samples: int, seed: int):
-    """(the FP32 artifact's output names, its outputs per sample, the input ranges), or None."""
-    from edgeopt_agent.errors import UserError
-    from edgeopt_agent.runners import open_runner
-
+def _fp32_outputs(outdir: Path, manifest: Mapping[str, Any], entry: Mapping[str, Any], inputs, samples: int, seed: int,
+                  runs: Optional[Dict[Any, Any]] = None):
+    """(the FP32 artifact's output names, its outputs per sample, the input ranges), or None; from
+    `runs` where the same FP32 artifact already ran on the same inputs."""
     fp32 = _fp32_entry(manifest, entry)
     if fp32 is None:
         log.warning("no FP32 artifact in the manifest: the board's outputs go unchecked")
         return None
+    key = (fp32["path"], json.dumps(inputs, sort_keys=True), json.dumps(input_ranges(entry), sort_keys=True),
+           samples, seed)
+    if runs is not None and key in runs:
+        return runs[key]
+    computed = _run_fp32(outdir, fp32, entry, inputs, samples, seed)
+    if runs is not None:
+        runs[key] = computed
+    return computed
+
+
+def _run_fp32(outdir: Path, fp32: Mapping[str, Any], entry: Mapping[str, Any], inputs, samples: int, seed: int):
+    from edgeopt_agent.errors import UserError
+    from edgeopt_agent.runners import open_runner
+
     try:
         runner = open_runner(str(Path(outdir) / fp32["path"]), threads=1)
         runner.load()
@@ -185,28 +190,33 @@ def tolerance(precision: Optional[str], verdict: Mapping[str, Any], scale: float
     }
 
 
-def _widen_by_host_run(outdir: Path, entry: Mapping[str, Any], reference: Dict[str, Any], inputs) -> None:
-    """Where the artifact itself runs here, make room for what it does on these very inputs: a
-    random input lies outside the calibration data, so INT8 may drift more than the verdicts saw."""
+def _check_here(outdir: Path, entry: Mapping[str, Any], reference: Mapping[str, Any], inputs,
+                unchecked: str) -> Optional[Dict[str, Any]]:
+    """The entry's artifact run here on the reference's inputs and compared with it, as a board does
+    (`run_reference`); None, with a log line saying what follows (`unchecked`), where it does not run."""
     from edgeopt_agent.errors import UserError
     from edgeopt_agent.runners import open_runner
 
-    if entry.get("precision") == "fp32":
-        return
     try:
         runner = open_runner(str(Path(outdir) / entry["path"]), threads=1)
         runner.load()
     except (UserError, RuntimeError, OSError) as exc:
-        log.info("the %s artifact does not run here (%s): its tolerances come from the verdicts alone",
-                 entry.get("key"), exc)
-        return
+        log.info("%s does not run here (%s): %s", entry.get("key"), exc, unchecked)
+        return None
     try:
-        produced = [runner.infer(reference_feeds(runner.inputs(), inputs, reference["seed"], s, reference.get("ranges")))
-                    for s in range(reference["samples"])]
-        names = [o.name for o in runner.outputs()]
+        return run_reference(runner, reference, inputs)
     finally:
         runner.close()
-    check = compare(reference, produced, names)
+
+
+def _widen_by_host_run(outdir: Path, entry: Mapping[str, Any], reference: Dict[str, Any], inputs) -> None:
+    """Where the artifact itself runs here, make room for what it does on these very inputs: a
+    random input lies outside the calibration data, so INT8 may drift more than the verdicts saw."""
+    if entry.get("precision") == "fp32":
+        return
+    check = _check_here(outdir, entry, reference, inputs, "its tolerances come from the verdicts alone")
+    if check is None:
+        return
     for item, seen in zip(reference["outputs"], check["outputs"]):
         limits = item["tolerance"]
         if seen.get("cosine") is not None:

@@ -172,7 +172,9 @@ def with_references(outdir: Path, specs: List[BenchmarkSpec], entries: List[Dict
     from edgeopt_converters.board_reference import build_reference
 
     manifest = read_manifest(outdir, require_schema=False).data
-    return [dataclasses.replace(spec, reference=build_reference(outdir, manifest, entry, spec.inputs))
+    fp32_runs: Dict[Any, Any] = {}  # the FP32 artifact runs once for all the artifacts that share its inputs
+    return [dataclasses.replace(spec, reference=build_reference(outdir, manifest, entry, spec.inputs,
+                                                                fp32_runs=fp32_runs))
             for spec, entry in zip(specs, entries)]
 
 
