@@ -116,8 +116,10 @@ def _worst(acc: dict) -> str:
         return "-"
     o = judged[0]
     if o.get("loss_points") is not None:
+        from ..report.text import fixed  # the report's number formats, imported when a table is drawn
+
         low, high = o["loss_points_interval"]
-        figure = f"{points(o['loss_points'])} [{_signed(low, 1)}, {_signed(high, 1)}]"
+        figure = f"{points(o['loss_points'])} [{fixed(low)}, {fixed(high)}]"
     elif o["kind"] == "embedding":
         figure = f"cos {o['cosine_similarity']:.4f}/{o['worst_cosine']:.4f}"
     elif o["kind"] == "mask":
@@ -133,11 +135,6 @@ def points(loss: float) -> str:
     if rounded == 0:
         return "lost 0 pt"
     return f"lost {rounded:.2f} pt" if rounded > 0 else f"gained {-rounded:.2f} pt"
-
-
-def _signed(value: float, digits: int) -> str:
-    rounded = round(value, digits)
-    return f"{rounded + 0.0:.{digits}f}"  # + 0.0 turns -0.0 into 0.0
 
 
 def _speedup(timing: dict) -> str:

@@ -53,9 +53,9 @@ def whole(value: Any) -> str:
 
 
 def fixed(value: Any, digits: int = 1, unit: str = "") -> str:
-    """A reading with a set precision, e.g. 58.2 °C; "-" when missing."""
+    """A reading with a set precision, e.g. 58.2 °C; "-" when missing; never "-0.0"."""
     x = number(value)
-    return "-" if x is None else f"{x:.{digits}f}{unit}"
+    return "-" if x is None else f"{round(x, digits) + 0.0:.{digits}f}{unit}"
 
 
 def signed(value: Any, unit: str = "") -> str:
