@@ -44,7 +44,7 @@ def _outputs(path: Path, samples, threads: int = 2):
 
 def convert(out: Path, profiles) -> None:
     import edgeopt
-    from edgeopt_converters.board_reference import build_reference
+    from edgeopt_converters.accuracy.board_reference import build_reference
     from edgeopt_converters.manifest import bench_inputs
 
     for profile in profiles:

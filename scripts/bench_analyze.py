@@ -8,7 +8,7 @@ with its real weights) and the ResNet-18 / MobileNetV2 nets of scripts/bench_con
 latency does not depend on the weights), each at FP32 and at INT8 as `edgeopt.convert(..., device="x86-64")`
 builds it. This host's roofline (peak FP32 and INT8 throughput, DRAM and cache bandwidth, per-node
 overhead, a run's fixed cost, and the throughput and bandwidth of one small kernel per kernel kind
-and precision: edgeopt_converters.host_peaks / kind_kernels) is measured by small onnxruntime
+and precision: edgeopt_converters.cost.host_peaks / kind_kernels) is measured by small onnxruntime
 kernels, timed in the same interleaved rounds as every model's artifacts
 (host_timing.time_interleaved; `--interleave model`: one set of rounds per model, as before): on a
 shared host the load changes from minute to minute, and both sides of the comparison, and the two
@@ -25,7 +25,7 @@ machine's peaks only. Every run writes its timings to .bench/analyze/timings.jso
 predicts again from such a file without timing anything.
 
 Calibration: models are split in two halves (alternating by name); efficiency factors (whole graph,
-and per kernel kind where the data allows: edgeopt_converters.roofline_fit, as the fleet's) are
+and per kernel kind where the data allows: edgeopt_converters.cost.roofline_fit, as the fleet's) are
 fitted on one half at the same precision and tested on the other, then the halves swap, so every
 model gets an out-of-sample calibrated error.
 """
@@ -207,9 +207,9 @@ def main(argv=None) -> int:
                         help="predict again from a run's recorded timings (its timings.json) instead of timing")
     args = parser.parse_args(argv)
 
-    from edgeopt_converters.graph_cost import analyze_onnx
-    from edgeopt_converters.host_peaks import machine_from
-    from edgeopt_converters.roofline import predict
+    from edgeopt_converters.cost.graph_cost import analyze_onnx
+    from edgeopt_converters.cost.host_peaks import machine_from
+    from edgeopt_converters.cost.roofline import predict
 
     built = convert_all(args.models)
     machines = []
@@ -286,7 +286,7 @@ def measure(built, artifacts, args):
     kernels' seconds per call timed in the same interleaved rounds: with `--interleave all`, every artifact
     of every model and the kernels in one set of rounds (each model's kernel figures are then the same);
     with `--interleave model`, one set of rounds per model, with the kernels."""
-    from edgeopt_converters.host_peaks import kernels
+    from edgeopt_converters.cost.host_peaks import kernels
 
     calibration = {f"kernel:{k}": call for k, call in kernels(args.threads).items()}
     groups = [sorted(built)] if args.interleave == "all" else [[name] for name in sorted(built)]
@@ -327,7 +327,7 @@ def _artifact_calls(artifacts, threads: int, sessions: int):
 def _interleaved(calls, artifacts, args):
     """Seconds per call of each of `calls`, timed in interleaved rounds (each artifact compared with its
     model's FP32 artifact)."""
-    from edgeopt_converters.host_timing import time_interleaved
+    from edgeopt_converters.cost.host_timing import time_interleaved
 
     batches = {key: batched(call, args.window_s) for key, call in calls.items()}
     timings = time_interleaved({key: b[0] for key, b in batches.items()},
@@ -359,7 +359,7 @@ def _timed(call) -> float:
 
 def calibrate(rows) -> None:
     """Out-of-sample calibration: factors fitted on the other half of the models, at the same precision."""
-    from edgeopt_converters.roofline_fit import fit
+    from edgeopt_converters.cost.roofline_fit import fit
 
     names = sorted({r["model"] for r in rows})
     halves = [set(names[0::2]), set(names[1::2])]
@@ -400,7 +400,7 @@ def render(rows, machines, args, host, sessions) -> str:
         f"{args.threads} threads. Host: {platform.machine()}, {host['cpu']}; a 2-vCPU VM, load average "
         f"{host['load']} (1, 5, 15 min) when the timing ended.",
         "",
-        "This host's roofline, measured by the kernels of `edgeopt_converters.host_peaks` in the same interleaved "
+        "This host's roofline, measured by the kernels of `edgeopt_converters.cost.host_peaks` in the same interleaved "
         + (f"rounds as all {len(machines)} models' artifacts: " if args.interleave == "all" else
            f"rounds as each of the {len(machines)} models (median over models, range in brackets): ")
         + f"FP32 peak {_spread(machines, lambda m: m.peak_gops['fp32'])} GOP/s, "
@@ -411,7 +411,7 @@ def render(rows, machines, args, host, sessions) -> str:
         f"{_spread(machines, lambda m: m.overhead_us)} us per node "
         f"({_spread(machines, lambda m: m.compute_overhead_us or m.overhead_us)} us per convolution or matrix product), "
         f"{_spread(machines, lambda m: m.run_overhead_us)} us per run. Per kernel kind (one small single-node "
-        "model each, `edgeopt_converters.kind_kernels`; throughput and bandwidth net of a run's fixed cost):",
+        "model each, `edgeopt_converters.cost.kind_kernels`; throughput and bandwidth net of a run's fixed cost):",
         "",
         "| precision/kind | GOP/s | GB/s | kernel(s) |",
         "|---|---|---|---|",

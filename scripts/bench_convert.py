@@ -28,9 +28,9 @@ import torch
 from torch import nn
 
 import edgeopt
-from edgeopt_converters.host_timing import time_interleaved
+from edgeopt_converters.cost.host_timing import time_interleaved
 from edgeopt.hostinfo import cpu_model
-from edgeopt_converters.examples import digits_splits
+from edgeopt_converters.source.examples import digits_splits
 from edgeopt_agent.runners import open_runner
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -38,7 +38,7 @@ from corpus import corpus_file, face_grid_tiles  # noqa: E402
 import edgeopt  # noqa: E402
 from edgeopt_converters import accuracy as acc  # noqa: E402
 from edgeopt_converters.accuracy import ctc  # noqa: E402
-from edgeopt_converters.host_timing import ORT_SIDE_BY_SIDE, time_interleaved  # noqa: E402
+from edgeopt_converters.cost.host_timing import ORT_SIDE_BY_SIDE, time_interleaved  # noqa: E402
 
 THREADS = 2
 

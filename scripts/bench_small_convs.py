@@ -44,7 +44,7 @@ def chain(dims: int, channels: int, positions: int):
 def session(model: bytes, level: str, threads: int):
     import onnxruntime as ort
 
-    from edgeopt_converters.host_timing import ORT_SIDE_BY_SIDE
+    from edgeopt_converters.cost.host_timing import ORT_SIDE_BY_SIDE
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
@@ -62,7 +62,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from edgeopt.hostinfo import cpu_model, int8_flags
-    from edgeopt_converters.host_timing import time_interleaved
+    from edgeopt_converters.cost.host_timing import time_interleaved
 
     runs, rows = {}, []
     for positions in args.positions:

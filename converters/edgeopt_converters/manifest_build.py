@@ -14,10 +14,10 @@ from edgeopt_agent.files import sha256_file
 
 from . import manifest
 from .accuracy import Accuracy
-from .host_timing import HostTiming
+from .cost.host_timing import HostTiming
 from .recipe import PlannedArtifact, board_config
 from .runtime import match_inputs
-from .tensors import feed_batch
+from .source.tensors import feed_batch
 
 _TOOLS = ("edgeopt", "torch", "onnx", "onnxruntime", "onnxscript", "litert-torch", "ai-edge-litert", "numpy")
 

@@ -26,28 +26,28 @@ from edgeopt_agent.profiles import DeviceProfile, load_profile
 from . import accuracy as acc
 from .accuracy.streaming import check_pairs, find_state_pairs, stream
 from .accuracy.user_metric import UserMetric, load_metric
-from .hashing import update_with_weights
-from .host_int8 import validation_session_config
-from .host_timing import ORT_SIDE_BY_SIDE, time_interleaved
+from .source.hashing import update_with_weights
+from .precision.host_int8 import validation_session_config
+from .cost.host_timing import ORT_SIDE_BY_SIDE, time_interleaved
 from .manifest_build import ArtifactRecord, build_manifest, publish
-from .architecture import classify
-from .board_reference import record_reference_figures
-from .input_specs import concrete_specs, resolve_specs, shapes_from_data, tensor_inputs
-from .mixed_precision import search_mixed_precision
-from .model_source import bind_constants, load_source, module_source
+from .precision.architecture import classify
+from .accuracy.board_reference import record_reference_figures
+from .source.input_specs import concrete_specs, resolve_specs, shapes_from_data, tensor_inputs
+from .precision.mixed_precision import search_mixed_precision
+from .source.model_source import bind_constants, load_source, module_source
 from .passes._quiet import captured_output, quiet_libraries
 from .passes.base import StepCall, StepContext
 from .passes.errors import StepFailed
 from .progress import ProgressReporter
-from .quant_check import check_weights
-from .sensitivity import node_sensitivity
-from .source_model import SourceModel
+from .precision.quant_check import check_weights
+from .precision.sensitivity import node_sensitivity
+from .source.source_model import SourceModel
 from .recipe import (PlannedArtifact, architecture_variants, make_plan, repair_dynamic_variant, tflite_dynamic_variant,
                      with_exclusions)
 from .recommend import recommend
-from .roofline import predict_artifacts
+from .cost.roofline import predict_artifacts
 from .runtime import open_predictor, reference_predictor
-from .tensors import Dataset, DatasetParts, InputSpec, feed_batch, load_datasets, random_dataset
+from .source.tensors import Dataset, DatasetParts, InputSpec, feed_batch, load_datasets, random_dataset
 
 log = logging.getLogger("edgeopt.convert")
 DEFAULT_MAX_CALIBRATION = 256
@@ -273,7 +273,7 @@ def _shapes_from_data(source: SourceModel, opts: ConvertOptions) -> Tuple[Dict[s
     files = list(opts.calibration or ()) or ([opts.eval_data] if opts.eval_data else [])
     if not unknown or not files:
         return {}, ""
-    from .tensors import read_data_arrays
+    from .source.tensors import read_data_arrays
 
     found = shapes_from_data(read_data_arrays(Path(files[0]), "calibration"), [s.name for s in source.input_specs])
     return {name: shape for name, shape in found.items() if name in unknown}, str(files[0])

@@ -12,7 +12,7 @@ from edgeopt_agent.errors import UserError
 from edgeopt_agent.profiles import Artifact, DeviceProfile
 from edgeopt_agent.runtimes import BY_NAME, FORMAT_RUNTIMES, FORMATS, PRECISIONS
 
-from .architecture import Architecture
+from .precision.architecture import Architecture
 from .passes.base import StepCall
 from .passes.export_onnx import OnnxExportOptions
 from .passes.export_tflite import TfliteOptions

@@ -10,8 +10,8 @@ import numpy as np
 from edgeopt_agent.errors import UserError, require
 from edgeopt_agent.runners import open_runner
 
-from .source_model import SourceModel
-from .tensors import InputSpec
+from .source.source_model import SourceModel
+from .source.tensors import InputSpec
 
 
 class Predictor:

@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from edgeopt_agent.profiles import load_profile
-from edgeopt_converters.graph_cost import GraphCost, analyze_onnx, by_op_type
+from edgeopt_converters.cost.graph_cost import GraphCost, analyze_onnx, by_op_type
 from edgeopt_converters.manifest import fed_shapes
 from edgeopt_converters.manifest import read as read_manifest
-from edgeopt_converters.roofline import Machine, Prediction, machine_for, predict
-from edgeopt_converters.roofline_fit import Fit, fit, scoped
+from edgeopt_converters.cost.roofline import Machine, Prediction, machine_for, predict
+from edgeopt_converters.cost.roofline_fit import Fit, fit, scoped
 
 from .errors import UserError
 
@@ -62,7 +62,7 @@ def targets(path: Path) -> Tuple[Optional[Dict[str, Any]], List[Target], List[st
 
 def machine(device: str, threads: Optional[int] = None) -> Machine:
     if device == HOST:
-        from edgeopt_converters.host_peaks import measure_host
+        from edgeopt_converters.cost.host_peaks import measure_host
 
         return measure_host(threads)
     return machine_for(load_profile(device))

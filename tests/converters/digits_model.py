@@ -1,5 +1,5 @@
 """A factory that trains a small CNN on scikit-learn's digits when called (a few seconds)."""
-from edgeopt_converters.examples import digits_splits, train_digits_cnn
+from edgeopt_converters.source.examples import digits_splits, train_digits_cnn
 
 
 def trained_cnn():

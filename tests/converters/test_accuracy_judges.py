@@ -12,7 +12,7 @@ from edgeopt_converters.accuracy.judges import Tolerances, sqnr_db
 from edgeopt_converters.accuracy.kinds import infer_kind, parse_output_kinds
 from edgeopt_converters.accuracy.streaming import find_state_pairs, stream
 from edgeopt_converters.accuracy.user_metric import load_metric
-from edgeopt_converters.tensors import Dataset
+from edgeopt_converters.source.tensors import Dataset
 
 RNG = np.random.default_rng(0)
 

@@ -10,9 +10,9 @@ import pytest
 import model_files
 from edgeopt.cli.main import main
 from edgeopt_agent.errors import UserError
-from edgeopt_converters.input_specs import resolve_specs
-from edgeopt_converters.source_model import SourceModel
-from edgeopt_converters.tensors import InputSpec, load_dataset, parse_shape, random_dataset
+from edgeopt_converters.source.input_specs import resolve_specs
+from edgeopt_converters.source.source_model import SourceModel
+from edgeopt_converters.source.tensors import InputSpec, load_dataset, parse_shape, random_dataset
 
 VAD_INPUTS = [
     InputSpec("input", (-1, -1), "float32", dim_names=("batch", "samples")),
@@ -119,7 +119,7 @@ def test_batch_first_files_keep_working_and_whole_samples_are_equivalent(tmp_pat
 
 
 def test_evaluation_labels_are_class_indices_or_padded_symbol_sequences(tmp_path):
-    from edgeopt_converters.tensors import load_datasets
+    from edgeopt_converters.source.tensors import load_datasets
 
     line = [InputSpec("x", (1, 3, 8, 32))]
     images = np.zeros((3, 3, 8, 32), np.float32)
@@ -272,7 +272,7 @@ def test_bench_of_a_third_party_artifact_says_which_shape_to_give(tmp_path, caps
 
 def test_outputs_of_whole_samples_keep_every_element():
     from edgeopt_converters.accuracy import collect_outputs
-    from edgeopt_converters.tensors import Dataset
+    from edgeopt_converters.source.tensors import Dataset
 
     data = Dataset({"x": np.zeros((3, 1, 4), np.float32)}, None, "test", whole=True)
     outputs = collect_outputs(lambda feed: [np.ones((1, 5)), np.ones((2, 1, 8)), np.float32(3)], data, 1)
@@ -281,7 +281,7 @@ def test_outputs_of_whole_samples_keep_every_element():
 
 
 def test_calibration_files_of_several_shapes_are_fed_each_at_its_own(tmp_path):
-    from edgeopt_converters.tensors import DatasetParts, load_datasets
+    from edgeopt_converters.source.tensors import DatasetParts, load_datasets
 
     tokens = [InputSpec("ids", (1, -1), "int64", dim_names=("batch", "seq"))]
     for length in (4, 7, 4):

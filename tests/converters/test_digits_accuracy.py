@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import edgeopt
-from edgeopt_converters.examples import digits_splits
+from edgeopt_converters.source.examples import digits_splits
 
 pytestmark = pytest.mark.slow
 

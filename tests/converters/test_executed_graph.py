@@ -10,8 +10,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from edgeopt_agent.errors import UserError
-from edgeopt_converters.graph_cost import analyze_onnx
-from edgeopt_converters.ort_graph import optimized
+from edgeopt_converters.cost.graph_cost import analyze_onnx
+from edgeopt_converters.cost.ort_graph import optimized
 
 F = TensorProto.FLOAT
 RUN = ("compute", "elementwise", "move")

@@ -7,8 +7,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgeopt_agent.errors import UserError
 from edgeopt_agent.profiles import load_profile
-from edgeopt_converters.graph_cost import analyze_onnx
-from edgeopt_converters.roofline import Machine, machine_for, node_time, predict
+from edgeopt_converters.cost.graph_cost import analyze_onnx
+from edgeopt_converters.cost.roofline import Machine, machine_for, node_time, predict
 
 F = TensorProto.FLOAT
 
@@ -178,7 +178,7 @@ def test_a_working_set_that_fits_in_half_the_cache_moves_at_cache_bandwidth():
 
 
 def test_the_last_level_cache_comes_from_sysfs(tmp_path):
-    from edgeopt_converters.host_peaks import last_level_cache_bytes
+    from edgeopt_converters.cost.host_peaks import last_level_cache_bytes
 
     for index, (level, kind, size) in enumerate([(1, "Data", "48K"), (1, "Instruction", "32K"), (2, "Unified", "1024K"),
                                                  (3, "Unified", "32M")]):

@@ -4,7 +4,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgeopt_converters.host_int8 import (cpu_flags, int8_kernels_saturate, validation_session_config)
+from edgeopt_converters.precision.host_int8 import (cpu_flags, int8_kernels_saturate, validation_session_config)
 
 AVX2_ONLY = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse4_2 avx avx2 fma\n"
 VNNI = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_vnni\n"

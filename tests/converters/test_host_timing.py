@@ -8,7 +8,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 from edgeopt_converters import pipeline
-from edgeopt_converters.host_timing import ORT_SIDE_BY_SIDE
+from edgeopt_converters.cost.host_timing import ORT_SIDE_BY_SIDE
 from edgeopt_converters.runtime import open_predictor
 
 

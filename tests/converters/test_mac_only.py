@@ -7,12 +7,12 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from edgeopt_converters.graph_regions import MAC_OPS
-from edgeopt_converters.mac_only import MAC_ONLY_STAGE, mac_only_stage, mac_op_types, restricted
+from edgeopt_converters.precision.graph_regions import MAC_OPS
+from edgeopt_converters.precision.mac_only import MAC_ONLY_STAGE, mac_only_stage, mac_op_types, restricted
 from edgeopt_converters.passes.base import StepCall, StepContext
 from edgeopt_converters.passes.quantize_onnx import OnnxInt8Options, QuantizeOnnxStatic
 from edgeopt_converters.recipe import PlannedArtifact, with_exclusions, with_int8
-from edgeopt_converters.tensors import Dataset, InputSpec
+from edgeopt_converters.source.tensors import Dataset, InputSpec
 
 
 def lcnet_block(path: Path) -> Path:

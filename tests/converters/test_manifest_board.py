@@ -91,7 +91,7 @@ def test_an_int8_onnx_not_in_tensorrts_layout_runs_on_onnxruntime():
 
 
 def test_a_dynamic_int8_variant_is_not_planned_for_an_engine():
-    from edgeopt_converters.architecture import Architecture
+    from edgeopt_converters.precision.architecture import Architecture
 
     profile = load_profile("x86-64")
     plan = make_plan(profile)

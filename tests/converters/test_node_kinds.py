@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from edgeopt_converters import node_kinds as k
-from edgeopt_converters.graph_cost import analyze_onnx
-from edgeopt_converters.roofline import KindRoof, Machine, node_time, predict
+from edgeopt_converters.cost import node_kinds as k
+from edgeopt_converters.cost.graph_cost import analyze_onnx
+from edgeopt_converters.cost.roofline import KindRoof, Machine, node_time, predict
 
 F = TensorProto.FLOAT
 
@@ -111,8 +111,8 @@ def test_a_node_is_timed_with_its_kinds_roof_and_the_rest_at_the_peaks():
 
 
 def test_host_kind_roofs_come_from_each_kernels_time_net_of_the_run_and_its_other_nodes():
-    from edgeopt_converters.host_peaks import KIND_PREFIX, machine_from
-    from edgeopt_converters.kind_kernels import COMPUTE_KINDS, kind_kernels
+    from edgeopt_converters.cost.host_peaks import KIND_PREFIX, machine_from
+    from edgeopt_converters.cost.kind_kernels import COMPUTE_KINDS, kind_kernels
 
     kernels = kind_kernels()
     seconds = {"fp32": 0.01, "int8": 0.004, "dram": 0.01, "overhead": 200e-6, "run": 11e-6}
@@ -134,9 +134,9 @@ def test_host_kind_roofs_come_from_each_kernels_time_net_of_the_run_and_its_othe
 
 
 def test_a_convolutions_own_dispatch_cost_comes_from_the_tiny_convolution_chain():
-    from edgeopt_converters.host_peaks import KIND_PREFIX, machine_from
-    from edgeopt_converters.kind_kernels import kind_kernels
-    from edgeopt_converters.roofline import node_time
+    from edgeopt_converters.cost.host_peaks import KIND_PREFIX, machine_from
+    from edgeopt_converters.cost.kind_kernels import kind_kernels
+    from edgeopt_converters.cost.roofline import node_time
 
     kernels = kind_kernels()
     seconds = {"fp32": 0.01, "int8": 0.004, "dram": 0.01, "overhead": 200e-6, "run": 11e-6,
@@ -175,7 +175,7 @@ def test_a_prediction_splits_each_nodes_dispatch_cost_from_its_work_and_calibrat
 
 
 def test_an_int8_node_of_a_kind_measured_only_in_float_takes_the_float_roof_not_the_int8_peak():
-    from edgeopt_converters.graph_cost import NodeCost
+    from edgeopt_converters.cost.graph_cost import NodeCost
 
     softmax = NodeCost("sm", "QLinearSoftmax", 4e6, 0.0, 2e6, "int8", "elementwise", kind="normalization")
     machine = Machine("m", {"fp32": 100.0, "int8": 400.0}, 10.0, kinds={"fp32/normalization": KindRoof(2.0, 4.0)})
@@ -185,7 +185,7 @@ def test_an_int8_node_of_a_kind_measured_only_in_float_takes_the_float_roof_not_
 
 
 def test_an_unfolded_convolution_is_timed_by_the_work_its_padded_panels_do():
-    from edgeopt_converters.graph_cost import NodeCost
+    from edgeopt_converters.cost.graph_cost import NodeCost
 
     conv = NodeCost("c", "Conv", 1e6, 2e5, 1e4, "fp32", "compute", kind=k.GEMM_CONV, padded_ops=4e6)
     machine = Machine("m", {"fp32": 100.0}, 100.0, kinds={"fp32/gemm-conv": KindRoof(50.0, 0.0)})

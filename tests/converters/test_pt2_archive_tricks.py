@@ -18,9 +18,9 @@ import torch
 
 from edgeopt.cli.main import main
 from edgeopt_agent.errors import UserError
-from edgeopt_converters import sandbox
-from edgeopt_converters.isolated_program import IsolatedProgram
-from edgeopt_converters.pt2_guard import checked_archive
+from edgeopt_converters.source import sandbox
+from edgeopt_converters.source.isolated_program import IsolatedProgram
+from edgeopt_converters.source.pt2_guard import checked_archive
 
 CONFIG = "data/weights/model_weights_config.json"
 
@@ -441,14 +441,14 @@ def test_code_in_an_input_name_runs_in_a_bare_torch_load(good_pt2, tmp_path):
     "atan2 + 1",  # a bare name sympy reads as its own function
 ])
 def test_expressions_that_hang_or_mislead_sympy_are_refused(text):
-    from edgeopt_converters.pt2_expressions import ExpressionRefused, regenerate_expression
+    from edgeopt_converters.source.pt2_expressions import ExpressionRefused, regenerate_expression
 
     with pytest.raises(ExpressionRefused):
         regenerate_expression(text)
 
 
 def test_a_guard_with_a_float_made_whole_and_raised_is_refused():
-    from edgeopt_converters.pt2_expressions import ExpressionRefused, regenerate_guard
+    from edgeopt_converters.source.pt2_expressions import ExpressionRefused, regenerate_guard
 
     with pytest.raises(ExpressionRefused, match="more than 65536 bits"):
         regenerate_guard("(int(1e308) ** 4096) ** 4096 > L['x'].size()[0]")

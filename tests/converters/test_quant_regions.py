@@ -5,8 +5,8 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from edgeopt_converters.graph_regions import mac_shares, node_macs, post_processing_tail
-from edgeopt_converters.mixed_precision import PREFIX_STEPS, _badness, _prefix_stage
+from edgeopt_converters.precision.graph_regions import mac_shares, node_macs, post_processing_tail
+from edgeopt_converters.precision.mixed_precision import PREFIX_STEPS, _badness, _prefix_stage
 from edgeopt_converters.passes.quantize_onnx import CALIBRATION_METHODS, OnnxInt8Options
 from edgeopt_converters.recipe import PlannedArtifact, with_exclusions
 

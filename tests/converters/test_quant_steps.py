@@ -12,14 +12,14 @@ from onnx import numpy_helper as nh
 
 import edgeopt
 from edgeopt_agent.errors import UserError
-from edgeopt_converters.architecture import classify
-from edgeopt_converters.model_source import load_source
+from edgeopt_converters.precision.architecture import classify
+from edgeopt_converters.source.model_source import load_source
 from edgeopt_converters.passes.base import Step, StepCall, StepContext, all_steps, make_step, option
 from edgeopt_converters.passes.errors import StepFailed
 from edgeopt_converters.passes.preprocess_onnx import PreprocessOnnx
 from edgeopt_converters.passes.quantize_onnx import OnnxInt8Options, QuantizeOnnxStatic
-from edgeopt_converters.quant_check import check_weights
-from edgeopt_converters.tensors import Dataset, InputSpec
+from edgeopt_converters.precision.quant_check import check_weights
+from edgeopt_converters.source.tensors import Dataset, InputSpec
 
 
 def test_every_builtin_step_is_registered_with_described_options():

@@ -16,7 +16,7 @@ from edgeopt_agent.bench.inputs import file_feeds
 from edgeopt_agent.errors import UserError
 from edgeopt_agent.runners.base import TensorInfo
 from edgeopt_agent.runners.errors import InputError
-from edgeopt_converters.tensors import InputSpec, load_dataset
+from edgeopt_converters.source.tensors import InputSpec, load_dataset
 
 MiB = 1 << 20
 

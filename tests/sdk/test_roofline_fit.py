@@ -5,7 +5,7 @@ import pytest
 
 from edgeopt.analysis import efficiency
 from edgeopt.fleet.store import open_store
-from edgeopt_converters.roofline_fit import MIN_SHARE, fit
+from edgeopt_converters.cost.roofline_fit import MIN_SHARE, fit
 
 
 class FakeStore:

@@ -11,7 +11,7 @@ from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..tensors import Dataset
+from ..source.tensors import Dataset
 from .judges import FAILED, OK, SEVERITY, UNRESOLVED, Judgement, Tolerances, judge
 from .kinds import KINDS, OutputKind, infer_kind
 from .user_metric import UserMetric

@@ -13,7 +13,7 @@ import numpy as np
 
 from edgeopt_agent.errors import UserError
 
-from ..tensors import Dataset
+from ..source.tensors import Dataset
 
 _STATE_WORDS = re.compile(r"state|hidden|^h[n0]?$|^c[n0]?$|h_?n|c_?n|cache|past|memory")
 

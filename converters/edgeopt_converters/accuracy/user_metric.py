@@ -15,7 +15,7 @@ import numpy as np
 
 from edgeopt_agent.errors import UserError
 
-from ..user_code import user_function
+from ..source.user_code import user_function
 
 Metric = Callable[[Dict[str, np.ndarray], Dict[str, np.ndarray], Optional[np.ndarray]], float]
 

@@ -14,8 +14,8 @@ from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Seque
 
 from edgeopt_agent.errors import UserError
 
-from ..source_model import SourceModel
-from ..tensors import Dataset, InputSpec
+from ..source.source_model import SourceModel
+from ..source.tensors import Dataset, InputSpec
 
 
 def option(default: Any, description: str, **kwargs) -> Any:

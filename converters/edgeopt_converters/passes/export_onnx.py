@@ -10,8 +10,8 @@ import numpy as np
 
 from edgeopt_agent.errors import UserError, require
 
-from ..isolated_program import IsolatedProgram
-from ..tensors import InputSpec, shared_batch
+from ..source.isolated_program import IsolatedProgram
+from ..source.tensors import InputSpec, shared_batch
 from ._quiet import captured_output, log
 from .base import Step, StepContext, StepResult, option
 

@@ -14,9 +14,9 @@ import numpy as np
 
 from edgeopt_agent.errors import UserError, require
 
-from ..isolated_program import IsolatedProgram
-from ..source_model import SourceModel
-from ..tensors import Dataset, InputSpec, feed_batch
+from ..source.isolated_program import IsolatedProgram
+from ..source.source_model import SourceModel
+from ..source.tensors import Dataset, InputSpec, feed_batch
 from ._quiet import captured_output
 from .base import Step, StepContext, StepResult, option
 from .export_onnx import _first_line, example_args

@@ -30,7 +30,7 @@ def analyze(model, device, input_shapes, db, threads, top, as_json):
     """Where the time should go on a board: per node operations, bytes, arithmetic intensity and
     whether it is bound by memory or by compute, and the graph's predicted latency. With --db,
     predictions are set against what the fleet measured and calibrated by it."""
-    from edgeopt_converters.tensors import parse_shape
+    from edgeopt_converters.source.tensors import parse_shape
 
     from ..analysis import analyze as run
 
@@ -66,7 +66,7 @@ def show(result: Dict[str, Any]) -> None:
                          "predicted ms"], rows,
                         title=f"{a['key']}: slowest nodes"))
         if any(n.get("padded_ops") for n in p["nodes"]):
-            from edgeopt_converters.node_kinds import SGEMM_PANEL
+            from edgeopt_converters.cost.node_kinds import SGEMM_PANEL
 
             out.print("ops (x N): the kernel computes N times the node's operations (a convolution unfolded into "
                       f"onnxruntime's float GEMM fills whole {SGEMM_PANEL}-column panels) and is timed by them")

@@ -133,7 +133,7 @@ def local_sensors():
 
 def given_inputs(shapes: Sequence[str], values: Sequence[str]) -> Dict[str, Dict[str, Any]]:
     """--input-shape NAME=SHAPE / --input-value NAME=NUMBER as partial input descriptions by name."""
-    from edgeopt_converters.tensors import parse_shape, parse_value, split_named
+    from edgeopt_converters.source.tensors import parse_shape, parse_value, split_named
 
     result: Dict[str, Dict[str, Any]] = {}
     for option, items in (("--input-shape", shapes), ("--input-value", values)):
@@ -169,7 +169,7 @@ def merge_inputs(entry: Optional[Dict[str, Any]], given: Dict[str, Dict[str, Any
 def with_references(outdir: Path, specs: List[BenchmarkSpec], entries: List[Dict[str, Any]]) -> List[BenchmarkSpec]:
     import dataclasses
 
-    from edgeopt_converters.board_reference import build_reference
+    from edgeopt_converters.accuracy.board_reference import build_reference
 
     manifest = read_manifest(outdir, require_schema=False).data
     fp32_runs: Dict[Any, Any] = {}  # the FP32 artifact runs once for all the artifacts that share its inputs

@@ -23,7 +23,7 @@ def profile(target, threads, runs, input_shapes, top, as_json):
     and for a conversion's FP32 and INT8 artifacts, which op families got faster and what the
     quantize/dequantize nodes cost."""
     from edgeopt_agent.errors import UserError
-    from edgeopt_converters.tensors import parse_shape
+    from edgeopt_converters.source.tensors import parse_shape
 
     from ..profiling import profile as run
 

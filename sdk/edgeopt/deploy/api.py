@@ -128,7 +128,7 @@ def _with_reference(outdir: PathLike, chosen, options: Dict[str, Any]) -> Dict[s
     """The options, with the FP32 artifact's outputs the board must reproduce (inside the signed
     body) unless the caller gave a reference or `reference: None`."""
     if "reference" not in options:
-        from edgeopt_converters.board_reference import reference_for_artifact
+        from edgeopt_converters.accuracy.board_reference import reference_for_artifact
 
         options["reference"] = reference_for_artifact(Path(outdir), chosen.key, options.get("inputs"))
     return options

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from edgeopt_converters.board_reference import build_reference
+from edgeopt_converters.accuracy.board_reference import build_reference
 from edgeopt_agent.bench import BenchmarkSpec, run_benchmark
 from edgeopt_agent.bench.reference import OUTPUT_MISMATCH, compare, reference_feeds
 from edgeopt_agent.errors import UserError
@@ -96,7 +96,7 @@ def test_argmax_agreement_is_checked_for_class_scores():
 
 
 def test_reference_inputs_of_a_quantized_input_stay_inside_its_range(tmp_path):
-    from edgeopt_converters.board_reference import input_ranges
+    from edgeopt_converters.accuracy.board_reference import input_ranges
 
     entry = {"inputs": [{"name": "q", "dtype": "int8", "quantization": {"scale": 0.5 / 127, "zero_point": 0}},
                         {"name": "f", "dtype": "float32", "quantization": None}]}
@@ -158,7 +158,7 @@ def test_a_quantized_input_gets_the_same_real_values_as_the_fp32_artifacts_float
 def test_tolerances_come_from_the_figures_the_conversion_recorded_on_these_inputs(tmp_path):
     """With `reference_figures` the tolerance is what the artifact earned on the very reference
     inputs (twice its gap, plus a slack): no fixed floor, and no run of the file under test here."""
-    from edgeopt_converters.board_reference import record_reference_figures
+    from edgeopt_converters.accuracy.board_reference import record_reference_figures
 
     drifted = model_files.MATMUL_WEIGHTS * np.float32(1.01)
     out, manifest, entry = outdir_with(tmp_path, target_weights=drifted)

@@ -1,6 +1,6 @@
 """The isolated child that loads a .pt2 and does what needs the loaded program (see isolated_program.py).
 
-Run as `python -m edgeopt_converters.pt2_worker FOLDER` inside the sandbox, with FOLDER (its only
+Run as `python -m edgeopt_converters.source.pt2_worker FOLDER` inside the sandbox, with FOLDER (its only
 writable place) holding `model.pt2`. Requests come as JSON lines on stdin; answers go as JSON
 lines on the original stdout, which is then pointed at stderr so that nothing a library prints
 can be mistaken for an answer. Arrays travel as uncompressed .npz files in FOLDER, never pickled.
@@ -84,7 +84,7 @@ class _Worker:
     def op_call(self, request) -> Dict[str, Any]:
         import torch
 
-        from .runtime import flatten_outputs
+        from ..runtime import flatten_outputs
 
         with torch.no_grad():
             outputs = flatten_outputs(self.bound(request)(*self.tensors(request["inputs"])))
@@ -94,7 +94,7 @@ class _Worker:
     def op_onnx(self, request) -> Dict[str, Any]:
         import torch
 
-        from .passes.export_onnx import write_onnx
+        from ..passes.export_onnx import write_onnx
 
         axes = {name: {int(axis): group for axis, group in per.items()} for name, per in request["axes"].items()}
         write_onnx(torch, self.bound(request), self.tensors(request["args"]), request["names"],
@@ -104,7 +104,7 @@ class _Worker:
     def op_tflite(self, request) -> Dict[str, Any]:
         import torch
 
-        from .passes.export_tflite import TfliteOptions, write_tflite
+        from ..passes.export_tflite import TfliteOptions, write_tflite
 
         options = TfliteOptions(**request["options"])
         feeds = None

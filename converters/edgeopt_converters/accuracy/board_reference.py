@@ -22,8 +22,8 @@ import numpy as np
 
 from edgeopt_agent.bench.reference import plan_stride, reduce_output, reference_feeds, row_argmax, run_reference
 
-from .manifest import bench_inputs
-from .manifest import read as read_manifest
+from ..manifest import bench_inputs
+from ..manifest import read as read_manifest
 
 log = logging.getLogger(__name__)
 

@@ -31,15 +31,15 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from edgeopt_agent.errors import require
 
-from . import accuracy as acc
-from .accuracy.judges import SEVERITY
+from .. import accuracy as acc
+from ..accuracy.judges import SEVERITY
 from .graph_regions import mac_shares, post_processing_tail
 from .mac_only import mac_only_stage, restricted
-from .passes.errors import StepFailed
-from .passes.quantize_onnx import CALIBRATION_METHODS
-from .recipe import with_exclusions, with_int8
+from ..passes.errors import StepFailed
+from ..passes.quantize_onnx import CALIBRATION_METHODS
+from ..recipe import with_exclusions, with_int8
 from .sensitivity import node_sensitivity, quantized_nodes
-from .tensors import feed_batch
+from ..source.tensors import feed_batch
 
 MAX_TRIES = 8  # sensitivity attempts
 STALE_TRIES = 3
@@ -118,7 +118,7 @@ class _Search:
 
     def _calibration(self, method: str) -> Path:
         """Where the ranges of `method` are cached: the whole-graph artifact's own for its method."""
-        from .passes.quantize_onnx import calibration_cache
+        from ..passes.quantize_onnx import calibration_cache
 
         if method == self.record.planned.int8.calibrate_method:
             return calibration_cache(self.target)
@@ -249,9 +249,9 @@ def _quantize(ctx, attempt, prepared: Path, trial: Path, cache: Path,
               calibrated_ops: Optional[Tuple[str, ...]] = None) -> Dict[str, Any]:
     """Quantize with the ranges cached for the attempt's calibrator (each calibrator runs at most once,
     over the tensors of `calibrated_ops`, the search's own op types, whatever the attempt quantizes)."""
-    from .passes.base import StepContext
-    from .passes.calibration import load_calibration
-    from .passes.quantize_onnx import QuantizeOnnxStatic
+    from ..passes.base import StepContext
+    from ..passes.calibration import load_calibration
+    from ..passes.quantize_onnx import QuantizeOnnxStatic
 
     step = QuantizeOnnxStatic(attempt.int8)
     step_ctx = StepContext(ctx.source, ctx.specs, ctx.calibration, feed_batch(ctx.specs))

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any, Dict, Optional, Tuple
 
 from .graph_regions import MAC_OPS
-from .passes.quantize_onnx import OnnxInt8Options
+from ..passes.quantize_onnx import OnnxInt8Options
 
 MAC_ONLY_STAGE = "multiply-accumulate ops only"
 
