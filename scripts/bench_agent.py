@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from edgeopt_agent.bench import BenchmarkSpec, run_benchmark
-from edgeopt.hostinfo import cpu_model
+from hostinfo import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs" / "BENCHMARKS.md"

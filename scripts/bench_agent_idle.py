@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import psutil
-from edgeopt.hostinfo import cpu_model
+from hostinfo import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "docs" / "BENCHMARKS.md"

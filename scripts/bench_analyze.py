@@ -41,7 +41,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from edgeopt.hostinfo import cpu_model, int8_flags
+from hostinfo import cpu_model, int8_flags
 
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -29,7 +29,7 @@ from torch import nn
 
 import edgeopt
 from edgeopt_converters.cost.host_timing import time_interleaved
-from edgeopt.hostinfo import cpu_model
+from hostinfo import cpu_model
 from edgeopt_converters.source.examples import digits_splits
 from edgeopt_agent.runners import open_runner
 

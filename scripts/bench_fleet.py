@@ -38,7 +38,7 @@ from datetime import date
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from edgeopt.hostinfo import cpu_model
+from hostinfo import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs" / "BENCHMARKS.md"
@@ -142,7 +142,7 @@ class Mosquitto:
 
 def build_messages(devices: int, per_device: int) -> List[Tuple[str, bytes]]:
     """Telemetry of every device, interleaved as a fleet would send it (round by round)."""
-    from edgeopt.fleet.simulator import SimulatedDevice
+    from fleet_simulator import SimulatedDevice
 
     fleet = [SimulatedDevice(f"sim-{i:04d}", profile="rpi4", seed=i) for i in range(devices)]
     return [(m.topic, m.payload) for _ in range(per_device) for d in fleet for m in [d.telemetry()]]
@@ -417,7 +417,7 @@ def render(runs: Dict[Tuple[str, str, int], List[RunResult]], args, source: str,
 
 
 def _payload_size() -> int:
-    from edgeopt.fleet.simulator import SimulatedDevice
+    from fleet_simulator import SimulatedDevice
 
     return len(SimulatedDevice("sim-0000", seed=0).telemetry().payload)
 

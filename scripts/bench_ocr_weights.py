@@ -69,7 +69,7 @@ def quantized(model: Path, calibration: np.ndarray, weights: str, reduce_range: 
 
 
 def main() -> int:
-    from edgeopt.hostinfo import cpu_model, int8_flags
+    from hostinfo import cpu_model, int8_flags
     from edgeopt_converters import accuracy as acc
     from edgeopt_converters.precision.host_int8 import int8_kernels_saturate
     from edgeopt_converters.cost.host_timing import time_interleaved

@@ -9,8 +9,8 @@ height 1 (which it converts to NCHWc), each at ORT_ENABLE_ALL and at ORT_ENABLE_
 variants are timed in interleaved rounds (host_timing), and the per-node time is the chain's p50
 divided by its length. If the panels decide, an unfolded convolution costs the same from 2 to 16
 positions and steps up at 17; at 1 position it is a matrix-vector product. The roofline (`edgeopt
-analyze`) charges such a node its padded work (node_kinds.GEMM_CONV); docs/BENCHMARKS.md, the
-roofline section, records the runs.
+analyze`) charges such a node its padded work (node_kinds.GEMM_CONV); docs/BENCHMARKS.md, section
+"Small convolutions", records the runs.
 """
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     parser.add_argument("--channels", type=int, nargs="*", default=[32, 128])
     args = parser.parse_args(argv)
 
-    from edgeopt.hostinfo import cpu_model, int8_flags
+    from hostinfo import cpu_model, int8_flags
     from edgeopt_converters.cost.host_timing import time_interleaved
 
     runs, rows = {}, []

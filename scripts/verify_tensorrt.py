@@ -273,10 +273,12 @@ def check_layer_profile(row: Row, spec) -> None:
 
 
 def cosine(a, b) -> float:
+    """Whole-tensor cosine similarity, as the converter's judges compute it."""
     import numpy as np
 
-    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+    from edgeopt_converters.accuracy.judges import cosines
+
+    return float(cosines(np.asarray(a).reshape(1, -1), np.asarray(b).reshape(1, -1))[0])
 
 
 def print_report(rows: List[Row]) -> None:

@@ -17,12 +17,12 @@ import binascii
 import hashlib
 import importlib.util
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from .errors import MissingExtraError, UserError, require
+from .values import finite
 from .wire import BenchmarkJob, ProtocolError, Signature
 
 ALGORITHM = "ed25519"
@@ -40,7 +40,7 @@ def job_statement(body: Mapping[str, Any]) -> bytes:
     """The exact bytes a job's signature covers: its body without `signature`, as canonical JSON
     (keys sorted, no spaces, ASCII; non-finite numbers as null, as on the wire)."""
     document = {key: value for key, value in body.items() if key != "signature"}
-    return DOMAIN + json.dumps(_finite(document), sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+    return DOMAIN + json.dumps(finite(document), sort_keys=True, separators=(",", ":"), ensure_ascii=True,
                                allow_nan=False).encode("ascii")
 
 
@@ -123,14 +123,3 @@ def check_signature(trusted: Optional[TrustedKey], job: BenchmarkJob) -> None:
             kind="unsigned_job",
         )
     verify(trusted, job.signature, job_statement(job.body))
-
-
-def _finite(value: Any) -> Any:
-    # As on the wire: Envelope.encode sends non-finite floats as null.
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(item) for item in value]
-    return value

@@ -7,7 +7,7 @@ import platform
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from edgeopt_agent.errors import UserError
 from edgeopt_agent.files import sha256_file
@@ -15,9 +15,14 @@ from edgeopt_agent.files import sha256_file
 from . import manifest
 from .accuracy import Accuracy
 from .cost.host_timing import HostTiming
+from .cost.timing_evidence import host_simd, predicted_entries
+from .options import RECOMMEND_BUDGET
 from .recipe import PlannedArtifact, board_config
 from .runtime import match_inputs
 from .source.tensors import feed_batch
+
+if TYPE_CHECKING:
+    from .context import ConversionContext
 
 _TOOLS = ("edgeopt", "torch", "onnx", "onnxruntime", "onnxscript", "litert-torch", "ai-edge-litert", "numpy")
 
@@ -138,11 +143,16 @@ def shape_ranges(shape_sets: List[Dict[str, tuple]]) -> Dict[str, Tuple[tuple, t
     return ranges
 
 
-def build_manifest(ctx, records: List[ArtifactRecord], recommendation, opts) -> Dict[str, Any]:
+def build_manifest(ctx: ConversionContext, records: List[ArtifactRecord], recommendation, stands_for_target: Tuple[bool, str] = (False, ""),
+                   predicted_ms: Optional[Dict[str, float]] = None) -> Dict[str, Any]:
+    """stands_for_target: (whether host timings say how fast the target is, why not); predicted_ms:
+    the roofline's latency on the board by artifact key, recorded per artifact as `predicted`."""
     fp32_p50 = {r.planned.format: r.host_timing.p50_ms for r in records
                 if r.planned.precision == "fp32" and r.host_timing is not None}
-    profile = ctx.profile
+    profile, opts = ctx.profile, ctx.options
     validated = ctx.evaluation.feed_shapes(feed_batch(ctx.specs))
+    predicted = predicted_entries([(r.planned.key, r.planned.format, r.planned.precision) for r in records],
+                                  predicted_ms or {})
     return {
         "schema": manifest.SCHEMA,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -168,6 +178,9 @@ def build_manifest(ctx, records: List[ArtifactRecord], recommendation, opts) -> 
         "host": {
             "machine": platform.machine(),
             "matches_target": profile.matches_host(),
+            "stands_for_target": stands_for_target[0],
+            "not_target_because": stands_for_target[1],
+            "simd": host_simd(),
             "threads": ctx.threads,
         },
         "tool_versions": tool_versions(),
@@ -176,12 +189,13 @@ def build_manifest(ctx, records: List[ArtifactRecord], recommendation, opts) -> 
             "precisions": list(opts.precisions),
             "calibrate_method": opts.calibrate_method,
             "max_accuracy_drop": opts.max_accuracy_drop,
-            "recommend_budget": opts.recommend_budget,
+            "recommend_budget": RECOMMEND_BUDGET,
             "output_kinds": dict(opts.output_kinds),
             "state_pairs": dict(ctx.judging.state_pairs) if ctx.judging else {},
             "metric": opts.metric,
             "max_metric_drop": opts.max_metric_drop,
             "opset": opts.opset,
+            "time_budget": opts.time_budget,
         },
         "calibration": {"source": ctx.calibration.source, "samples": ctx.calibration.size, "random": ctx.calibration.is_random},
         "evaluation": {
@@ -195,9 +209,9 @@ def build_manifest(ctx, records: List[ArtifactRecord], recommendation, opts) -> 
         "notes": list(ctx.notes),
         "warnings": list(ctx.warnings),
         "failed_artifacts": list(ctx.failed),  # {key, format, precision, cause}: built or run, they failed
-        "artifacts": [_artifact_entry(r, ctx.work, fp32_p50, recommendation.key, ctx.specs, validated,
-                                      shape_ranges(ctx.calibration.shapes(feed_batch(ctx.specs)) + [validated]),
-                                      profile)
+        "artifacts": [dict(_artifact_entry(r, ctx.work, fp32_p50, recommendation.key, ctx.specs, validated,
+                                           shape_ranges(ctx.calibration.shapes(feed_batch(ctx.specs)) + [validated]),
+                                           profile), predicted=predicted[r.planned.key])
                       for r in records],
     }
 

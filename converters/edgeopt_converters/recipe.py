@@ -13,7 +13,7 @@ from edgeopt_agent.profiles import Artifact, DeviceProfile
 from edgeopt_agent.runtimes import BY_NAME, FORMAT_RUNTIMES, FORMATS, PRECISIONS
 
 from .precision.architecture import Architecture
-from .passes.base import StepCall
+from .passes.base import Step, StepCall
 from .passes.export_onnx import OnnxExportOptions
 from .passes.export_tflite import TfliteOptions
 from .passes.fp16_onnx import OnnxFp16Options
@@ -28,10 +28,27 @@ class PlannedArtifact:
     format: str
     precision: str
     why: str
-    int8: Optional[OnnxInt8Options] = None
     variant: str = ""  # a second mode of the same format and precision, e.g. "dynamic"
     steps: Tuple[StepCall, ...] = ()
     base: Optional[str] = None  # key of the artifact whose file the first step reads (None: the source)
+
+    @property
+    def int8(self) -> Optional[OnnxInt8Options]:
+        """The static INT8 scheme, as its quantize step has it (None for every other artifact)."""
+        return next((c.options for c in self.steps if isinstance(c.options, OnnxInt8Options)), None)
+
+    @property
+    def main_step(self) -> Step:
+        """The step that writes the artifact: the last one run on the host."""
+        return next(c for c in reversed(self.steps) if not c.on_target).build()
+
+    @property
+    def label(self) -> str:
+        return self.main_step.label()
+
+    @property
+    def calibrates(self) -> bool:
+        return any(c.build().calibrates for c in self.steps if not c.on_target)
 
     @property
     def key(self) -> str:
@@ -94,7 +111,7 @@ def _with_board_steps(profile: DeviceProfile, item: PlannedArtifact) -> PlannedA
 
 def architecture_variants(plan: "Plan", arch: Architecture, profile: DeviceProfile) -> List[PlannedArtifact]:
     """INT8 modes beside static QDQ that suit the architecture (onnxruntime targets only)."""
-    static = next((a for a in plan.artifacts if a.key == "onnx-int8"), None)
+    static = next((a for a in plan.artifacts if a.int8 is not None), None)
     if static is None or "onnxruntime" not in profile.runtimes or (static.int8 and static.int8.symmetric_activations):
         return []
     reduce_range = bool(static.int8 and static.int8.reduce_range)
@@ -194,9 +211,25 @@ def make_plan(profile: DeviceProfile, formats: Sequence[str] = (), precisions: S
         own = int8 if (a.format, a.precision) == ("onnx", "int8") else None
         base = "onnx-fp32" if a.format == "onnx" and a.precision != "fp32" else None
         planned = PlannedArtifact(a.format, a.precision, _why(profile, a, int8 if a.format == "onnx" else None),
-                                  own, steps=_steps(a.format, a.precision, own, opset), base=base)
+                                  steps=_steps(a.format, a.precision, own, opset), base=base)
         artifacts.append(_with_board_steps(profile, planned))
     return Plan(artifacts, notes)
+
+
+def one_shape_for_tflite(plan: Plan, shape_sets: List[Dict[str, Tuple[int, ...]]], asked: bool,
+                         notes: List[str]) -> None:
+    """TFLite artifacts (litert-torch) take one shape per input: data of several shapes leaves
+    them out (or, when asked for by --format tflite, is an error)."""
+    differ = [n for n in shape_sets[0] if len({tuple(s.get(n, ())) for s in shape_sets}) > 1]
+    if not differ or not any(a.format == "tflite" for a in plan.artifacts):
+        return
+    name = differ[0]
+    seen = " and ".join(str(list(shape)) for shape in dict.fromkeys(tuple(s[name]) for s in shape_sets if name in s))
+    why = f"input '{name}' is {seen} in the data, and TFLite artifacts take one shape per input"
+    if asked:
+        raise UserError(f"{why}; give data of one shape, or --format onnx (which keeps the dim dynamic)")
+    plan.artifacts[:] = [a for a in plan.artifacts if a.format != "tflite"]
+    notes.append(f"TFLite artifacts skipped: {why}")
 
 
 def tflite_dynamic_variant(item: PlannedArtifact) -> PlannedArtifact:
@@ -216,7 +249,7 @@ def with_int8(item: PlannedArtifact, int8: OnnxInt8Options) -> PlannedArtifact:
     """The same static INT8 artifact quantized with `int8` instead."""
     steps = tuple(StepCall(c.name, int8) if c.name == "quantize-onnx-static" else c for c in item.steps
                   if int8.symmetric_activations or c.name != BuildTensorrtEngine.name)  # TensorRT takes only its layout
-    return replace(item, int8=int8, steps=steps)
+    return replace(item, steps=steps)
 
 
 def repair_dynamic_variant(static: PlannedArtifact, cause: str) -> PlannedArtifact:

@@ -62,7 +62,7 @@ def test_only_the_mac_ops_read_int8_when_the_stage_restricts_the_op_types(tmp_pa
 def test_the_stage_is_one_attempt_with_the_best_floats_and_only_the_mac_op_types():
     class Search:
         def __init__(self, int8, wins):
-            self.best = PlannedArtifact("onnx", "int8", "test", int8, steps=())
+            self.best = PlannedArtifact("onnx", "int8", "test", steps=(StepCall("quantize-onnx-static", int8),))
             self.best = type("Record", (), {"planned": self.best})()
             self.floats, self.wins, self.tried = ["tail"], wins, []
 
@@ -82,7 +82,7 @@ def test_the_stage_is_one_attempt_with_the_best_floats_and_only_the_mac_op_types
 
 
 def test_the_restriction_reaches_the_quantize_step_and_the_scheme():
-    item = PlannedArtifact("onnx", "int8", "test", OnnxInt8Options(),
+    item = PlannedArtifact("onnx", "int8", "test",
                            steps=(StepCall("preprocess-onnx"), StepCall("quantize-onnx-static", OnnxInt8Options())))
     attempt = with_exclusions(item, ["a"], "percentile")
     attempt = with_int8(attempt, restricted(attempt.int8, MAC_OPS))

@@ -8,6 +8,7 @@ from onnx import numpy_helper as nh
 from edgeopt_converters.precision.graph_regions import mac_shares, node_macs, post_processing_tail
 from edgeopt_converters.precision.mixed_precision import PREFIX_STEPS, _badness, _prefix_stage
 from edgeopt_converters.passes.quantize_onnx import CALIBRATION_METHODS, OnnxInt8Options
+from edgeopt_converters.passes.base import StepCall
 from edgeopt_converters.recipe import PlannedArtifact, with_exclusions
 
 
@@ -89,7 +90,7 @@ def test_nodes_that_feed_no_output_are_not_tail():
 
 
 def test_an_attempt_carries_its_calibrator_and_float_nodes():
-    item = PlannedArtifact("onnx", "int8", "test", OnnxInt8Options(), steps=())
+    item = PlannedArtifact("onnx", "int8", "test", steps=(StepCall("quantize-onnx-static", OnnxInt8Options()),))
     attempt = with_exclusions(item, ["a", "b"], "percentile")
     assert attempt.int8.nodes_to_exclude == ("a", "b") and attempt.int8.calibrate_method == "percentile"
     assert with_exclusions(attempt, ["c"]).int8.calibrate_method == "percentile"

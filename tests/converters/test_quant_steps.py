@@ -14,7 +14,7 @@ import edgeopt
 from edgeopt_agent.errors import UserError
 from edgeopt_converters.precision.architecture import classify
 from edgeopt_converters.source.model_source import load_source
-from edgeopt_converters.passes.base import Step, StepCall, StepContext, all_steps, make_step, option
+from edgeopt_converters.passes.base import Step, StepCall, StepContext, option, step_class
 from edgeopt_converters.passes.errors import StepFailed
 from edgeopt_converters.passes.preprocess_onnx import PreprocessOnnx
 from edgeopt_converters.passes.quantize_onnx import OnnxInt8Options, QuantizeOnnxStatic
@@ -23,7 +23,8 @@ from edgeopt_converters.source.tensors import Dataset, InputSpec
 
 
 def test_every_builtin_step_is_registered_with_described_options():
-    steps = all_steps()
+    step_class("export-onnx")  # loads the built-in steps
+    steps = dict(Step.registry)
     assert {"export-onnx", "export-tflite", "preprocess-onnx", "quantize-onnx-static", "quantize-onnx-dynamic",
             "convert-onnx-fp16", "build-tensorrt-engine"} <= set(steps)
     for cls in steps.values():
@@ -43,7 +44,7 @@ def test_a_subclass_registers_itself_and_names_are_unique():
         Options = DoublerOptions
 
     try:
-        assert make_step("test-doubler", factor=3).options.factor == 3
+        assert StepCall("test-doubler", DoublerOptions(factor=3)).build().options.factor == 3
         assert Doubler.describe() == [{"name": "factor", "type": "int", "default": 2, "description": "how much"}]
         with pytest.raises(TypeError, match="two conversion steps"):
             type("Again", (Step,), {"name": "test-doubler"})
@@ -52,7 +53,7 @@ def test_a_subclass_registers_itself_and_names_are_unique():
     finally:
         Step.registry.pop("test-doubler")
     with pytest.raises(UserError, match="unknown conversion step 'test-doubler'"):
-        make_step("test-doubler")
+        step_class("test-doubler")
 
 
 def constant_weight_cnn(path: Path) -> Path:
@@ -113,7 +114,7 @@ def test_preprocessing_failure_is_one_line_and_fails_the_artifact(tmp_path):
         PreprocessOnnx().run(_ctx((1, 3, 8, 8)), broken, tmp_path / "out.onnx")
     model = constant_weight_cnn(tmp_path / "cw.onnx")
     with pytest.raises(StepFailed, match="upgrading opset 11 to 99"):
-        make_step("preprocess-onnx", min_opset=99).run(_ctx((1, 3, 8, 8)), model, tmp_path / "out.onnx")
+        PreprocessOnnx(min_opset=99).run(_ctx((1, 3, 8, 8)), model, tmp_path / "out.onnx")
 
 
 def masked_attention(path: Path) -> Path:
@@ -244,7 +245,7 @@ def test_tflite_dynamic_range_int8_keeps_float_io_and_int8_weights(tmp_path, net
     source = load_source(f"{nets_path}:small_cnn", None, False)
     ctx = _ctx((1, 3, 16, 16))
     ctx.source = source
-    result = make_step("export-tflite", precision="int8", dynamic=True).run(ctx, None, tmp_path / "m.tflite")
+    result = step_class("export-tflite")(precision="int8", dynamic=True).run(ctx, None, tmp_path / "m.tflite")
     assert result.info["scheme"].startswith("dynamic-range INT8")
     predictor = open_predictor(result.path, 1)
     try:

@@ -38,7 +38,7 @@ from edgeopt.errors import UserError
 from edgeopt.fleet import provision as provisioning
 from edgeopt.fleet.collector import confirmations
 from edgeopt.fleet.migrations import MIGRATIONS
-from edgeopt.fleet.simulator import SimulatedDevice
+from fleet_simulator import SimulatedDevice
 from edgeopt.fleet.store import open_store
 from edgeopt_agent import wire
 

@@ -9,7 +9,7 @@ import paho.mqtt.client as mqtt
 import pytest
 
 from edgeopt.fleet.collector import Collector, confirmations
-from edgeopt.fleet.simulator import SimulatedDevice
+from fleet_simulator import SimulatedDevice
 from edgeopt.fleet.store import open_store
 from edgeopt.fleet.writer import DUPLICATE, REJECTED, STORED, IngestOutcome
 from edgeopt_agent import wire

@@ -16,7 +16,7 @@ import pytest
 from edgeopt.deploy import deploy
 from edgeopt.deploy.mqtt import HostClient
 from edgeopt.deploy.targets import DEFAULT_MAX_DEVICES, measured_devices, read_statuses, select_targets
-from edgeopt.fleet.simulator import SimulatedDevice
+from fleet_simulator import SimulatedDevice
 from edgeopt.fleet.store import open_store
 from edgeopt_agent.errors import UserError
 from edgeopt_agent.wire.broker import broker_settings

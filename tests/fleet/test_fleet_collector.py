@@ -11,7 +11,7 @@ from mqtt_broker import MqttBroker
 
 from edgeopt.errors import UserError
 from edgeopt.fleet.collector import Collector
-from edgeopt.fleet.simulator import SimulatedDevice
+from fleet_simulator import SimulatedDevice
 from edgeopt.fleet.store import open_store
 from edgeopt_agent import wire
 from edgeopt_agent.wire.backoff import Backoff

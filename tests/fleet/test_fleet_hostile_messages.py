@@ -9,7 +9,7 @@ import pytest
 from hostile_payloads import hostile_payloads, oversized
 
 from edgeopt.fleet import messages
-from edgeopt.fleet.simulator import SimulatedDevice
+from fleet_simulator import SimulatedDevice
 from edgeopt_agent import wire
 
 DEVICE = "rpi-01"

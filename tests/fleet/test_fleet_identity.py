@@ -32,7 +32,7 @@ from edgeopt.deploy.targets import read_statuses
 from edgeopt.errors import UserError
 from edgeopt.fleet import provision as provisioning
 from edgeopt.fleet.collector import Collector
-from edgeopt.fleet.simulator import SimulatedDevice
+from fleet_simulator import SimulatedDevice
 from edgeopt.fleet.store import open_store
 from edgeopt_agent import wire
 from edgeopt_agent.daemon.config import build_config

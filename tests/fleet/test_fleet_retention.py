@@ -11,7 +11,7 @@ from edgeopt.errors import UserError
 from edgeopt.fleet.database import connect, redact_url, scrub
 from edgeopt.fleet.retention import DAY_S, Retention
 from edgeopt.fleet.sequences import MAX_PLAUSIBLE_GAP
-from edgeopt.fleet.simulator import SimulatedDevice
+from fleet_simulator import SimulatedDevice
 from edgeopt.fleet.store import open_store
 
 

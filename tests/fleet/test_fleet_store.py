@@ -9,7 +9,7 @@ import pytest
 
 from edgeopt.errors import UserError
 from edgeopt.fleet.migrations import MIGRATIONS, Migration, latest_version
-from edgeopt.fleet.simulator import SimulatedDevice
+from fleet_simulator import SimulatedDevice
 from edgeopt.fleet.store import open_store
 from edgeopt_agent import wire
 

@@ -9,7 +9,7 @@ import pytest
 from edgeopt.cli.main import main
 from edgeopt.errors import UserError
 from edgeopt.fleet import views
-from edgeopt.fleet.simulator import SimulatedDevice
+from fleet_simulator import SimulatedDevice
 from edgeopt.fleet.store import open_store
 from edgeopt_agent import wire
 

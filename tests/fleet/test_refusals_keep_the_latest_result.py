@@ -7,7 +7,7 @@ import json
 import pytest
 
 from edgeopt.cli.main import main
-from edgeopt.fleet.simulator import SimulatedDevice
+from fleet_simulator import SimulatedDevice
 from edgeopt.fleet.store import open_store
 from edgeopt_agent.wire.errors import REFUSED_BEFORE_RUNNING
 

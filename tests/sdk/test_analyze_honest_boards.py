@@ -11,7 +11,7 @@ import model_files
 
 from edgeopt.analysis import analyze, mismatched_devices
 from edgeopt.cli.main import main
-from edgeopt.fleet.simulator import SimulatedDevice
+from fleet_simulator import SimulatedDevice
 from edgeopt.fleet.store import open_store
 
 SHA = "cd" * 32

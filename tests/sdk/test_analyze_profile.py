@@ -12,7 +12,7 @@ import model_files
 
 from edgeopt.analysis import analyze
 from edgeopt.cli.main import main
-from edgeopt.fleet.simulator import SimulatedDevice
+from fleet_simulator import SimulatedDevice
 from edgeopt.fleet.store import open_store
 from edgeopt.profiling import compare, profile, profile_artifact
 

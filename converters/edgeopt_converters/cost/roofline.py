@@ -72,10 +72,6 @@ class Machine:
             return self.compute_overhead_us
         return self.overhead_us
 
-    @property
-    def measured_kinds(self) -> bool:
-        return bool(self.kinds)
-
     def peak(self, precision: str) -> Tuple[float, str]:
         """Peak for a precision, falling back to the nearest one the machine states (and saying so)."""
         if precision in self.peak_gops:

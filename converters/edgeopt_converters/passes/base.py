@@ -43,6 +43,7 @@ class StepContext:
     warnings: List[str] = field(default_factory=list)
     example: Optional[Mapping[str, Any]] = None  # one real feed to trace an export with
     fix_dims: bool = True  # the data has one shape per input, so dynamic non-batch dims may be fixed
+    calibration_cache: Optional[Path] = None  # activation ranges measured before (read), or where to keep them
 
     def advance(self, count: int) -> None:
         if self.on_batch:
@@ -81,6 +82,15 @@ class Step:
     def run(self, ctx: StepContext, model: Optional[Path], output: Path) -> StepResult:
         raise NotImplementedError
 
+    def label(self) -> str:
+        """What the step does, in words, for progress and logs."""
+        return self.name
+
+    @property
+    def calibrates(self) -> bool:
+        """Whether `run` reads the calibration data (its progress counts samples)."""
+        return False
+
     @classmethod
     def describe(cls) -> List[Dict[str, Any]]:
         """Each option: name, type, default and description."""
@@ -99,19 +109,9 @@ def step_class(name: str) -> Type[Step]:
         raise UserError(f"unknown conversion step '{name}'; known: {', '.join(sorted(Step.registry))}") from None
 
 
-def make_step(name: str, **options: Any) -> Step:
-    cls = step_class(name)
-    return cls(cls.Options(**options))
-
-
 def _load_builtin_steps() -> None:
     """Importing the step modules registers them."""
     from . import export_onnx, export_tflite, fp16_onnx, preprocess_onnx, quantize_dynamic, quantize_onnx, tensorrt  # noqa: F401
-
-
-def all_steps() -> Dict[str, Type[Step]]:
-    _load_builtin_steps()
-    return dict(Step.registry)
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,3 @@ class StepCall:
     @property
     def on_target(self) -> bool:
         return step_class(self.name).on_target
-
-
-def plan_description(calls: Sequence[StepCall]) -> List[str]:
-    return [c.name + (" (on the target)" if c.on_target else "") for c in calls]

@@ -102,7 +102,7 @@ def _collect(cal, model: Path, batches, method, op_types, options: dict, skip: F
                 if ranges is not None:
                     _seed_histograms(cal, calibrator, ranges)
                 for chunk in _chunks(iter(batches()), calibrator.infer_session):
-                    calibrator.collect_data(_Reader(chunk))
+                    calibrator.collect_data(FeedReader(chunk))
                 return calibrator.compute_data()
         except StepFailed:
             raise
@@ -147,7 +147,9 @@ def _chunks(feeds: Iterator[Dict[str, np.ndarray]], session) -> Iterator[List[Di
     yield chunk
 
 
-class _Reader:
+class FeedReader:
+    """onnxruntime's CalibrationDataReader over feeds ({input name: array} each)."""
+
     def __init__(self, feeds: Iterable[Dict[str, np.ndarray]]):
         self._feeds = iter(feeds)
 

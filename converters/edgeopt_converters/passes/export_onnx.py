@@ -47,6 +47,9 @@ class ExportOnnx(Step):
     Options = OnnxExportOptions
     from_source = True
 
+    def label(self) -> str:
+        return "export ONNX FP32"
+
     def run(self, ctx: StepContext, model: Optional[Path], output: Path) -> StepResult:
         source, specs, example = ctx.source, ctx.specs, ctx.example
         if source.kind == "onnx":

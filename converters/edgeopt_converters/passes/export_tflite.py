@@ -46,6 +46,15 @@ class ExportTflite(Step):
         if self.options.precision not in ("fp32", "int8"):
             raise UserError(f"TFLite export supports fp32 and int8, not {self.options.precision}")
 
+    def label(self) -> str:
+        if self.options.precision != "int8":
+            return "export TFLite FP32"
+        return "TFLite dynamic-range INT8 (PT2E)" if self.options.dynamic else "calibrate TFLite INT8 (PT2E)"
+
+    @property
+    def calibrates(self) -> bool:
+        return self.options.precision == "int8"
+
     def run(self, ctx: StepContext, model: Optional[Path], output: Path) -> StepResult:
         path = self.export(ctx.source, ctx.specs, output,
                            ctx.calibration if self.options.precision == "int8" else None, ctx.advance)

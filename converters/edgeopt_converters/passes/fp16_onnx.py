@@ -27,6 +27,9 @@ class ConvertOnnxFp16(Step):
     name = "convert-onnx-fp16"
     Options = OnnxFp16Options
 
+    def label(self) -> str:
+        return "convert ONNX FP16"
+
     def run(self, ctx: StepContext, model: Optional[Path], output: Path) -> StepResult:
         onnx = onnx_and_onnxruntime("ONNX FP16 conversion")
         from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16

@@ -69,6 +69,9 @@ class PreprocessOnnx(Step):
     name = "preprocess-onnx"
     Options = PreprocessOptions
 
+    def label(self) -> str:
+        return "pre-process ONNX"
+
     def run(self, ctx: StepContext, model: Optional[Path], output: Path) -> StepResult:
         onnx = onnx_and_onnxruntime("ONNX pre-processing")
         o = self.options

@@ -41,6 +41,9 @@ class QuantizeOnnxDynamic(Step):
     name = "quantize-onnx-dynamic"
     Options = OnnxDynamicOptions
 
+    def label(self) -> str:
+        return "ONNX INT8 (dynamic)"
+
     def run(self, ctx: StepContext, model: Optional[Path], output: Path) -> StepResult:
         import_onnxruntime("convert", "ONNX INT8 quantization")
         from onnxruntime import quantization as q

@@ -14,7 +14,7 @@ from edgeopt_agent.runners.onnxruntime_import import import_onnxruntime
 
 from ._quiet import captured_output
 from .base import Step, StepContext, StepResult, option
-from .calibration import Calibration, calibrate
+from .calibration import Calibration, calibrate, load_calibration
 from .errors import StepFailed, first_line
 from .onnx_steps import describe_scheme
 
@@ -72,6 +72,13 @@ class QuantizeOnnxStatic(Step):
             raise UserError(f"unknown calibration method '{self.options.calibrate_method}'; "
                             f"choose one of {', '.join(CALIBRATION_METHODS)}")
 
+    def label(self) -> str:
+        return f"calibrate ONNX INT8 ({self.options.scheme})"
+
+    @property
+    def calibrates(self) -> bool:
+        return True
+
     def calibrate(self, ctx: StepContext, model: Path, cache: Path) -> Calibration:
         if ctx.calibration is None:
             raise UserError("static INT8 needs calibration data")
@@ -88,14 +95,15 @@ class QuantizeOnnxStatic(Step):
         return calibrate(model, batches, o.calibrate_method, list(o.op_types) if o.op_types else None,
                          o.symmetric_activations, cache)
 
-    def run(self, ctx: StepContext, model: Optional[Path], output: Path,
-            calibration: Optional[Calibration] = None) -> StepResult:
+    def run(self, ctx: StepContext, model: Optional[Path], output: Path) -> StepResult:
         import_onnxruntime("convert", "ONNX INT8 quantization")
         from onnxruntime import quantization as q
 
         o = self.options
-        if calibration is None:
-            calibration = self.calibrate(ctx, model, calibration_cache(output))
+        if ctx.calibration_cache is not None and ctx.calibration_cache.is_file():
+            calibration = load_calibration(ctx.calibration_cache)
+        else:
+            calibration = self.calibrate(ctx, model, ctx.calibration_cache or calibration_cache(output))
         excluded = tuple(o.nodes_to_exclude) + tuple(sorted(unquantizable_nodes(model, calibration.unquantizable)
                                                             - set(o.nodes_to_exclude)))
         types = {"uint8": q.QuantType.QUInt8, "int8": q.QuantType.QInt8}

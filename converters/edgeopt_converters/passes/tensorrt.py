@@ -25,6 +25,9 @@ class BuildTensorrtEngine(Step):
     Options = TensorrtEngineOptions
     on_target = True
 
+    def label(self) -> str:
+        return f"build a TensorRT {self.options.precision.upper()} engine (on the target)"
+
     def run(self, ctx: StepContext, model: Optional[Path], output: Path) -> StepResult:
         raise UserError("a TensorRT engine is built on the board by edgeopt-agent (deploy the ONNX artifact); "
                         "it cannot be built on the host")

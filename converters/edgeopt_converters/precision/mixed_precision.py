@@ -25,9 +25,11 @@ which nodes stayed float.
 from __future__ import annotations
 
 import os
+import statistics
+import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from edgeopt_agent.errors import require
 
@@ -40,6 +42,9 @@ from ..passes.quantize_onnx import CALIBRATION_METHODS
 from ..recipe import with_exclusions, with_int8
 from .sensitivity import node_sensitivity, quantized_nodes
 from ..source.tensors import feed_batch
+
+if TYPE_CHECKING:
+    from ..context import ConversionContext
 
 MAX_TRIES = 8  # sensitivity attempts
 STALE_TRIES = 3
@@ -65,7 +70,7 @@ def _summary(a, floats: int, stage: str = "whole graph", method: Optional[str] =
 class _Search:
     """The best attempt so far and the attempts made, each built and judged like any artifact."""
 
-    def __init__(self, ctx, record, prepared: Path, validate):
+    def __init__(self, ctx: ConversionContext, record, prepared: Path, validate):
         self.ctx, self.record, self.prepared, self.validate = ctx, record, prepared, validate
         self.target = ctx.work / record.planned.filename
         self.best, self.best_path = record, self.target
@@ -73,6 +78,8 @@ class _Search:
         self.calibrations: Dict[str, Path] = {}
         self.last_passed = False
         self.budget_points = ctx.tolerances.budget_points
+        self.seconds: List[float] = []  # how long each attempt took
+        self.out_of_time = False
 
     @property
     def failed(self) -> bool:
@@ -91,6 +98,23 @@ class _Search:
         """Build and judge one attempt; True if it beat the best so far, None if it could not be built.
         With `fewer_floats`, a passing attempt with fewer float nodes than a passing best beats it too, as
         long as the decisions it loses, as measured, are within the budget (not only its bound)."""
+        if self._would_overrun():
+            self.out_of_time = True
+            self.tries.append({"float_nodes": len(nodes), "stage": stage, "verdict": "not tried",
+                               "reason": f"--time-budget {self.ctx.options.time_budget:g} s would be overrun"})
+            return None
+        began = time.monotonic()
+        try:
+            return self._attempt(nodes, stage, method, fewer_floats, op_types)
+        finally:
+            self.seconds.append(time.monotonic() - began)
+
+    def _would_overrun(self) -> bool:
+        """The next attempt, expected to take as long as the slowest so far, would end past the budget."""
+        return self.out_of_time or self.ctx.seconds_left() < max(self.seconds, default=0.0)
+
+    def _attempt(self, nodes: Sequence[str], stage: str, method: Optional[str], fewer_floats: bool,
+                 op_types: Optional[Tuple[str, ...]]) -> Optional[bool]:
         method = method or self.method
         planned = with_exclusions(self.record.planned, nodes, method)
         # `op_types` restricts what is quantized; by default as in the best attempt so far.
@@ -125,7 +149,7 @@ class _Search:
         return self.calibrations.setdefault(method, self.ctx.work / ".steps" / f"calibration-{method}.json")
 
 
-def search_mixed_precision(ctx, record, prepared: Path, validate):
+def search_mixed_precision(ctx: ConversionContext, record, prepared: Path, validate):
     item = record.planned
     onnx = require("onnx", "convert")
     feeds = [feed for feed, _ in ctx.calibration.batches(feed_batch(ctx.specs))][:SENSITIVITY_SAMPLES]
@@ -147,18 +171,23 @@ def search_mixed_precision(ctx, record, prepared: Path, validate):
 
     if search.failed:
         for method in CALIBRATION_METHODS:
-            if method != search.method and search.failed:
+            if method != search.method and search.failed and not search.out_of_time:
                 search.attempt(search.floats, f"calibrator {method}", method)
 
-    if search.failed:
+    if search.failed and not search.out_of_time:
         mac_only_stage(search, report)
 
-    if search.failed:
+    if search.failed and not search.out_of_time:
         _prefix_stage(search, mac_shares(graph), candidates, report)
 
-    if search.failed:
+    if search.failed and not search.out_of_time:
         _sensitivity_stage(ctx, search, ranked, candidates, feeds, report)
 
+    if search.out_of_time:
+        report["stopped"] = (f"--time-budget {ctx.options.time_budget:g} s reached after {len(search.seconds)} "
+                             f"attempts of about {statistics.median(search.seconds or [0]):.0f} s")
+        ctx.warnings.append(f"{item.key}: mixed precision stopped at the time budget ({report['stopped']}); "
+                            f"a larger --time-budget may find a split that keeps more in INT8")
     if search.best is not record:
         os.replace(search.best_path, target)
     best = search.best
@@ -224,7 +253,7 @@ def _prefix_stage(search: _Search, shares: Sequence[Tuple[str, float]], candidat
         share = (low + high) / 2
 
 
-def _sensitivity_stage(ctx, search: _Search, ranked, candidates, feeds, report: Dict[str, Any]) -> None:
+def _sensitivity_stage(ctx: ConversionContext, search: _Search, ranked, candidates, feeds, report: Dict[str, Any]) -> None:
     """Keep the most sensitive 1, 2, 4, ... remaining nodes in float on top of the best attempt so far."""
     base = search.floats
     if search.best is not search.record:  # rank what is still lost, measured on the best attempt
@@ -245,16 +274,13 @@ def _sensitivity_stage(ctx, search: _Search, ranked, candidates, feeds, report: 
         count = min(count * 2, limit, len(order)) if count < min(limit, len(order)) else count + 1
 
 
-def _quantize(ctx, attempt, prepared: Path, trial: Path, cache: Path,
+def _quantize(ctx: ConversionContext, attempt, prepared: Path, trial: Path, cache: Path,
               calibrated_ops: Optional[Tuple[str, ...]] = None) -> Dict[str, Any]:
     """Quantize with the ranges cached for the attempt's calibrator (each calibrator runs at most once,
     over the tensors of `calibrated_ops`, the search's own op types, whatever the attempt quantizes)."""
-    from ..passes.base import StepContext
-    from ..passes.calibration import load_calibration
     from ..passes.quantize_onnx import QuantizeOnnxStatic
 
-    step = QuantizeOnnxStatic(attempt.int8)
-    step_ctx = StepContext(ctx.source, ctx.specs, ctx.calibration, feed_batch(ctx.specs))
-    calibrator = QuantizeOnnxStatic(replace(attempt.int8, op_types=calibrated_ops))
-    calibration = load_calibration(cache) if cache.is_file() else calibrator.calibrate(step_ctx, prepared, cache)
-    return step.run(step_ctx, prepared, trial, calibration).info
+    step_ctx = ctx.step_context(calibration_cache=cache)
+    if not cache.is_file():
+        QuantizeOnnxStatic(replace(attempt.int8, op_types=calibrated_ops)).calibrate(step_ctx, prepared, cache)
+    return QuantizeOnnxStatic(attempt.int8).run(step_ctx, prepared, trial).info

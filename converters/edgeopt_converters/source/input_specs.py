@@ -156,11 +156,3 @@ def concrete_specs(specs: Sequence[InputSpec], feed_shapes: Dict[str, tuple]) ->
 def tensor_inputs(specs: Sequence[InputSpec], baked: bool) -> List[InputSpec]:
     """The inputs an artifact takes: without the constants that were baked into the export."""
     return [s for s in specs if not (baked and s.is_constant)]
-
-
-def describe_all(specs: Sequence[InputSpec]) -> str:
-    return ", ".join(s.describe() for s in specs)
-
-
-def first_dynamic(specs: Sequence[InputSpec]) -> Optional[InputSpec]:
-    return next((s for s in specs if not s.is_constant and not s.is_concrete), None)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -478,7 +478,3 @@ def random_dataset(specs: Sequence[InputSpec], samples: int = DEFAULT_SAMPLES, s
             arrays[spec.name] = rng.integers(0, 2, shape).astype(dtype)
     _add_constants(arrays, specs, samples, whole)
     return Dataset(arrays, None, "random", whole)
-
-
-def sample_feed(dataset: Dataset, batch: int = 1) -> Mapping[str, np.ndarray]:
-    return dataset.first_feed(batch)

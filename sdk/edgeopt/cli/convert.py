@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
-
-from edgeopt_agent.runtimes import FORMATS, PRECISIONS
 
 from .output import console, table
 
@@ -13,86 +12,53 @@ MODEL_HELP = """MODEL is one of: path/to/file.py:factory (a function returning a
 file, an ExportedProgram .pt2, an .onnx file, or example:digits-cnn (bundled)."""
 
 
+def convert_options(command):
+    """One click option per convert option, generated from their one definition (edgeopt_converters.options)."""
+    from edgeopt_converters.options import defaults, specs
+
+    for name, spec in reversed(list(specs().items())):
+        default = defaults()[name]
+        kwargs = dict(help=spec.help, metavar=spec.metavar)
+        if spec.negated_by:
+            kwargs.update(flag_value=not default, default=default)
+        elif spec.kind is bool:
+            kwargs.update(is_flag=True, default=default)
+        else:
+            kwargs.update(type=_click_type(spec), multiple=spec.multiple, required=spec.required)
+            if not spec.multiple and default is not None:
+                kwargs.update(default=default, show_default=True)
+        command = click.option(*spec.cli_flags(name), name, **kwargs)(command)
+    return command
+
+
+def _click_type(spec):
+    if spec.choices:
+        return click.Choice(spec.choices)
+    if spec.kind is int and spec.minimum is not None:
+        return click.IntRange(min=int(spec.minimum))
+    if spec.kind is Path:
+        return click.Path(file_okay=not spec.folder, dir_okay=spec.folder)
+    if spec.kind in (int, float):
+        return spec.kind  # float limits are checked with the option's own message
+    return None
+
+
 @click.command(help=f"Quantize and export a model for a target board.\n\n{MODEL_HELP}")
 @click.argument("model")
-@click.option("-d", "--device", required=True, help="Target board profile (see `edgeopt devices`).")
-@click.option("-o", "--output", "output_dir", default="edgeopt-out", show_default=True,
-              type=click.Path(file_okay=False), help="Folder for the artifacts and manifest.json.")
-@click.option("--input-shape", "input_shapes", multiple=True, metavar="[NAME=]1,3,224,224",
-              help="Input shape, NAME=SHAPE for a named input (NAME= or NAME=scalar: a scalar); repeat per "
-                   "input. Dims the model declares are read from it: give only the dynamic ones' inputs.")
-@click.option("--input-dtype", "input_dtypes", multiple=True, metavar="[NAME=]float32",
-              help="Input dtype: one for all inputs, one per input in order, or NAME=DTYPE.")
-@click.option("--input-value", "input_values", multiple=True, metavar="NAME=16000",
-              help="A constant argument (a TorchScript int, a Python float), baked into the export; "
-                   "for an ONNX input, the value it is always fed.")
-@click.option("--calibration", type=click.Path(dir_okay=False), multiple=True,
-              help=".npy, or .npz keyed by input name, with representative inputs for INT8 calibration: "
-                   "an array [N, *input_shape] holds N samples (batch-first [N, *input_shape[1:]] also works); repeat "
-                   "for files of other shapes (sequence lengths) to calibrate over each.")
-@click.option("--eval-data", type=click.Path(dir_okay=False),
-              help="Like --calibration, plus optional integer `labels` for the accuracy check: class indices [N], "
-                   "or for a CTC output the true symbols [N, L] padded with -1.")
-@click.option("--format", "formats", multiple=True, type=click.Choice(FORMATS),
-              help="Override the profile's formats (repeatable).")
-@click.option("--precision", "precisions", multiple=True, type=click.Choice(PRECISIONS),
-              help="Override the profile's precisions (repeatable).")
-@click.option("--max-accuracy-drop", type=float, metavar="POINTS",
-              help="Fail when any artifact loses more than this many percentage points against FP32.")
-@click.option("--min-cosine", type=float, metavar="X",
-              help="Fail when any artifact's outputs have a cosine similarity to FP32 below X (any output kind).")
-@click.option("--output-kind", "output_kinds", multiple=True, metavar="NAME=KIND",
-              help="How an output is judged (repeatable): classes, detection, embedding, probability, regression, "
-                   "sequence, ctc, mask, state. Inferred from name, shape and values when not given.")
-@click.option("--state", "state_pairs", multiple=True, metavar="INPUT=OUTPUT",
-              help="A recurrent state the model returns and takes back (repeatable); stateful models are judged "
-                   "streamed, each artifact fed its own state. Detected from names and shapes when not given.")
-@click.option("--stream-steps", type=click.IntRange(min=2), default=64, show_default=True,
-              help="Steps a stateful model is streamed through (at most the evaluation samples).")
-@click.option("--metric", metavar="FILE.py:FN",
-              help="Your own metric: FN(reference, candidate, labels) -> number, higher is better; outputs come "
-                   "as {name: array}.")
-@click.option("--max-metric-drop", type=float, metavar="X", help="Fail when an artifact's --metric is more than X below FP32's.")
-@click.option("--threads", type=click.IntRange(min=1), help="Threads for host timing (default: the profile's, capped at this machine's cores).")
-@click.option("--calibrate-method", type=click.Choice(["minmax", "entropy", "percentile"]), default="minmax",
-              show_default=True,
-              help="How ONNX INT8 activation ranges are chosen: minmax (each tensor's range), percentile "
-                   "(99.999% of its values), entropy (onnxruntime's KL calibrator at its defaults, which "
-                   "keeps the whole range, symmetric about 0).")
-@click.option("--weights", type=click.Path(dir_okay=False), help="state_dict for a file.py:factory model (loaded with weights_only=True).")
-@click.option("--trust-model-code", is_flag=True,
-              help="Load a TorchScript MODEL, which runs code when loaded: only for files from a source you trust.")
-@click.option("--no-mixed-precision", is_flag=True,
-              help="Keep a failed INT8 as it is instead of keeping its most sensitive nodes in float until it passes.")
-@click.option("--strict", is_flag=True,
-              help="Fail the conversion when any artifact cannot be built or run (by default it is listed as "
-                   "failed with its cause and the others go on).")
-@click.option("--no-timing", is_flag=True, help="Skip the host timing (the recommendation then falls back to the profile's prediction).")
+@convert_options
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON instead of the summary table.")
-def convert(model, device, output_dir, input_shapes, input_dtypes, input_values, calibration, eval_data, formats, precisions,
-            max_accuracy_drop, min_cosine, output_kinds, state_pairs, stream_steps, metric, max_metric_drop, threads,
-            calibrate_method, weights, trust_model_code, no_mixed_precision, strict, no_timing, as_json):
+def convert(model, as_json, **options):
     from edgeopt.api import convert as run
     from edgeopt_converters.progress import ProgressReporter, terminal_progress
 
     reporter = ProgressReporter() if as_json else terminal_progress()
-    kwargs = dict(
-        input_shape=list(input_shapes) or None, input_dtype=list(input_dtypes) or None,
-        input_value=list(input_values) or None,
-        calibration=list(calibration) or None, eval_data=eval_data, formats=formats, precisions=precisions,
-        max_accuracy_drop=max_accuracy_drop, min_cosine=min_cosine, output_kinds=list(output_kinds),
-        state=list(state_pairs), stream_steps=stream_steps, metric=metric, max_metric_drop=max_metric_drop,
-        threads=threads, calibrate_method=calibrate_method,
-        weights=weights, trust_model_code=trust_model_code, time_on_host=not no_timing, mixed_precision=not no_mixed_precision,
-        strict=strict, progress=reporter,
-    )
     if as_json:
-        manifest = run(model, device, output_dir, **kwargs)
+        manifest = run(model, progress=reporter, **options)
         click.echo(json.dumps(manifest, indent=2))
         return
     with reporter:
-        manifest = run(model, device, output_dir, **kwargs)
-    print_summary(manifest, output_dir)
+        manifest = run(model, progress=reporter, **options)
+    print_summary(manifest, options["output_dir"])
 
 
 def _clip(text: str, limit: int) -> str:
@@ -165,6 +131,9 @@ def print_summary(manifest: dict, output_dir: str) -> None:
     where = "measured on this host" if basis == "measured" else f"timings are from this {manifest['host']['machine']} host, not {manifest['device']}"
     out.print(table(["artifact", "size", "verdict", "worst output", "top-1 %", "p50 ms", "vs fp32 (95%)"], rows,
                     title=f"{manifest['device']}: {manifest['model']['source']} ({where})"))
+    for o in (manifest["artifacts"][0]["accuracy"].get("outputs") or []) if manifest["artifacts"] else []:
+        chosen = "given with --output-kind" if o.get("kind_source") == "given" else o.get("kind_why")
+        out.print(f"output {o['name']}: judged as {o['kind']} ({chosen})", markup=False)
     for a in manifest["artifacts"]:
         if a["scheme"]:
             out.print(f"{a['key']}: {a['scheme']}", markup=False)

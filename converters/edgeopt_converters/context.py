@@ -1,0 +1,96 @@
+"""What one conversion knows, handed to every part of it: the options, the board, the model, its data,
+the FP32 reference and what has been built so far. Steps get their own narrow view (`step_context`)."""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from edgeopt_agent.profiles import DeviceProfile
+
+from . import accuracy as acc
+from .accuracy.user_metric import UserMetric
+from .options import ConvertOptions
+from .passes.base import StepContext
+from .recipe import Plan
+from .source.source_model import SourceModel
+from .source.tensors import Dataset, InputSpec, feed_batch
+
+
+@dataclass(frozen=True)
+class Judging:
+    """How every artifact's outputs are judged: the same names, kinds and state pairs for all."""
+
+    names: List[str]
+    kinds: List[acc.OutputKind]
+    state_pairs: Dict[str, str]
+    stream_steps: int
+
+
+@dataclass
+class ConversionContext:
+    options: ConvertOptions
+    profile: DeviceProfile
+    source: SourceModel
+    specs: List[InputSpec]  # the inputs fed, with the shapes of the data
+    calibration: Dataset
+    evaluation: Dataset
+    threads: int
+    work: Path  # the private build folder inside OUTDIR
+    plan: Plan
+    model_specs: List[InputSpec] = field(default_factory=list)  # every input, constants and dynamic dims included
+    tolerances: acc.Tolerances = field(default_factory=acc.Tolerances)
+    metric: Optional[UserMetric] = None
+    notes: List[str] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=list)
+    failed: List[Dict[str, Any]] = field(default_factory=list)  # artifacts that could not be built or run, with why
+    reference_predict: Optional[Callable[[Dict[str, np.ndarray]], Sequence[np.ndarray]]] = None
+    reference: List[np.ndarray] = field(default_factory=list)  # FP32 outputs on the evaluation data
+    streamed_reference: Dict[str, List[np.ndarray]] = field(default_factory=dict)  # filled on first use
+    judging: Optional[Judging] = None  # decided from the reference and the first artifact's names
+    built: Dict[str, Path] = field(default_factory=dict)  # artifact key -> its file in `work`
+    dynamic_batch: bool = False  # the ONNX export kept the batch dim dynamic
+    started: float = field(default_factory=time.monotonic)
+
+    def seconds_left(self) -> float:
+        """Of --time-budget (infinite without one)."""
+        budget = self.options.time_budget
+        return budget - (time.monotonic() - self.started) if budget else math.inf
+
+    @property
+    def batch(self) -> int:
+        return feed_batch(self.specs)
+
+    def shape_sets(self) -> List[Dict[str, Tuple[int, ...]]]:
+        """The input shapes of each calibration part and of the evaluation data."""
+        return self.calibration.shapes(self.batch) + self.evaluation.shapes(self.batch)
+
+    def varying_axes(self) -> Tuple[Tuple[str, int, str], ...]:
+        """Axes (besides the batch) whose size differs across the data files (calibration parts and
+        evaluation): they stay dynamic in the export. Axes that vary alike across inputs share one size."""
+        sets = self.shape_sets()
+        groups: Dict[Tuple[int, Tuple[int, ...]], str] = {}
+        axes = []
+        for name, shape in sets[0].items():
+            for axis in range(len(shape)):
+                sizes = tuple(s[name][axis] for s in sets if name in s)
+                if len(set(sizes)) > 1 and not (axis == 0 and not self.calibration.whole):
+                    group = groups.setdefault((axis, sizes), f"dim{len(groups)}")
+                    axes.append((name, axis, group))
+        return tuple(axes)
+
+    def step_context(self, advance: Optional[Callable[[int], None]] = None,
+                     calibration_cache: Optional[Path] = None) -> StepContext:
+        """What a conversion step may use of this conversion."""
+        return StepContext(self.source, self.specs, self.calibration, self.batch, advance,
+                           example=self.calibration.first_feed(self.batch), fix_dims=not self.varying_axes(),
+                           calibration_cache=calibration_cache)
+
+    def float_artifact(self, fmt: str) -> Optional[Path]:
+        """The built FP32 artifact of a format: what that format's other artifacts are compared with."""
+        key = next((a.key for a in self.plan.artifacts if a.format == fmt and a.precision == "fp32"), None)
+        return self.built.get(key) if key else None
