@@ -127,15 +127,39 @@ def _by_roofline(usable, profile: DeviceProfile, why: str, predicted_ms: Mapping
     if not candidates:
         return None
     fastest = min(estimates[r.planned.key][0] for r in candidates)
-    best = min((r for r in candidates if estimates[r.planned.key][0] <= fastest * TIE),
-               key=lambda r: _preference(profile, r))
+    tied = [r for r in candidates if estimates[r.planned.key][0] <= fastest * TIE]
+    tied, settled = _settle_by_host_runtimes(tied, profile)
+    best = min(tied, key=lambda r: _preference(profile, r))
     shown = ", ".join(f"{r.planned.key} {estimates[r.planned.key][0]:.3f} ms{estimates[r.planned.key][1]}"
                       for r in sorted(candidates, key=lambda r: estimates[r.planned.key][0]))
     return best.planned.key, (
         f"predicted, not measured: {why}; fastest by the roofline of each graph on {profile.name} (its profile's "
         f"peak throughput per precision and memory bandwidth, uncalibrated; `edgeopt analyze` shows it per "
-        f"node) among artifacts that pass their accuracy verdict: {shown}. Confirm on the board: `edgeopt deploy OUTDIR --wait` to its edgeopt-agent."
+        f"node) among artifacts that pass their accuracy verdict: {shown}{settled}. Confirm on the board: "
+        f"`edgeopt deploy OUTDIR --wait` to its edgeopt-agent."
     )
+
+
+def _settle_by_host_runtimes(tied, profile: DeviceProfile) -> Tuple[list, str]:
+    """Artifacts the roofline cannot tell apart because they are the same graph in two runtimes: the
+    one whose runtime ran it slower here (by more than TIE) is dropped, since the roofline sees the
+    arithmetic, not how well each runtime's CPU kernels do it. A GPU board's runtimes are not this
+    host's CPU kernels, so there the profile's order stays the judge."""
+    if profile.has_gpu:
+        return tied, ""
+    kept, said = [], []
+    for precision in dict.fromkeys(r.planned.precision for r in tied):
+        group = [r for r in tied if r.planned.precision == precision]
+        timed = {r.planned.key: r.host_timing.p50_ms for r in group if r.host_timing is not None}
+        if len(group) < 2 or len(timed) < len(group) or len({r.planned.format for r in group}) < 2:
+            kept += group
+            continue
+        quickest = min(group, key=lambda r: timed[r.planned.key])
+        slower = [r for r in group if timed[r.planned.key] > timed[quickest.planned.key] * TIE]
+        kept += [r for r in group if r not in slower]
+        said += [f"{r.planned.key} ran the same graph {timed[r.planned.key] / timed[quickest.planned.key]:.1f}x "
+                 f"slower than {quickest.planned.key} on this host" for r in slower]
+    return kept, (f"; tied by the roofline, settled by this host's runtimes: {'; '.join(said)}" if said else "")
 
 
 def _precision_rank(profile: DeviceProfile) -> List[str]:

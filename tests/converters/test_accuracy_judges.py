@@ -51,19 +51,19 @@ def test_samples_needed_decides_at_that_count():
 
 @pytest.mark.parametrize("name,shape,values,kind", [
     ("logits", (8, 10), "normal", "classes"),
-    ("output_0", (8, 1000), "normal", "classes"),
+    ("output_0", (8, 1000), "normal", "tensor"),  # no evidence: the old shape guess said classes
     ("sentence_embedding", (8, 384), "normal", "embedding"),
     ("output_0", (8, 384), "unit", "embedding"),
     ("last_hidden_state", (8, 12, 384), "normal", "embedding"),
     ("output0", (8, 84, 400), "boxes", "detection"),
     ("output0", (8, 400, 85), "boxes_last", "detection"),
     ("speech_prob", (8, 1), "probability", "probability"),
-    ("y", (8, 3), "normal", "classes"),
+    ("y", (8, 3), "normal", "tensor"),  # no evidence: the old shape guess said classes
     ("ctc", (8, 40, 97), "softmax", "sequence"),
     ("softmax_2.tmp_0", (2, 40, 6625), "softmax", "sequence"),  # PP-OCR's recognizer: not a detection head
     ("logits", (8, 40, 97), "normal", "sequence"),
     ("mask", (8, 1, 32, 32), "probability", "mask"),
-    ("value", (8, 1), "normal", "regression"),
+    ("value", (8, 1), "normal", "tensor"),  # no evidence: the old shape guess said regression
 ])
 def test_kind_is_inferred_from_name_shape_and_values(name, shape, values, kind):
     if values == "unit":
@@ -90,7 +90,7 @@ def test_output_kind_overrides_and_bad_names():
     with pytest.raises(UserError, match="KIND one of"):
         parse_output_kinds(["emb=vector"])
     kinds = decide_kinds(["a", "b"], [np.zeros((2, 10)), np.zeros((2, 10))], {"b": "embedding"})
-    assert [k.kind for k in kinds] == ["classes", "embedding"] and kinds[1].given
+    assert [k.kind for k in kinds] == ["tensor", "embedding"] and kinds[1].given  # "a" has no evidence
 
 
 # --- judges -----------------------------------------------------------------------------------
@@ -106,10 +106,10 @@ def test_classes_with_too_few_samples_are_unresolved_and_say_how_many_more():
 
 def test_classes_decided_both_ways_on_enough_samples():
     ref = RNG.standard_normal((2000, 10)).astype(np.float32)
-    assert compare([ref], [noisy(ref, 1e-4)]).verdict == "ok"
+    assert compare([ref], [noisy(ref, 1e-4)], names=["logits"]).verdict == "ok"
     shuffled = ref.copy()
     shuffled[:200] = RNG.standard_normal((200, 10))  # ~9 % of decisions move
-    failed = compare([ref], [shuffled])
+    failed = compare([ref], [shuffled], names=["logits"])
     assert failed.verdict == "failed" and failed.drop_points > 5
 
 
@@ -350,9 +350,9 @@ def test_the_worst_output_decides_and_every_output_reports_sqnr():
 
 def test_unresolved_but_excellent_is_flagged_for_the_recommendation():
     ref = RNG.standard_normal((32, 10)).astype(np.float32)
-    close = compare([ref], [noisy(ref, 3e-3)])
+    close = compare([ref], [noisy(ref, 3e-3)], names=["logits"])
     assert close.verdict == "unresolved" and close.excellent
-    rough = compare([ref], [noisy(ref, 0.05)])
+    rough = compare([ref], [noisy(ref, 0.05)], names=["logits"])
     assert not rough.excellent
 
 
@@ -365,8 +365,8 @@ def test_budget_comes_from_the_tolerances():
     ref = RNG.standard_normal((1000, 10)).astype(np.float32)
     cand = ref.copy()
     cand[:30] = RNG.standard_normal((30, 10))  # ~2.7 % of decisions move
-    assert compare([ref], [cand], tolerances=Tolerances(budget_points=10)).verdict == "ok"
-    assert compare([ref], [cand], tolerances=Tolerances(budget_points=0.5)).verdict == "failed"
+    assert compare([ref], [cand], names=["logits"], tolerances=Tolerances(budget_points=10)).verdict == "ok"
+    assert compare([ref], [cand], names=["logits"], tolerances=Tolerances(budget_points=0.5)).verdict == "failed"
 
 
 # --- streaming --------------------------------------------------------------------------------

@@ -7,8 +7,8 @@ import onnx
 from onnx import TensorProto as T
 from onnx import helper as h
 
-from edgeopt_converters import pipeline
-from edgeopt_converters.cost.host_timing import ORT_SIDE_BY_SIDE
+from edgeopt_converters.cost import time_artifacts
+from edgeopt_converters.cost.host_timing import ORT_SIDE_BY_SIDE, drift, ratio_interval, time_interleaved
 from edgeopt_converters.runtime import open_predictor
 
 
@@ -30,13 +30,42 @@ def test_timed_onnx_artifacts_stop_spinning_between_runs_and_others_get_no_onnx_
         opened[path.name] = session_config
         return SimpleNamespace(bound_call=lambda feed: (lambda: None), close=lambda: None)
 
-    monkeypatch.setattr(pipeline, "open_predictor", fake_open)
-    monkeypatch.setattr(pipeline, "feed_batch", lambda specs: 1)
+    monkeypatch.setattr(time_artifacts, "open_predictor", fake_open)
     records = [SimpleNamespace(planned=SimpleNamespace(key=f"{fmt}-{p}", format=fmt, precision=p), path=f"{fmt}-{p}",
                                host_timing=None)
                for fmt, p in (("onnx", "fp32"), ("onnx", "int8"), ("tflite", "int8"))]
-    ctx = SimpleNamespace(work=tmp_path, threads=1, specs=None, evaluation=SimpleNamespace(first_feed=lambda batch: {}))
+    ctx = SimpleNamespace(work=tmp_path, threads=1, batch=1, evaluation=SimpleNamespace(first_feed=lambda batch: {}))
     progress = SimpleNamespace(step=lambda *a: contextlib.nullcontext(lambda: None))
-    pipeline._time_all(ctx, records, progress, max_rounds=5)
+    time_artifacts.time_artifacts(ctx, records, progress, max_rounds=5)
     assert opened == {"onnx-fp32": ORT_SIDE_BY_SIDE, "onnx-int8": ORT_SIDE_BY_SIDE, "tflite-int8": None}
     assert all(r.host_timing is not None for r in records)
+
+
+def test_a_few_rounds_taken_by_another_process_do_not_move_the_speedup():
+    rng = np.random.default_rng(0)
+    baseline = list(10.0 * (1 + 0.02 * rng.standard_normal(20)))
+    candidate = [b / 2.0 for b in baseline]
+    for i in (3, 9, 15):  # the baseline's turn ran while something else held a core
+        baseline[i] *= 5
+    measured = ratio_interval(baseline, candidate)
+    assert 1.9 < measured.estimate < 2.1
+    assert measured.low <= 2.0 <= measured.high
+    mean_of_logs = float(np.exp(np.mean(np.log(np.array(baseline) / np.array(candidate)))))
+    assert mean_of_logs > 2.5, "the mean of the log ratios, used before, is pulled far off by those rounds"
+
+
+def test_a_speedup_that_moves_while_it_is_measured_is_called_drift():
+    baseline = [10.0] * 16
+    candidate = [5.0] * 8 + [3.33] * 8
+    assert abs(drift(baseline, candidate) - 0.5) < 0.01
+    assert drift([10.0] * 6, [5.0] * 6) is None, "too few rounds to split"
+    assert drift([10.0] * 12, [5.0] * 12) == 0.0
+
+
+def test_each_round_starts_with_another_variant_and_the_load_is_recorded():
+    order = []
+    runs = {key: (lambda k: (lambda: order.append(k)))(key) for key in ("a", "b", "c")}
+    timings = time_interleaved(runs, {"b": "a", "c": "a"}, min_rounds=3, max_rounds=3, warmup=0, min_round_s=0.0)
+    assert order == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert timings["a"].load is not None and len(timings["a"].load) == 2
+    assert "load" in timings["b"].to_dict() and timings["b"].speedup.baseline == "a"

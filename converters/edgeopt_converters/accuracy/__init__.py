@@ -12,12 +12,14 @@ from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from ..source.tensors import Dataset
-from .judges import FAILED, OK, SEVERITY, UNRESOLVED, Judgement, Tolerances, judge
-from .kinds import KINDS, OutputKind, infer_kind
+from .judges import FAILED, OK, SEVERITY, UNRESOLVED, Judgement, Tolerances
+from .kind_registry import judge
+from .kinds import KINDS, OutputKind, graph_evidence, image_input_hw, infer_kind
 from .user_metric import UserMetric
 
 __all__ = ["Accuracy", "MetricResult", "Judgement", "Tolerances", "OutputKind", "KINDS", "OK", "UNRESOLVED",
-           "FAILED", "collect_outputs", "compare", "decide_kinds"]
+           "FAILED", "collect_outputs", "compare", "decide_kinds", "graph_evidence",
+           "image_input_hw"]
 
 Predict = Callable[[Mapping[str, np.ndarray]], Sequence[np.ndarray]]
 
@@ -155,8 +157,13 @@ def collect_outputs(predict: Predict, data: Dataset, batch: int,
 
 
 def decide_kinds(names: Sequence[str], reference: Sequence[np.ndarray], given: Mapping[str, str],
-                 state_outputs: Sequence[str] = ()) -> List[OutputKind]:
-    return [infer_kind(name, ref, given.get(name), name in state_outputs) for name, ref in zip(names, reference)]
+                 state_outputs: Sequence[str] = (), producers: Optional[Mapping[str, str]] = None,
+                 labels: Optional[np.ndarray] = None, input_hw: Optional[Tuple[int, int]] = None) -> List[OutputKind]:
+    """Each output's kind: given, or claimed on evidence. `producers`: {output name: ONNX op type}
+    (`graph_evidence(onnx_path)`); `labels`: the evaluation labels; `input_hw`: the image input's size."""
+    producers = producers or {}
+    return [infer_kind(name, ref, given.get(name), name in state_outputs, producers.get(name), labels, input_hw)
+            for name, ref in zip(names, reference)]
 
 
 def judge_all(names: Sequence[str], kinds: Sequence[OutputKind], reference: Sequence[np.ndarray],
@@ -175,7 +182,7 @@ def compare(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray], la
             names: Optional[Sequence[str]] = None, kinds: Optional[Sequence[OutputKind]] = None,
             tolerances: Optional[Tolerances] = None, metric: Optional[UserMetric] = None) -> Accuracy:
     names = list(names) if names else [f"output_{i}" for i in range(len(reference))]
-    kinds = list(kinds) if kinds else decide_kinds(names, reference, {})
+    kinds = list(kinds) if kinds else decide_kinds(names, reference, {}, labels=labels)
     tol = tolerances or Tolerances()
     judged = judge_all(names, kinds, reference, candidate, labels, tol)
     result = None

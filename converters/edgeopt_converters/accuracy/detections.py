@@ -17,7 +17,7 @@ from typing import List, Tuple
 
 import numpy as np
 
-from .kinds import detection_layout
+from .layouts import detection_layout
 
 SCORE_THRESHOLD = 0.25
 SCORE_BAND = 0.05  # below the threshold, a candidate's score still keeps FP32's detection (module doc)
@@ -84,9 +84,15 @@ def match(reference: np.ndarray, candidate: np.ndarray, threshold: float = SCORE
           band: float = SCORE_BAND) -> DetectionMatch:
     ref_boxes, ref_scores = split_head(reference.astype(np.float64))
     cand_boxes, cand_scores = split_head(candidate.astype(np.float64))
+    return match_decoded(ref_boxes, ref_scores, cand_boxes, cand_scores, threshold, band)
+
+
+def match_decoded(ref_boxes: np.ndarray, ref_scores: np.ndarray, cand_boxes: np.ndarray, cand_scores: np.ndarray,
+                  threshold: float = SCORE_THRESHOLD, band: float = SCORE_BAND) -> DetectionMatch:
+    """As `match`, from boxes [N, A, 4] (xywh) and per-class scores [N, A, C] already taken out of a head."""
     total = found = strict = candidates = spurious = 0
     ious: List[float] = []
-    for i in range(len(reference)):
+    for i in range(len(ref_boxes)):
         # Greedy NMS keeps boxes best first, so FP32's detections at the threshold are the start of those
         # down to the band's floor.
         near = detect(ref_boxes[i], ref_scores[i], threshold - band)

@@ -1,4 +1,4 @@
-"""One judge per output kind: FP32 and candidate outputs in, a verdict with its figures out.
+"""Judges of the original kinds (kind_registry.py picks one per output): FP32 and candidate outputs in, a verdict out.
 
 Verdicts: "ok", "unresolved" (the evaluation data cannot decide; `samples_needed` says how much
 more would) and "failed". Counted decisions (top-1, flipped probabilities, per-step argmax,
@@ -8,13 +8,13 @@ the budget in percentage points; continuous figures (cosine, SQNR, IoU) by fixed
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 
 from . import ctc, intervals
-from .detections import SCORE_THRESHOLD, match, split_head
-from .kinds import OutputKind
+from .detections import SCORE_THRESHOLD, DetectionMatch, match, split_head
+from .output_kind import OutputKind
 
 OK, UNRESOLVED, FAILED = "ok", "unresolved", "failed"
 SEVERITY = {OK: 0, UNRESOLVED: 1, FAILED: 2}
@@ -26,7 +26,16 @@ class Tolerances:
     min_embedding_cosine: float = 0.98  # mean per-sample cosine of embeddings
     min_worst_embedding_cosine: float = 0.90
     min_cosine: float = 0.99  # regression and state outputs
-    min_sqnr_db: float = 20.0  # outputs too small per sample for a cosine to mean anything
+    min_sqnr_db: float = 20.0  # outputs too small per sample for a cosine to mean anything, and tensors
+    # A tensor's worst samples: 95th percentile of per-sample |error| / |FP32| (L2). 20 dB SQNR is a
+    # relative error of 0.1 on the whole output; single samples may reach twice that.
+    max_relative_error: float = 0.2
+    # Coordinates: |error| over FP32's spread (each coordinate's standard deviation over samples), mean and
+    # 95th percentile. 20 dB SQNR on the spread is an RMS error of 0.1 of it; a normal error's 95th
+    # percentile is about twice its RMS.
+    max_coordinate_error: float = 0.1
+    max_coordinate_error_p95: float = 0.2
+    max_bin_shift: float = 1.0  # ordinal bins: a decoded value may move less than one bin, the argmax's own step
     max_probability_error: float = 0.1  # 99th percentile of |error| for probabilities
     min_mask_iou: float = 0.9
     min_box_iou: float = 0.8  # mean IoU of FP32 detections the candidate still finds
@@ -45,19 +54,28 @@ class Judgement:
     figures: Dict[str, Optional[float]] = field(default_factory=dict)
     loss_points: Optional[intervals.Bounds] = None  # decisions changed, in percentage points
     samples_needed: Optional[int] = None
+    parts: Tuple[str, ...] = ()  # semantic parts its kind has (a head's boxes and scores), each with figures
 
     @property
     def cosine(self) -> float:
         return float(self.figures["cosine_similarity"])
 
     def excellent(self, tol: Tolerances) -> bool:
-        """Cosine and SQNR excellent for the whole output and, where it has parts (a detection's boxes
-        and scores), for its worst part: boxes in pixels must not hide crushed scores."""
-        sqnr = self.figures.get("sqnr_db")
+        """Cosine and SQNR excellent for the whole output and, where its kind has parts (a head's boxes,
+        objectness and scores), for every part: boxes in pixels must not hide crushed scores, and a head
+        whose parts were not measured is never excellent on whole-tensor figures."""
+        pairs = [("cosine_similarity", "sqnr_db")] + [(f"{part}_cosine", f"{part}_sqnr_db") for part in self.parts]
         part_cosine, part_sqnr = self.figures.get("worst_part_cosine"), self.figures.get("worst_part_sqnr_db")
-        return (self.cosine >= tol.excellent_cosine and (sqnr is None or sqnr >= tol.excellent_sqnr_db)
+        return (all(self._excellent_pair(cosine, sqnr, tol) for cosine, sqnr in pairs)
                 and (part_cosine is None or part_cosine >= tol.excellent_cosine)
                 and (part_sqnr is None or part_sqnr >= tol.excellent_sqnr_db))
+
+    def _excellent_pair(self, cosine_key: str, sqnr_key: str, tol: Tolerances) -> bool:
+        """A cosine and an SQNR (None: exact) both measured and both excellent."""
+        if cosine_key not in self.figures or sqnr_key not in self.figures:
+            return False
+        cosine, sqnr = self.figures[cosine_key], self.figures[sqnr_key]
+        return cosine is not None and cosine >= tol.excellent_cosine and (sqnr is None or sqnr >= tol.excellent_sqnr_db)
 
     def to_dict(self) -> dict:
         out = {"name": self.name, "kind": self.kind.kind, "kind_source": "given" if self.kind.given else "inferred",
@@ -122,7 +140,7 @@ def part_figures(parts: Dict[str, int], ref_parts, cand_parts) -> Dict[str, Opti
     return figures
 
 
-def _counted(name, kind, figures, changed: int, trials: int, what: str, tol: Tolerances) -> Judgement:
+def counted(name, kind, figures, changed: int, trials: int, what: str, tol: Tolerances) -> Judgement:
     """Verdict for `changed` decisions out of `trials` against the budget in points."""
     bounds = intervals.wilson(changed, trials)
     if changed == 0 and _numerically_equal(figures, tol):
@@ -160,9 +178,9 @@ def judge_classes(name, kind, ref, cand, labels, tol: Tolerances) -> Judgement:
         figures["reference_top1_accuracy"] = float(ref_right.mean() * 100)
         bounds = intervals.paired_difference(int((ref_right & ~cand_right).sum()), int((~ref_right & cand_right).sum()), len(ref))
         if (ref_top == cand_top).all() and _numerically_equal(figures, tol):
-            return _counted(name, kind, figures, 0, len(ref), "top-1 changed", tol)
+            return counted(name, kind, figures, 0, len(ref), "top-1 changed", tol)
         return _against_budget(name, kind, figures, bounds, len(ref), "top-1 accuracy lost", tol)
-    return _counted(name, kind, figures, int((ref_top != cand_top).sum()), len(ref), "top-1 changed", tol)
+    return counted(name, kind, figures, int((ref_top != cand_top).sum()), len(ref), "top-1 changed", tol)
 
 
 def judge_probability(name, kind, ref, cand, tol: Tolerances) -> Judgement:
@@ -171,7 +189,7 @@ def judge_probability(name, kind, ref, cand, tol: Tolerances) -> Judgement:
     figures["p99_abs_error"] = float(np.percentile(error, 99)) if error.size else 0.0
     flipped = (ref >= 0.5) != (cand >= 0.5)
     figures["flipped_pct"] = float(flipped.mean() * 100) if flipped.size else 0.0
-    judged = _counted(name, kind, figures, int(flipped.sum()), int(flipped.size), "decisions at 0.5 flipped", tol)
+    judged = counted(name, kind, figures, int(flipped.sum()), int(flipped.size), "decisions at 0.5 flipped", tol)
     if figures["p99_abs_error"] > tol.max_probability_error and judged.verdict != FAILED:
         return Judgement(name, kind, FAILED, f"probabilities moved by up to {figures['p99_abs_error']:.3f} "
                          f"(99th percentile; limit {tol.max_probability_error:g}); {judged.reason}", figures, judged.loss_points)
@@ -211,7 +229,7 @@ def _step_figures(ref, cand):
 
 def judge_sequence(name, kind, ref, cand, tol: Tolerances) -> Judgement:
     figures, ref_steps, cand_steps = _step_figures(ref, cand)
-    return _counted(name, kind, figures, int((ref_steps != cand_steps).sum()), int(ref_steps.size),
+    return counted(name, kind, figures, int((ref_steps != cand_steps).sum()), int(ref_steps.size),
                     "steps whose argmax changed", tol)
 
 
@@ -239,7 +257,7 @@ def judge_ctc(name, kind, ref, cand, labels, tol: Tolerances) -> Judgement:
         return Judgement(name, kind, UNRESOLVED, f"neither FP32 nor the artifact reads any symbol (blank is class "
                          f"{blank}), so nothing shows whether the artifact reads as FP32; give --eval-data with "
                          f"text or speech in it", figures)
-    return _counted(name, kind, figures, edits, trials,
+    return counted(name, kind, figures, edits, trials,
                     f"symbols edited against FP32's decoded strings ({same}/{len(ref)} strings the same)", tol)
 
 
@@ -260,7 +278,7 @@ def _ctc_against_truth(name, kind, figures, reads, labels, same: int, tol: Toler
     what = (f"true symbols lost ({cand_errors} errors against FP32's {ref_errors}; {same}/{len(reads)} strings "
             f"the same as FP32's)")
     if cand_errors == ref_errors and same == len(reads) and _numerically_equal(figures, tol):
-        return _counted(name, kind, figures, 0, truth_symbols, what, tol)
+        return counted(name, kind, figures, 0, truth_symbols, what, tol)
     bounds = intervals.paired_difference(lost, gained, truth_symbols)
     return _against_budget(name, kind, figures, bounds, truth_symbols, what, tol)
 
@@ -288,7 +306,11 @@ def judge_mask(name, kind, ref, cand, tol: Tolerances) -> Judgement:
 def judge_detection(name, kind, ref, cand, tol: Tolerances) -> Judgement:
     figures = common_figures(ref, cand)
     figures.update(part_figures({"boxes": 0, "scores": 1}, split_head(ref), split_head(cand)))
-    found = match(ref, cand)
+    return judge_found(name, kind, figures, match(ref, cand), tol)
+
+
+def judge_found(name, kind, figures, found: DetectionMatch, tol: Tolerances) -> Judgement:
+    """A head's verdict from the FP32 detections the candidate still finds (any head, once decoded)."""
     figures.update(reference_detections=found.reference, found_detections=found.found,
                    found_at_threshold=found.strict_found,
                    spurious_detections=found.spurious, mean_box_iou=found.mean_iou,
@@ -298,34 +320,10 @@ def judge_detection(name, kind, ref, cand, tol: Tolerances) -> Judgement:
         return Judgement(name, kind, UNRESOLVED, f"FP32 finds no detection above score {SCORE_THRESHOLD} in the "
                          f"evaluation data, so nothing shows whether the artifact would; give --eval-data with "
                          f"objects in it", figures)
-    judged = _counted(name, kind, figures, found.reference - found.found, found.reference,
+    judged = counted(name, kind, figures, found.reference - found.found, found.reference,
                       "FP32 detections missed", tol)
     if judged.verdict != FAILED and found.found and found.mean_iou < tol.min_box_iou:
         return Judgement(name, kind, FAILED, f"boxes moved: mean IoU {found.mean_iou:.3f} with FP32's "
                          f"(limit {tol.min_box_iou:g}); {judged.reason}", figures, judged.loss_points)
     return judged
 
-
-def judge(name: str, kind: OutputKind, ref: np.ndarray, cand: np.ndarray, labels, tol: Tolerances) -> Judgement:
-    labels = None if labels is None else np.asarray(labels)
-    if kind.kind == "classes":
-        judged = judge_classes(name, kind, ref, cand, labels, tol)
-    elif kind.kind == "probability":
-        judged = judge_probability(name, kind, ref, cand, tol)
-    elif kind.kind == "embedding":
-        judged = judge_embedding(name, kind, ref, cand, tol)
-    elif kind.kind == "sequence":
-        judged = judge_sequence(name, kind, ref, cand, tol)
-    elif kind.kind == "ctc":
-        judged = judge_ctc(name, kind, ref, cand, labels, tol)
-    elif kind.kind == "mask":
-        judged = judge_mask(name, kind, ref, cand, tol)
-    elif kind.kind == "detection":
-        judged = judge_detection(name, kind, ref, cand, tol)
-    else:
-        judged = judge_values(name, kind, ref, cand, tol)
-    per_sample = int(np.prod(ref.shape[1:])) if ref.ndim > 1 else 1
-    if judged.verdict != FAILED and per_sample >= 4 and judged.cosine < tol.broken_cosine:
-        return Judgement(name, kind, FAILED, f"broken: cosine {judged.cosine:.3f} with FP32 "
-                         f"(below {tol.broken_cosine:g}); {judged.reason}", judged.figures, judged.loss_points)
-    return judged

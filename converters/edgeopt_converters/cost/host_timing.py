@@ -6,14 +6,23 @@ variant's speed-up over its baseline (FP32 of its format) is the ratio within th
 drift between rounds cancels. Rounds go on until every speed-up is known within `margin` (the
 half-width of its 95 % interval, relative) or the time cap is reached; the interval is reported
 either way.
+
+On a loaded host a few rounds can be far off (another process took a core for one variant's
+turn), and a t-interval on them is confidently wrong. So each round starts with another variant
+(no variant always follows the same neighbour), the estimate is the median of the per-round log
+ratios with a distribution-free interval (order statistics of the binomial, widened to the
+t-interval where that is wider), the two halves of the rounds are compared (drift: the speed-up
+moved while it was measured, so more rounds are timed, up to the cap, and the drift is recorded),
+and the host's load average is recorded beside every timing.
 """
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Mapping, Optional
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -35,10 +44,14 @@ class Speedup:
     low: float
     high: float
     baseline: str
+    drift: Optional[float] = None  # relative change of the estimate between the first and second half of the rounds
 
     def to_dict(self) -> dict:
-        return {"estimate": round(self.estimate, 3), "interval": [round(self.low, 3), round(self.high, 3)],
-                "baseline": self.baseline}
+        out = {"estimate": round(self.estimate, 3), "interval": [round(self.low, 3), round(self.high, 3)],
+               "baseline": self.baseline}
+        if self.drift is not None:
+            out["drift"] = round(self.drift, 3)
+        return out
 
 
 @dataclass(frozen=True)
@@ -48,10 +61,14 @@ class HostTiming:
     runs: int
     rounds: int = 0
     speedup: Optional[Speedup] = None  # against its baseline; None for a baseline itself
+    load: Optional[Tuple[float, float]] = None  # the host's 1-minute load average before and after timing
 
     def to_dict(self) -> dict:
-        return {"p50_ms": round(self.p50_ms, 4), "p90_ms": round(self.p90_ms, 4), "runs": self.runs,
-                "rounds": self.rounds, "speedup": self.speedup.to_dict() if self.speedup else None}
+        out = {"p50_ms": round(self.p50_ms, 4), "p90_ms": round(self.p90_ms, 4), "runs": self.runs,
+               "rounds": self.rounds, "speedup": self.speedup.to_dict() if self.speedup else None}
+        if self.load is not None:
+            out["load"] = [round(v, 2) for v in self.load]
+        return out
 
 
 def _t_quantile(samples: int) -> float:
@@ -62,13 +79,46 @@ def _t_quantile(samples: int) -> float:
 
 
 def ratio_interval(baseline: List[float], candidate: List[float]) -> Speedup:
-    """Speed-up (baseline / candidate) from paired round medians: a t-interval on log ratios."""
-    logs = [math.log(b / c) for b, c in zip(baseline, candidate) if b > 0 and c > 0]
+    """Speed-up (baseline / candidate) from paired round medians: the median log ratio, with the wider
+    of a distribution-free interval for the median and a t-interval on the log ratios."""
+    logs = sorted(math.log(b / c) for b, c in zip(baseline, candidate) if b > 0 and c > 0)
     if not logs:
         return Speedup(float("nan"), float("nan"), float("nan"), "")
+    if len(logs) == 1:
+        return Speedup(math.exp(logs[0]), 0.0, float("inf"), "")
+    centre = statistics.median(logs)
     mean = statistics.fmean(logs)
-    half = _t_quantile(len(logs)) * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else float("inf")
-    return Speedup(math.exp(mean), math.exp(mean - half), math.exp(mean + half), "")
+    half = _t_quantile(len(logs)) * statistics.stdev(logs) / math.sqrt(len(logs))
+    low, high = _median_interval(logs)
+    return Speedup(math.exp(centre), math.exp(min(low, mean - half)), math.exp(max(high, mean + half)), "")
+
+
+def _median_interval(ordered: List[float]) -> Tuple[float, float]:
+    """About 95 % for the median from order statistics (binomial, normal approximation); the whole
+    range below six values, where no narrower distribution-free interval exists."""
+    n = len(ordered)
+    k = int(math.floor((n - 1.96 * math.sqrt(n)) / 2))
+    if k < 1:
+        return ordered[0], ordered[-1]
+    return ordered[k - 1], ordered[n - k]
+
+
+def drift(baseline: List[float], candidate: List[float]) -> Optional[float]:
+    """How far the speed-up of the second half of the rounds is from the first's (relative); None
+    under eight rounds, too few to split."""
+    if len(baseline) < 8:
+        return None
+    half = len(baseline) // 2
+    first = ratio_interval(baseline[:half], candidate[:half]).estimate
+    second = ratio_interval(baseline[half:], candidate[half:]).estimate
+    return abs(second / first - 1) if first > 0 and math.isfinite(first) and math.isfinite(second) else None
+
+
+def _load() -> Optional[float]:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
 
 
 def _known(speedup: Speedup, margin: float) -> bool:
@@ -82,15 +132,18 @@ def time_interleaved(runs: Mapping[str, Run], baselines: Optional[Mapping[str, s
                      on_round: Optional[Callable[[], None]] = None) -> Dict[str, HostTiming]:
     """Time every run in turn, round after round. `baselines` maps a key to the key it is compared with."""
     baselines = {k: b for k, b in (baselines or {}).items() if b in runs and b != k}
+    keys = list(runs)
     samples: Dict[str, List[float]] = {key: [] for key in runs}
     medians: Dict[str, List[float]] = {key: [] for key in runs}
     for run in runs.values():
         for _ in range(warmup):
             run()
+    load_before = _load()
     started = time.perf_counter()
     rounds = 0
     while rounds < max_rounds:
-        for key, run in runs.items():
+        for key in keys[rounds % len(keys):] + keys[:rounds % len(keys)]:
+            run = runs[key]
             this_round = []
             start_round = time.perf_counter()
             while True:
@@ -106,14 +159,24 @@ def time_interleaved(runs: Mapping[str, Run], baselines: Optional[Mapping[str, s
         if on_round:
             on_round()
         if rounds >= min_rounds and (time.perf_counter() - started >= max_seconds or all(
-                _known(ratio_interval(medians[b], medians[k]), margin) for k, b in baselines.items())):
+                _known(ratio_interval(medians[b], medians[k]), margin) and not _drifting(medians[b], medians[k], margin)
+                for k, b in baselines.items())):
             break
+    load_after = _load()
+    load = (load_before, load_after) if load_before is not None and load_after is not None else None
     result = {}
     for key, values in samples.items():
         speedup = None
         if key in baselines:
             measured = ratio_interval(medians[baselines[key]], medians[key])
-            speedup = Speedup(measured.estimate, measured.low, measured.high, baselines[key])
+            speedup = Speedup(measured.estimate, measured.low, measured.high, baselines[key],
+                              drift(medians[baselines[key]], medians[key]))
         result[key] = HostTiming(statistics.median(values), float(np.percentile(values, 90, method="inverted_cdf")),
-                                 len(values), rounds, speedup)
+                                 len(values), rounds, speedup, load)
     return result
+
+
+def _drifting(baseline: List[float], candidate: List[float], margin: float) -> bool:
+    """The two halves of the rounds disagree by more than twice the margin: keep timing."""
+    moved = drift(baseline, candidate)
+    return moved is not None and moved > 2 * margin

@@ -1,0 +1,42 @@
+"""--time-budget bounds the mixed-precision search: an attempt that would end past it is not started,
+the search keeps its best split so far and says why it stopped."""
+from types import SimpleNamespace
+
+from edgeopt_converters.options import ConvertOptions
+from edgeopt_converters.passes.base import StepCall
+from edgeopt_converters.passes.quantize_onnx import OnnxInt8Options
+from edgeopt_converters.precision import mixed_precision
+from edgeopt_converters.recipe import PlannedArtifact
+
+
+def _search(tmp_path, seconds_left):
+    planned = PlannedArtifact("onnx", "int8", "test", steps=(StepCall("quantize-onnx-static", OnnxInt8Options()),))
+    accuracy = SimpleNamespace(verdict="failed", drop_points=5.0, reason="lost 5 points", min_cosine=0.9)
+    record = SimpleNamespace(planned=planned, accuracy=accuracy, info={})
+    ctx = SimpleNamespace(work=tmp_path, tolerances=SimpleNamespace(budget_points=1.0),
+                          options=ConvertOptions(device="x86-64", time_budget=60), seconds_left=seconds_left)
+    return mixed_precision._Search(ctx, record, tmp_path / "prepared.onnx", validate=None)
+
+
+def test_an_attempt_that_would_overrun_the_budget_is_not_started(tmp_path, monkeypatch):
+    left = iter([100.0, 5.0])
+    search = _search(tmp_path, lambda: next(left))
+    started = []
+
+    def attempt(*args):
+        started.append(args[0])
+        return False
+
+    monkeypatch.setattr(search, "_attempt", attempt)
+    search.seconds = [30.0]  # one attempt so far took 30 s
+    assert search.attempt(["a"], "sensitivity") is False, "100 s left: a 30 s attempt fits"
+    assert search.attempt(["a", "b"], "sensitivity") is None, "5 s left: it would not"
+    assert started == [["a"]] and search.out_of_time
+    assert search.tries[-1]["verdict"] == "not tried" and "--time-budget 60 s" in search.tries[-1]["reason"]
+    assert search.attempt(["c"], "sensitivity") is None and started == [["a"]], "once out of time, it stays out"
+
+
+def test_no_budget_never_stops_the_search(tmp_path):
+    search = _search(tmp_path, lambda: float("inf"))
+    search.seconds = [1e9]
+    assert not search._would_overrun()
