@@ -28,6 +28,9 @@ def test_quickstart_converts_deploys_measures_collects_and_reports(tmp_path):
     assert row["accuracy_drop_points"] == pytest.approx(recommended["accuracy"]["drop_points"])
     html = (out / "report.html").read_text()
     assert "quickstart-x86" in html and "<svg" in html
+    # Written while the agent ran: its board is online, and the lone artifact's missing speed-up says why.
+    assert ">online<" in html and ">offline<" not in html
+    assert "no FP32 baseline measured on this board" in html
     agent_log = (out / "agent.log").read_text()
     assert "Traceback" not in agent_log
     # The collector's confirmations are signed by a key the fleet key certified: the agent acts on them.

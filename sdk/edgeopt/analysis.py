@@ -5,7 +5,7 @@
 
 For each ONNX artifact (a file, or every ONNX artifact of a conversion's OUTDIR): per node its
 operations, bytes, arithmetic intensity and roofline verdict on the board, and the whole graph's
-predicted latency. `--device host` costs the graph onnxruntime executes on this host (after its
+predicted latency. `--profile host` costs the graph onnxruntime executes on this host (after its
 fusions) and times its nodes with this host's own roofs, measured per kernel kind and precision by
 small onnxruntime kernels; a board is timed at its profile's stated peaks on the artifact's graph.
 Where the fleet has results of the same artifacts, each board's measured p50 is set against its
@@ -29,7 +29,7 @@ from edgeopt_converters.cost.roofline_fit import Fit, fit, scoped
 
 from .errors import UserError
 
-HOST = "host"  # --device host: this machine, its peaks measured
+HOST = "host"  # --profile host: this machine, its peaks measured
 
 
 @dataclass(frozen=True)

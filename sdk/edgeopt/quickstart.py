@@ -151,7 +151,8 @@ def run_quickstart(opts: QuickstartOptions, say: Callable[[str], None] = lambda 
             r.get("job_id") in job_ids for r in store.results(device=opts.device_id)),
             opts.timeout_s, agent, out / "agent.log")
         devices, results = store.devices(), store.results()
-    report = write_report(load_report_data(db=db_url, outdir=out / "model"), out / "report.html",
-                          title="edgeopt quickstart")
+        # Written while the agent still runs: the report shows the board online, as it was when it measured.
+        report = write_report(load_report_data(db=db_url, outdir=out / "model"), out / "report.html",
+                              title="edgeopt quickstart")
     return QuickstartResult(out, manifest, deployments, devices, results, report, db_url,
                             broker=opts.broker or "local")

@@ -215,7 +215,7 @@ def test_energy_plot_needs_energy_and_says_so_when_there_is_none():
 def test_accuracy_plot_from_a_manifest_alone_uses_its_host_timing():
     page = render_report(ReportData(manifest=manifest()))
     accuracy = section(page, "accuracy")
-    assert "conversion host · tflite-int8: 2.08× vs FP32 tflite" in accuracy
+    assert "measured on the conversion host (x86_64) · tflite-int8: 2.08× vs FP32 tflite" in accuracy
     assert 'id="results"' not in page and 'id="telemetry"' not in page
     untimed = section(render_report(ReportData(manifest=manifest(timing=False))), "accuracy")
     assert "<svg" not in untimed and "no host timing" in untimed

@@ -36,7 +36,8 @@ def test_report_of_a_conversion_alone(converted, tmp_path, capsys):
     assert f">★ {manifest['recommended']}<" in conversion
     assert "Host latency" in conversion  # timed on this host: p50–p90 per artifact
     accuracy = re.search(r'<section id="accuracy">(.*?)</section>', page, re.S).group(1)
-    assert accuracy.count("conversion host · ") == len(keys)
+    assert len(re.findall(r"measured on the conversion host \([^)]*\) · ", accuracy)) == len(keys)  # one tip a point
+    assert "predicted for" not in accuracy  # x86-64 on an x86-64 host: the host stands for the target
     assert 'id="results"' not in page
 
 
@@ -64,3 +65,21 @@ def test_fleet_results_take_their_accuracy_drop_from_the_manifest(converted, tmp
     drops = re.findall(r'<span title="from the conversion manifest">([^<]+)</span>', results)
     assert len(drops) == len(manifest["artifacts"])
     assert sorted(drops) == sorted(signed(a["accuracy"]["drop_points"]) for a in manifest["artifacts"])
+
+
+def test_report_of_a_conversion_for_a_board_this_host_cannot_stand_for(tmp_path):
+    """rpi4 converted on this (non-arm64) host: its figures are the roofline's for rpi4, never host speed-ups."""
+    pytest.importorskip("torch", reason="converting needs the convert extra (torch)")
+    manifest = edgeopt.convert("example:digits-cnn", device="rpi4", output_dir=tmp_path / "out", time_on_host=True)
+    if manifest["host"]["matches_target"]:
+        pytest.skip("this host is arm64 like rpi4: its timings may stand for the board")
+    assert manifest["host"]["stands_for_target"] is False and "rpi4" in manifest["host"]["not_target_because"]
+    predicted = {a["key"]: a["predicted"] for a in manifest["artifacts"] if a["predicted"]}
+    assert predicted and all(p["method"] == "roofline" and p["p50_ms"] > 0 for p in predicted.values())
+    page = render_report(load_report_data(outdir=tmp_path / "out"))
+    assert re.search(r'<div class="name">recommended</div><div class="detail">predicted for rpi4 \(roofline\)<', page)
+    accuracy = re.search(r'<section id="accuracy">(.*?)</section>', page, re.S).group(1)
+    charted = [a for a in manifest["artifacts"] if a["key"] in predicted and a["predicted"]["speedup_vs_fp32"] is not None
+               and a["accuracy"].get("drop_points") is not None]
+    assert accuracy.count("predicted for rpi4 (roofline) · ") == len(charted) > 0
+    assert "measured on the conversion host (" not in accuracy.replace("host speed-ups are not charted: ", "")

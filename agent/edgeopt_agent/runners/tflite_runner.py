@@ -7,15 +7,19 @@ unless `xnnpack=False`. Quantized inputs and outputs carry their scale/zero-poin
 from __future__ import annotations
 
 import importlib
+import logging
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 
 from ..errors import MissingExtraError
+from ..native_output import native_stderr_logged
 from .base import Runner, TensorInfo
 from .errors import ArtifactError, InputError, UnsupportedModelError, looks_like_out_of_memory
 from .quantization import Quantization
+
+log = logging.getLogger(__name__)
 
 
 class InterpreterSource(NamedTuple):
@@ -50,6 +54,18 @@ class TFLiteRunner(Runner):
         self._current_shapes: Dict[str, Tuple[int, ...]] = {}
 
     def _load(self) -> None:
+        # LiteRT announces the XNNPACK delegate on stderr when the first allocation applies it.
+        with native_stderr_logged(log, self._source.package):
+            interpreter = self._allocated_interpreter()
+        self._interpreter = interpreter
+        try:
+            self._refresh_details()
+        except UnicodeDecodeError as exc:  # flatbuffers do not check that strings are UTF-8
+            self._interpreter = None
+            raise ArtifactError(f"{self.path.name} is not a valid TFLite model: "
+                                f"it holds a tensor name that is not UTF-8 text ({exc.reason})") from exc
+
+    def _allocated_interpreter(self) -> Any:
         kwargs: Dict[str, Any] = {"model_path": str(self.path), "num_threads": self.threads}
         if not self.xnnpack:
             if self._source.op_resolver_type is None:
@@ -69,13 +85,7 @@ class TFLiteRunner(Runner):
             if "Invalid tensor index" in str(exc):  # a node names a tensor the file does not have
                 raise ArtifactError(f"{self.path.name} is not a valid TFLite model: {_first_line(exc)}") from exc
             raise UnsupportedModelError(f"{self._source.package} cannot run {self.path.name}: {_first_line(exc)}") from exc
-        self._interpreter = interpreter
-        try:
-            self._refresh_details()
-        except UnicodeDecodeError as exc:  # flatbuffers do not check that strings are UTF-8
-            self._interpreter = None
-            raise ArtifactError(f"{self.path.name} is not a valid TFLite model: "
-                                f"it holds a tensor name that is not UTF-8 text ({exc.reason})") from exc
+        return interpreter
 
     def _refresh_details(self) -> None:
         inputs = self._interpreter.get_input_details()

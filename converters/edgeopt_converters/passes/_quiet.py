@@ -5,8 +5,9 @@ import contextlib
 import io
 import logging
 import os
-import sys
 import tempfile
+
+from edgeopt_agent.native_output import fds_redirected
 
 log = logging.getLogger("edgeopt.convert")
 # Libraries that log through Python logging at WARNING for things a user cannot act on.
@@ -25,28 +26,12 @@ def quiet_libraries() -> None:
 
 
 @contextlib.contextmanager
-def _fd_redirected(target_fd: int):
-    """Point file descriptors 1 and 2 at `target_fd`: native libraries write there directly."""
-    saved = []
-    try:
-        for fd in (1, 2):
-            sys.stdout.flush() if fd == 1 else sys.stderr.flush()
-            saved.append((fd, os.dup(fd)))
-            os.dup2(target_fd, fd)
-        yield
-    finally:
-        for fd, copy in saved:
-            os.dup2(copy, fd)
-            os.close(copy)
-
-
-@contextlib.contextmanager
 def captured_output(step: str):
     """Keep exporters' chatter (Python and native) off the terminal; it is logged under -v."""
     buffer = io.StringIO()
     with tempfile.TemporaryFile(mode="w+") as native:
         try:
-            with _fd_redirected(native.fileno()), contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
+            with fds_redirected(native.fileno()), contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
                 yield
         finally:
             native.seek(0)

@@ -1,10 +1,11 @@
-"""`edgeopt analyze MODEL.onnx|OUTDIR --device NAME`: roofline per node and predicted latency on a board."""
+"""`edgeopt analyze MODEL.onnx|OUTDIR --profile NAME`: roofline per node and predicted latency on a board."""
 from __future__ import annotations
 
 from typing import Any, Dict
 
 import click
 
+from .option_alias import hidden_alias
 from .output import console, json_or_shown, table
 
 
@@ -17,13 +18,15 @@ def _si(value: float, unit: str) -> str:
 
 @click.command()
 @click.argument("model", type=click.Path(exists=True))
-@click.option("--device", required=True, metavar="NAME",
-              help="Board profile (see `edgeopt devices`), or 'host' for this machine with its peaks measured.")
+@click.option("--profile", "device", metavar="NAME",
+              help="Board profile (see `edgeopt devices`; or a file, ./mybox.toml), or 'host' for this machine "
+                   "with its peaks measured. Required.")
+@hidden_alias("--device", "--profile", "device", required=True, metavar="NAME")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="1,3,224,224",
               help="Shape of each input, in order (default: a conversion's recorded shapes; for a file, "
                    "the model's, free dimensions 1).")
 @click.option("--db", metavar="URL", help="Fleet store to compare with and calibrate from (sqlite:///fleet.db).")
-@click.option("--threads", type=int, help="Threads for measuring the host's peaks (--device host).")
+@click.option("--threads", type=int, help="Threads for measuring the host's peaks (--profile host).")
 @click.option("--top", type=int, default=15, show_default=True, help="Nodes listed per artifact.")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole analysis as JSON.")
 def analyze(model, device, input_shapes, db, threads, top, as_json):

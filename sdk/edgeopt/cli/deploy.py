@@ -12,6 +12,7 @@ import click
 from edgeopt_agent.runtimes import PRECISIONS, RUNTIMES
 
 from .broker_options import broker_options, broker_settings_from
+from .option_alias import hidden_alias
 from .output import console, table
 
 PASSWORD_ENV = "EDGEOPT_DEPLOY_PASSWORD"
@@ -35,7 +36,8 @@ class Duration(click.ParamType):
 
 @click.command()
 @click.argument("outdir", type=click.Path(path_type=Path))
-@click.option("--device", "device_id", metavar="ID", help="Deploy to this (online) device.")
+@click.option("--device-id", "device_id", metavar="ID", help="Deploy to this (online) device.")
+@hidden_alias("--device", "--device-id", "device_id", metavar="ID")
 @click.option("--profile", metavar="NAME", help="Deploy to every online device of this profile.")
 @click.option("--all", "all_devices", is_flag=True, help="Deploy to every online device.")
 @click.option("--max-devices", type=click.IntRange(min=1), default=100, show_default=True, metavar="N",
@@ -90,7 +92,7 @@ def deploy(outdir: Path, device_id, profile, all_devices, max_devices, fleet_db,
     expires, and never an older build of the model unless you say --allow-downgrade.
     A job that a device's status says it will refuse (unsigned, or signed with a key it does not
     trust) is not sent unless --force.
-    Devices are picked from the broker's retained status messages: --device ID, --profile NAME
+    Devices are picked from the broker's retained status messages: --device-id ID, --profile NAME
     (its online devices) or --all; --all and --profile pick at most --max-devices, and with
     --db only devices the fleet store has results from. With --wait, shows progress until each
     device answered and prints their measurements.

@@ -12,6 +12,7 @@ from typing import Any, Iterator, Optional, Sequence
 import click
 
 from .broker_options import broker_options, broker_settings_from
+from .option_alias import hidden_alias
 from .output import console, table
 
 PASSWORD_ENV = "EDGEOPT_FLEET_PASSWORD"
@@ -32,6 +33,45 @@ def fleet():
 def guessable_group(group: str) -> bool:
     """A share group name a board could guess: short, or without the digits a random suffix has."""
     return len(group) < 12 or sum(c.isdigit() for c in group) < 4
+
+
+@fleet.command()
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on (0.0.0.0: every interface, anonymous: see docs/FLEET.md, 'Identities').")
+@click.option("--port", type=click.IntRange(min=1, max=65535), default=1883, show_default=True, help="Port to listen on.")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default="edgeopt-broker",
+              show_default=True, help="Where Mosquitto keeps sessions and queued messages across restarts, "
+                                      "and the broker's config and log.")
+def broker(host, port, data_dir):
+    """Run a local MQTT broker for the fleet until Ctrl-C: Mosquitto with the settings of
+    scripts/mosquitto.conf when it is installed, else the embedded broker (MQTT 3.1.1, in memory)."""
+    from ..errors import UserError
+    from ..fleet.broker import SHIPPED_CONFIG, BrokerPortInUse, MqttBroker, mosquitto_settings
+
+    shipped = SHIPPED_CONFIG.is_file()
+    running = MqttBroker(data_dir, port=port, host=host, settings=mosquitto_settings(SHIPPED_CONFIG) if shipped else None)
+    try:
+        running.start()
+    except BrokerPortInUse:
+        raise UserError(f"port {port} on {host} is already in use (another broker?): stop that one, or give "
+                        f"this one another with --port") from None
+    if running.kind == "mosquitto":
+        settings = "scripts/mosquitto.conf" if shipped else "built-in settings (scripts/mosquitto.conf not found)"
+        click.echo(f"started mosquitto on {running.address} (settings: {settings}; persistence in {running.workdir}, "
+                   f"run as {running.run_as}; log {running.log_path}); Ctrl-C to stop")
+    else:
+        click.echo(f"started the embedded broker (amqtt, MQTT 3.1.1) on {running.address} (in memory: nothing "
+                   f"persists, install mosquitto for that; log {running.log_path}); Ctrl-C to stop")
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        click.echo("warning: anyone who reaches this address may connect without a login; on a shared network run "
+                   "mosquitto with scripts/mosquitto-secure.conf (docs/FLEET.md)", err=True)
+    stop = threading.Event()
+    with _stop_on_signals(stop):
+        while not stop.wait(0.5):
+            if not running.running:
+                raise UserError(f"{running.kind} exited with code {running.returncode}; see {running.log_path}")
+    running.stop()
+    click.echo("broker stopped")
 
 
 @fleet.command()
@@ -196,7 +236,8 @@ def devices(db_url, as_json, as_csv):
 
 @fleet.command()
 @click.option("--model", help="Only this model (the manifest's model source).")
-@click.option("--device", help="Only this device id.")
+@click.option("--device-id", "device", metavar="ID", help="Only this device.")
+@hidden_alias("--device", "--device-id", "device", metavar="ID")
 @click.option("--profile", help="Only devices of this profile.")
 @click.option("--all", "history", is_flag=True, help="Every result, not only the latest per device, model and artifact.")
 @_format_options
@@ -210,7 +251,8 @@ def results(model, device, profile, history, db_url, as_json, as_csv):
 
 
 @fleet.command()
-@click.option("--device", help="Only this device id.")
+@click.option("--device-id", "device", metavar="ID", help="Only this device.")
+@hidden_alias("--device", "--device-id", "device", metavar="ID")
 @click.option("--since", metavar="WHEN", help="From this time on: 30s, 10m, 2h, 1d, epoch seconds or ISO time.")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="Newest N rows.")
 @_format_options

@@ -25,7 +25,7 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 @click.option("--profile", "with_profile", is_flag=True,
               help="Profile OUTDIR's artifacts on this host per op (as `edgeopt profile`) and add the section.")
 @click.option("--roofline", "roofline_device", metavar="NAME",
-              help="Add OUTDIR's roofline on this board (as `edgeopt analyze --device NAME`, with --db when given).")
+              help="Add OUTDIR's roofline on this board (as `edgeopt analyze --profile NAME`, with --db when given).")
 def report(outdir: Optional[Path], db: Optional[str], output: Path, since: Optional[str], title: str,
            with_profile: bool, roofline_device: Optional[str]) -> None:
     """Write one self-contained HTML report (opens offline, no scripts).

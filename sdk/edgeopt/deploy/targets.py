@@ -116,7 +116,7 @@ def select_targets(
     only those. More than `max_devices` picked by --all or --profile is refused, not cut.
     """
     if sum((device is not None, profile is not None, bool(all_devices))) != 1:
-        raise UserError("say where to deploy: exactly one of --device ID, --profile NAME or --all")
+        raise UserError("say where to deploy: exactly one of --device-id ID, --profile NAME or --all")
     if max_devices < 1:
         raise UserError(f"--max-devices must be at least 1, got {max_devices}")
     online = sorted((s for s in statuses.values() if s.online), key=lambda s: s.device_id)

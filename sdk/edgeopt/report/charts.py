@@ -116,27 +116,48 @@ def scatter_chart(points: Sequence[Point], title: str, x_title: str, y_title: st
     y = Scale(*fit(ys, include=y_include), height - bottom, top)
     body = _x_axis(x, top, height - bottom, x_title + (" — log scale" if log else ""))
     body += _y_axis(y, left, WIDTH - right, y_title)
+    frame = (left, top, WIDTH - right, height - bottom)
+    rules = []  # the dashed reference lines: labels keep off them where they can
     if x_ref is not None:
         body.append(element("line", x1=x(x_ref), x2=x(x_ref), y1=top, y2=height - bottom, stroke=MUTED,
                             stroke_dasharray="4 4", stroke_width=1))
+        rules.append((x(x_ref) - 1, top, x(x_ref) + 1, height - bottom))
     if y_ref is not None:
         body.append(element("line", x1=left, x2=WIDTH - right, y1=y(y_ref), y2=y(y_ref), stroke=MUTED,
                             stroke_dasharray="4 4", stroke_width=1))
-    # Labels avoid every marker and each other.
+        rules.append((left, y(y_ref) - 1, WIDTH - right, y(y_ref) + 1))
+    # Labels avoid every marker and each other; drawn last, over the lines.
     placed: List[Tuple[float, float, float, float]] = [(x(p.x) - 6, y(p.y) - 6, x(p.x) + 6, y(p.y) + 6) for p in points]
-    labels, labelled = [], []
     for p in points:
         px, py = x(p.x), y(p.y)
         body.append(marker(p.shape, px, py, p.color, hollow=p.hollow, r=6, tip=p.tip or p.label))
         if p.invalid:
             body.append(_cross(px, py, 8))
-        # Several boards often share an artifact at nearly the same spot: one label says it for all.
-        repeat = any(name == p.label and abs(px - lx) < 40 and abs(py - ly) < 20 for name, lx, ly in labelled)
-        if p.label and len(points) <= 24 and not repeat:
-            labels.append(_place_label(p.label, px, py, placed, (left, top, WIDTH - right, height - bottom)))
-            labelled.append((p.label, px, py))
-    body += [label for label in labels if label]
+    if len(points) <= 24:
+        labels = [_place_label(text, px, py, placed, rules, frame) for text, px, py in _point_labels(points, x, y)]
+        body += [label for label in labels if label]
     return svg(WIDTH, height, body, title)
+
+
+def _point_labels(points: Sequence[Point], x: Scale, y: Scale) -> List[Tuple[str, float, float]]:
+    """One label per spot: points drawn on top of each other (every FP32 baseline sits at 1×, 0) share a label
+    naming each of them once; a name already said close by (several boards, one artifact) is not repeated."""
+    spots: List[Tuple[float, float, List[str]]] = []
+    for p in points:
+        if not p.label:
+            continue
+        px, py = x(p.x), y(p.y)
+        spot = next((s for s in spots if abs(s[0] - px) < 4 and abs(s[1] - py) < 4), None)
+        if spot is None:
+            spots.append((px, py, [p.label]))
+        elif p.label not in spot[2]:
+            spot[2].append(p.label)
+    labels: List[Tuple[str, float, float]] = []
+    for px, py, names in spots:
+        text = ", ".join(names)
+        if not any(name == text and abs(px - lx) < 40 and abs(py - ly) < 20 for name, lx, ly in labels):
+            labels.append((text, px, py))
+    return labels
 
 
 def _cross(px: float, py: float, r: float) -> str:
@@ -145,20 +166,31 @@ def _cross(px: float, py: float, r: float) -> str:
                            stroke_width=2) for s in (1, -1))
 
 
+# Where a label may go around its point: (dx, dy, anchor), nearest first; diagonals clear the reference lines.
+LABEL_SPOTS = ((9, 0, "start"), (-9, 0, "end"), (8, -12, "start"), (8, 13, "start"), (-8, -12, "end"),
+               (-8, 13, "end"), (0, -14, "middle"), (0, 16, "middle"), (8, -26, "start"), (8, 27, "start"))
+
+
 def _place_label(label: str, px: float, py: float, placed: List[Tuple[float, float, float, float]],
-                 frame: Tuple[float, float, float, float]) -> str:
-    """Put a point's label beside it where it overlaps no other label; leave it out otherwise."""
-    text = _clip(label, 28)
+                 rules: Sequence[Tuple[float, float, float, float]], frame: Tuple[float, float, float, float]) -> str:
+    """Put a point's label beside it where it overlaps no other label or marker, off the reference lines if any
+    such spot is free; leave it out when no spot is. A white halo keeps it legible over a line it must cross."""
+    text = _clip(label, 40)
     w, h = len(text) * CHAR_W * 0.92, FONT + 2
-    for dx, dy, anchor in ((9, 0, "start"), (-9, 0, "end"), (0, -13, "middle"), (0, 15, "middle")):
+    boxes = []
+    for dx, dy, anchor in LABEL_SPOTS:
         x0 = px + dx if anchor == "start" else px + dx - w if anchor == "end" else px - w / 2
         box = (x0, py + dy - h / 2, x0 + w, py + dy + h / 2)
         inside = box[0] >= frame[0] and box[2] <= frame[2] and box[1] >= frame[1] and box[3] <= frame[3]
         if inside and not any(_overlaps(box, other) for other in placed):
-            placed.append(box)
-            return element("text", esc(text), x=px + dx, y=py + dy, text_anchor=anchor, dominant_baseline="middle",
-                           font_size=FONT - 1, fill=MUTED)
-    return ""
+            boxes.append((any(_overlaps(box, rule) for rule in rules), box, dx, dy, anchor))
+    if not boxes:
+        return ""
+    _, box, dx, dy, anchor = min(boxes, key=lambda b: b[0])  # min() keeps the nearest of equals
+    placed.append(box)
+    return element("text", esc(text), x=px + dx, y=py + dy, text_anchor=anchor, dominant_baseline="middle",
+                   font_size=FONT - 1, fill=MUTED, stroke="#ffffff", stroke_width=3, stroke_linejoin="round",
+                   paint_order="stroke")
 
 
 def _overlaps(a, b) -> bool:

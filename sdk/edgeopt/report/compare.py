@@ -2,7 +2,8 @@
 
 Speed-up is always against FP32 of the same model on the same board: the FP32 artifact of the
 same format when the board measured one, else its fastest FP32 artifact of any format. With no
-fleet data, the manifest's host timing (`speedup_vs_fp32`, same format) stands in.
+fleet data, the manifest's host timing (`speedup_vs_fp32`, same format) stands in where the host
+stands for the board, else the board's predicted speed-up (`predicted`); see provenance.py.
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ class ResultView:
     accuracy_from: str  # "job" (the manifest entry deploy sent), "manifest" (OUTDIR) or ""
     speedup: Optional[float]
     speedup_basis: str  # the FP32 artifact it was measured against
+    speedup_missing: str  # why there is no speed-up ("" when there is one)
     valid: Optional[bool]
     invalid_reasons: Tuple[str, ...]
     ts: Optional[float]
@@ -68,6 +70,9 @@ class ArtifactView:
     host_p90: Optional[float]
     speedup: Optional[float]
     recommended: bool
+    predicted_p50: Optional[float] = None  # the roofline's latency on the board (ms), when the host cannot stand for it
+    predicted_speedup: Optional[float] = None
+    predicted_graph: str = ""  # the ONNX graph the prediction was made on
     verdict: str = ""  # ok | unresolved | failed ("" in manifests from before verdicts)
     verdict_reason: str = ""
     outputs: Tuple[OutputVerdict, ...] = ()
@@ -124,6 +129,7 @@ def _view(row: Mapping[str, Any], drops: Mapping[Tuple[str, str], float]) -> Res
         accuracy_from=drop_from,
         speedup=None,
         speedup_basis="",
+        speedup_missing="",
         valid=_flag(row.get("valid")),
         invalid_reasons=_reasons(row.get("invalid_reasons")),
         ts=number(row.get("ts")),
@@ -132,15 +138,16 @@ def _view(row: Mapping[str, Any], drops: Mapping[Tuple[str, str], float]) -> Res
 
 def _with_speedup(view: ResultView, views: Sequence[ResultView]) -> ResultView:
     if not view.measured:
-        return view
+        return replace(view, speedup_missing="not measured: the benchmark failed" if not view.ok else "no p50 reported")
     fp32 = [v for v in views if v.measured and v.precision == "fp32" and v.device == view.device and v.model == view.model]
     same_format = [v for v in fp32 if v.format == view.format]
     candidates = same_format or fp32
     if not candidates:
-        return view
+        return replace(view, speedup_missing="no FP32 baseline measured on this board")
     reference = min(candidates, key=lambda v: v.p50)
-    speedup = reference.p50 / view.p50 if view.p50 > 0 else None
-    return replace(view, speedup=speedup, speedup_basis=reference.artifact)
+    if view.p50 <= 0:
+        return replace(view, speedup_basis=reference.artifact, speedup_missing="its p50 is 0 ms: no ratio")
+    return replace(view, speedup=reference.p50 / view.p50, speedup_basis=reference.artifact)
 
 
 def manifest_drops(manifest: Optional[Mapping[str, Any]]) -> Dict[Tuple[str, str], float]:
@@ -163,6 +170,7 @@ def artifact_views(manifest: Optional[Mapping[str, Any]]) -> List[ArtifactView]:
             continue
         accuracy = entry.get("accuracy") if isinstance(entry.get("accuracy"), Mapping) else {}
         timing = entry.get("host_timing") if isinstance(entry.get("host_timing"), Mapping) else {}
+        predicted = entry.get("predicted") if isinstance(entry.get("predicted"), Mapping) else {}
         views.append(ArtifactView(
             key=text(entry.get("key"), "?"),
             format=text(entry.get("format")),
@@ -177,6 +185,9 @@ def artifact_views(manifest: Optional[Mapping[str, Any]]) -> List[ArtifactView]:
             host_p90=number(timing.get("p90_ms")),
             speedup=number(timing.get("speedup_vs_fp32")),
             recommended=entry.get("recommended") is True,
+            predicted_p50=number(predicted.get("p50_ms")),
+            predicted_speedup=number(predicted.get("speedup_vs_fp32")),
+            predicted_graph=text(predicted.get("graph")),
             verdict=text(accuracy.get("verdict")),
             verdict_reason=text(accuracy.get("reason")),
             outputs=tuple(_output_verdicts(accuracy)),

@@ -8,11 +8,13 @@ from .analysis_sections import profile_section, roofline_section
 from .charts import INVALID_MARK, LatencyRow, Point, Series, latency_chart, legend, scatter_chart, time_chart
 from .compare import ArtifactView, ResultView, artifact_views, colors, format_marker, result_views
 from .data import ReportData
+from .provenance import PREDICTION_METHOD, HostEvidence, board_label, host_evidence, predicted_label
 from .text import esc, fixed, number, short, signed, size, text, when, whole
 
 # Nothing may load from anywhere, and nothing may run, even if a value slipped past escaping.
 CSP = "default-src 'none'; style-src 'unsafe-inline'"
 HOST_COLOR = "#52606d"
+PREDICTED_COLOR = "#7B3FA0"
 TELEMETRY_METRICS = (  # (row key, name, unit, axis starts at zero)
     ("temperature_c", "Temperature", "°C", False),
     ("cpu_percent", "CPU load", "%", True),
@@ -89,10 +91,7 @@ def _summary(data: ReportData, results: Sequence[ResultView]) -> str:
     elif data.manifest:
         cards.append(("artifacts", str(len(artifact_views(data.manifest))), "converted, not yet on a board"))
     if data.manifest:
-        rec = data.manifest.get("recommendation")
-        key = rec.get("key") if isinstance(rec, Mapping) else None
-        basis = text(rec.get("basis")) if isinstance(rec, Mapping) else ""
-        cards.append(("recommended", text(key, "none"), f"{basis} on the conversion host" if basis else "by the conversion"))
+        cards.append(_recommended_card(data.manifest))
     if data.telemetry:
         cards.append(("telemetry samples", str(len(data.telemetry)), f"{len({_device(t) for t in data.telemetry})} devices"))
     if data.devices or data.gaps or data.stats:
@@ -102,6 +101,21 @@ def _summary(data: ReportData, results: Sequence[ResultView]) -> str:
     return '<div class="cards">' + "".join(
         f'<div class="card"><div class="value{"" if v.isdigit() else " word"}">{esc(v)}</div>'
         f'<div class="name">{esc(n)}</div><div class="detail">{esc(d)}</div></div>' for n, v, d in cards) + "</div>"
+
+
+def _recommended_card(manifest: Mapping[str, Any]) -> Tuple[str, str, str]:
+    """(name, value, detail): the detail says whether the choice was measured on the host or predicted for the board."""
+    rec = manifest.get("recommendation") if isinstance(manifest.get("recommendation"), Mapping) else {}
+    key, basis, evidence = rec.get("key"), rec.get("basis"), host_evidence(manifest)
+    if basis == "measured":
+        detail = evidence.measured_briefly
+    elif basis == "predicted":
+        chosen = next((a for a in artifact_views(manifest) if a.key == key), None)
+        roofline = (chosen is not None and chosen.predicted_p50 is not None) or "roofline" in text(rec.get("reason"))
+        detail = predicted_label(evidence.target, PREDICTION_METHOD if roofline else "its profile's peak figures")
+    else:
+        detail = "by the conversion"
+    return "recommended", text(key, "none"), detail
 
 
 def _nothing_yet(data: ReportData) -> str:
@@ -129,7 +143,8 @@ def _results_section(results: Sequence[ResultView]) -> str:
     note = (
         '<p class="note">Latest result per board, model and artifact. Speed-up is against FP32 of the same model on '
         "the same board (same format when measured). Accuracy drop is in percentage points against FP32, from the "
-        "conversion manifest. <b>Bold</b>: fastest valid artifact on that board.</p>"
+        "conversion manifest. Every latency and speed-up here is measured on the named board by the fleet. "
+        "<b>Bold</b>: fastest valid artifact on that board.</p>"
     )
     return note + _table(RESULT_HEADERS, rows)
 
@@ -156,7 +171,8 @@ def _result_row(r: ResultView, fastest: bool) -> str:
         esc(short(r.peak_rss_mb)),
         esc(short(r.energy_mj)) if r.energy_mj is not None else f'<span class="muted" title="{esc(r.power_source or "no power sensor")}">-</span>',
         f"<span{drop_tip}>{esc(signed(r.accuracy_drop))}</span>",
-        f"<span{speedup_tip}>{esc(short(r.speedup, '×'))}</span>",
+        f"<span{speedup_tip}>{esc(short(r.speedup, '×'))}</span>" if r.speedup is not None else
+        f'<span class="muted" title="{esc(r.speedup_missing)}">-</span><div class="sub">{esc(r.speedup_missing)}</div>',
     ]
     row = "".join(f"<td>{c}</td>" for c in cells) + "".join(f'<td class="num">{c}</td>' for c in numbers)
     return f"<tr>{row}<td>{_validity(r)}</td></tr>"
@@ -239,39 +255,72 @@ def _accuracy_section(results: Sequence[ResultView], manifest: Optional[Mapping[
                       palette: Mapping[str, str]) -> str:
     fleet = [r for r in results if r.measured and r.speedup is not None and r.accuracy_drop is not None]
     several = len({r.model for r in fleet}) > 1
-    host = [a for a in artifact_views(manifest) if a.speedup is not None and a.drop is not None]
-    points = [Point(
-        x=a.speedup, y=a.drop, color=HOST_COLOR, shape=format_marker(a.format), hollow=True,
-        label=a.key if not fleet else "",
-        tip=f"conversion host · {a.key}: {short(a.speedup)}× vs FP32 {a.format}, accuracy drop {signed(a.drop)} points",
-    ) for a in host]
-    # Host points first, so the boards' markers are drawn over them.
-    points += [Point(
+    evidence = host_evidence(manifest)
+    conversion, source, color, not_charted, formats = _conversion_points(manifest, evidence, labelled=not fleet)
+    # Conversion points first, so the boards' markers are drawn over them.
+    points = conversion + [Point(
         x=r.speedup, y=r.accuracy_drop, color=palette[r.device], shape=format_marker(r.format),
         label=(f"{r.model} · {r.artifact}" if several else r.artifact) + (INVALID_MARK if r.valid is False else ""),
-        tip=f"{r.device} · {r.model} · {r.artifact}: {short(r.speedup)}× vs {r.speedup_basis}, "
+        tip=f"{board_label(r.device)} · {r.model} · {r.artifact}: {short(r.speedup)}× vs {r.speedup_basis}, "
             f"accuracy drop {signed(r.accuracy_drop)} points" + _invalid_tip(r), invalid=r.valid is False,
     ) for r in fleet]
     if not points:
-        why = ("no artifact has both a speed-up (an FP32 result on the same board) and an accuracy figure"
-               if results else "the manifest has no host timing (converted with --no-timing?)")
-        return _missing(f"Nothing to plot: {why}.")
+        return _missing(f"Nothing to plot: {_why_no_points(results, evidence, not_charted)}.")
     chart = scatter_chart(points, "Accuracy drop against speed-up over FP32", "speed-up over FP32 (×)",
                           "accuracy drop (points)", x_ref=1.0, y_ref=0.0)
-    keys = _board_keys(palette, {r.device for r in fleet})
-    if host:
-        keys.append(("conversion host (manifest timing)", HOST_COLOR, "circle", True))
-    keys += _format_keys({r.format for r in fleet} | {a.format for a in host})
+    keys = [(board_label(board), palette[board], "circle", False) for board in sorted({r.device for r in fleet})]
+    if conversion:
+        keys.append((source, color, "circle", True))
+    keys += _format_keys({r.format for r in fleet} | formats)
     basis = []
     if fleet:
-        basis.append("a filled marker is a board, its speed-up against FP32 on that same board")
-    if host:
-        basis.append("a hollow marker is the conversion host, from the manifest's timing")
+        basis.append("a filled marker is measured on that board by the fleet, its speed-up against FP32 on that same board")
+    if conversion:
+        kind = "grey" if color == HOST_COLOR else "purple"
+        basis.append(f"a hollow {kind} marker is {source}, from the conversion manifest"
+                     + ("" if color == HOST_COLOR else ", not a measurement"))
+    if not_charted:
+        basis.append(not_charted)
     if any(r.valid is False for r in fleet):
         basis.append("a red ✗ marks a result whose outputs did not match the FP32 reference (invalid)")
     note = ('<p class="note">Lower right is better: faster than FP32 (right of the dashed line at 1×) and losing '
-            f"little accuracy (near the dashed line at 0); {'; '.join(basis)}.</p>")
+            f"little accuracy (near the dashed line at 0); {esc('; '.join(basis))}.</p>")
     return note + legend(keys) + chart
+
+
+def _conversion_points(manifest: Optional[Mapping[str, Any]], evidence: Optional[HostEvidence], labelled: bool
+                       ) -> Tuple[List[Point], str, str, str, set]:
+    """(points, their source in words, colour, why host speed-ups are left out or "", their formats).
+
+    Host speed-ups are charted only where the host stands for the target; otherwise the board's
+    predicted speed-ups are, labelled as predictions.
+    """
+    if evidence is None:
+        return [], "", "", "", set()
+    artifacts = [a for a in artifact_views(manifest) if a.drop is not None]
+    if evidence.stands_for_target:
+        source, color, chosen, not_charted = evidence.measured, HOST_COLOR, [(a, a.speedup) for a in artifacts], ""
+    else:
+        source, color = evidence.predicted, PREDICTED_COLOR
+        chosen = [(a, a.predicted_speedup) for a in artifacts]
+        timed = any(a.speedup is not None for a in artifacts)
+        not_charted = f"host speed-ups are not charted: {evidence.not_standing_for}" if timed else ""
+    chosen = [(a, speedup) for a, speedup in chosen if speedup is not None]
+    points = [Point(
+        x=speedup, y=a.drop, color=color, shape=format_marker(a.format), hollow=True, label=a.key if labelled else "",
+        tip=f"{source} · {a.key}: {short(speedup)}× vs FP32 {a.format}, accuracy drop {signed(a.drop)} points",
+    ) for a, speedup in chosen]
+    return points, source, color, not_charted, {a.format for a, _ in chosen}
+
+
+def _why_no_points(results: Sequence[ResultView], evidence: Optional[HostEvidence], not_charted: str) -> str:
+    if results:
+        why = "no artifact has both a speed-up (an FP32 result on the same board) and an accuracy figure"
+        return why + (f"; {not_charted}" if not_charted else "")
+    if evidence is not None and not evidence.stands_for_target:
+        return (f"{evidence.not_standing_for}, so its speed-ups are not charted, and the manifest holds no prediction "
+                f"for {evidence.target}; measure it there: edgeopt deploy OUTDIR --wait")
+    return "the manifest has no host timing (converted with --no-timing?)"
 
 
 def _telemetry_section(rows: Sequence[Mapping[str, Any]], palette: Mapping[str, str]) -> str:
@@ -303,21 +352,34 @@ def _telemetry_section(rows: Sequence[Mapping[str, Any]], palette: Mapping[str, 
 def _conversion_section(manifest: Mapping[str, Any]) -> str:
     model = manifest.get("model") if isinstance(manifest.get("model"), Mapping) else {}
     rec = manifest.get("recommendation") if isinstance(manifest.get("recommendation"), Mapping) else {}
-    host = manifest.get("host") if isinstance(manifest.get("host"), Mapping) else {}
-    timing_where = ("measured on the target's architecture" if host.get("matches_target") is True
-                    else f"timed on a {text(host.get('machine'), 'different')} host, not the target")
+    evidence = host_evidence(manifest)
+    artifacts = artifact_views(manifest)
+    predicted = any(a.predicted_p50 is not None for a in artifacts)
     intro = (f"<p><b>{esc(text(model.get('source'), '?'))}</b> for <b>{esc(text(manifest.get('device'), '?'))}</b>, "
-             f"converted {esc(text(manifest.get('created'), '?'))}; host timing {esc(timing_where)}.</p>")
+             f"converted {esc(text(manifest.get('created'), '?'))}.</p>" + _timing_sources(evidence, predicted))
     if rec:
         intro += (f'<p>Recommended: <b>{esc(text(rec.get("key"), "none"))}</b> ({esc(text(rec.get("basis")))}) — '
                   f"{esc(text(rec.get('reason')))}</p>")
+    # With predictions, host p90 makes room for them (the host latency chart still shows it).
     headers = ("artifact", "format", "precision", "scheme", "size", "verdict", "top-1 %", "agree %", "acc. drop",
-               "host p50 ms", "host p90 ms", "vs FP32")
-    artifacts = artifact_views(manifest)
+               "host p50 ms") + (("host vs FP32", "pred. ms", "pred. vs FP32") if predicted else ("host p90 ms", "host vs FP32"))
     notes = "".join(f'<p class="note">note: {esc(n)}</p>' for n in _strings(manifest.get("notes")))
     notes += "".join(f'<p class="warn">warning: {esc(w)}</p>' for w in _strings(manifest.get("warnings")))
-    return (intro + _table(headers, [_artifact_row(a) for a in artifacts]) + _failed_artifacts(manifest)
-            + _output_verdicts(artifacts) + _host_latency(artifacts) + notes)
+    table = _table(headers, [_artifact_row(a, predicted) for a in artifacts], "wrap-head")
+    return (intro + table + _failed_artifacts(manifest)
+            + _output_verdicts(artifacts) + _host_latency(artifacts, evidence) + notes)
+
+
+def _timing_sources(evidence: HostEvidence, predicted: bool) -> str:
+    """What the host and predicted columns are, and whether the host's figures say anything about the target."""
+    if evidence.stands_for_target:
+        said = f"Host columns: {evidence.measured}, which stands for {evidence.target}."
+    else:
+        said = (f"Host columns: {evidence.measured}; {evidence.not_standing_for}, so they say nothing about "
+                f"{evidence.target}'s speed.")
+        if predicted:
+            said += f" Pred. columns: {evidence.predicted}, uncalibrated: confirm on the board."
+    return f'<p class="note">{esc(said)}</p>'
 
 
 def _failed_artifacts(manifest: Mapping[str, Any]) -> str:
@@ -350,28 +412,33 @@ def _output_verdicts(artifacts: Sequence[ArtifactView]) -> str:
             + _table(("artifact", "output", "kind", "verdict", "why"), rows))
 
 
-def _host_latency(artifacts: Sequence[ArtifactView]) -> str:
+def _host_latency(artifacts: Sequence[ArtifactView], evidence: HostEvidence) -> str:
     timed = sorted((a for a in artifacts if a.host_p50 is not None), key=lambda a: a.host_p50)
     if not timed:
         return ""
     by_format = colors(a.format for a in timed)
     rows = [LatencyRow(label=a.key, color=by_format[a.format], p50=a.host_p50, p90=a.host_p90,
-                       tip=f"{a.key} on the conversion host: p50 {short(a.host_p50)} ms, p90 {short(a.host_p90)} ms")
+                       tip=f"{a.key} {evidence.measured}: p50 {short(a.host_p50)} ms, p90 {short(a.host_p90)} ms")
             for a in timed]
-    return ('<h3>Host latency</h3><p class="note">Box: p50 to p90 on the conversion host; boards are measured by '
-            "deploying.</p>" + legend([(f, c, "square", False) for f, c in by_format.items()])
-            + latency_chart(rows, "Latency per artifact on the conversion host"))
+    caveat = "" if evidence.stands_for_target else f", not {evidence.target}'s latency"
+    heading = "Host latency" + ("" if evidence.stands_for_target else f" (not {evidence.target})")
+    return (f'<h3>{esc(heading)}</h3><p class="note">{esc(f"Box: p50 to p90 {evidence.measured}{caveat}")}; boards are '
+            "measured by deploying.</p>" + legend([(f, c, "square", False) for f, c in by_format.items()])
+            + latency_chart(rows, f"Latency per artifact {evidence.measured}"))
 
 
-def _artifact_row(a: ArtifactView) -> str:
+def _artifact_row(a: ArtifactView, predicted: bool) -> str:
     key = f"★ {a.key}" if a.recommended else a.key
     cells = [f'<td><span class="key">{esc(key)}</span></td>', f"<td>{esc(a.format)}</td>", f"<td>{esc(a.precision)}</td>",
              f"<td>{esc(a.scheme or '-')}</td>"]
     cells.append(f'<td class="num">{esc(size(a.size_bytes))}</td>')
     cells.append(f"<td>{_verdict_pill(a.verdict, a.verdict_reason)}</td>")
+    host = (short(a.host_p50), short(a.speedup, "×")) if predicted else (short(a.host_p50), short(a.host_p90), short(a.speedup, "×"))
     cells += [f'<td class="num">{esc(v)}</td>' for v in (
-        short(a.top1_accuracy), short(a.top1_agreement), signed(a.drop), short(a.host_p50),
-        short(a.host_p90), short(a.speedup, "×"))]
+        short(a.top1_accuracy), short(a.top1_agreement), signed(a.drop)) + host]
+    if predicted:
+        tip = f' title="from the {esc(a.predicted_graph)} graph"' if a.predicted_graph and a.predicted_graph != a.key else ""
+        cells += [f'<td class="num"{tip}>{esc(v)}</td>' for v in (short(a.predicted_p50), short(a.predicted_speedup, "×"))]
     opening = '<tr class="recommended">' if a.recommended else "<tr>"
     return f"{opening}{''.join(cells)}</tr>"
 
