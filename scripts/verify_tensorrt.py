@@ -144,9 +144,12 @@ def convert_net(name: str, folder: Path, args: argparse.Namespace) -> None:
     model.eval()
     folder.mkdir(parents=True, exist_ok=True)
     np.save(folder / "calibration.npy", rng.standard_normal((args.calibration,) + shape[1:]).astype(np.float32))
-    np.save(folder / "eval.npy", rng.standard_normal((args.samples,) + shape[1:]).astype(np.float32))
+    inputs = rng.standard_normal((args.samples,) + shape[1:]).astype(np.float32)
+    with torch.no_grad():  # the FP32 net's own classes: the evidence that its output is class scores
+        labels = model(torch.from_numpy(inputs)).argmax(1).numpy()
+    np.savez(folder / "eval.npz", input=inputs, labels=labels)
     edgeopt.convert(model, device=args.device, output_dir=folder, input_shape=shape, formats=("onnx",),
-                    calibration=folder / "calibration.npy", eval_data=folder / "eval.npy", time_on_host=False)
+                    calibration=folder / "calibration.npy", eval_data=folder / "eval.npz", time_on_host=False)
 
 
 # -- the checks -------------------------------------------------------------------------------------
@@ -181,7 +184,7 @@ def check_net(name: str, folder: Path, engines: Path, args: argparse.Namespace) 
     manifest = read_manifest(folder).data
     artifacts = {entry["key"]: entry for entry in manifest["artifacts"]}
     fp32 = artifacts["onnx-fp32"]
-    inputs = np.load(folder / "eval.npy")[: args.samples]
+    inputs = np.load(folder / "eval.npz")["input"][: args.samples]
     input_name, output_name = fp32["inputs"][0]["name"], fp32["outputs"][0]["name"]
     reference = reference_outputs(folder / fp32["path"], input_name, inputs)
     plan = [("fp16", artifacts.get("onnx-fp16", fp32)), ("int8", artifacts.get("onnx-int8"))]

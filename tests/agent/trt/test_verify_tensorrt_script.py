@@ -48,7 +48,7 @@ def test_convert_only_prepares_the_models_a_board_needs(tmp_path):
     for node in quantize:
         point = zero_points[node.input[2]]
         assert point.dtype.name == "int8" and not point.any()
-    assert (folder / "eval.npy").is_file() and (folder / "calibration.npy").is_file()
+    assert (folder / "eval.npz").is_file() and (folder / "calibration.npy").is_file()
 
 
 def _script_module():
