@@ -116,7 +116,7 @@ def print_summary(manifest: dict, output_dir: str) -> None:
     for a in manifest["artifacts"]:
         acc, timing = a["accuracy"], a["host_timing"] or {}
         rows.append([
-            ("* " if a["recommended"] else "  ") + a["key"],
+            a["key"] + (" *" if a["recommended"] else ""),
             f"{a['size_bytes'] / 1024:.0f} KiB",
             _verdict(acc),
             _worst(acc),
@@ -125,12 +125,13 @@ def print_summary(manifest: dict, output_dir: str) -> None:
             _speedup(timing),
         ])
     for failed in manifest.get("failed_artifacts") or []:
-        rows.append(["  " + failed["key"], "-", "failed", _clip(failed["cause"], 40), "-", "-", "-"])
+        rows.append([failed["key"], "-", "failed", _clip(failed["cause"], 40), "-", "-", "-"])
     out = console()
     basis = manifest["recommendation"]["basis"]
     where = "measured on this host" if basis == "measured" else f"timings are from this {manifest['host']['machine']} host, not {manifest['device']}"
     out.print(table(["artifact", "size", "verdict", "worst output", "top-1 %", "p50 ms", "vs fp32 (95%)"], rows,
-                    title=f"{manifest['device']}: {manifest['model']['source']} ({where})"))
+                    title=f"{manifest['device']}: {manifest['model']['source']} ({where}; * recommended)",
+                    optional=("p50 ms", "top-1 %"), whole_lines=True))
     for o in (manifest["artifacts"][0]["accuracy"].get("outputs") or []) if manifest["artifacts"] else []:
         chosen = "given with --output-kind" if o.get("kind_source") == "given" else o.get("kind_why")
         out.print(f"output {o['name']}: judged as {o['kind']} ({chosen})", markup=False)

@@ -49,9 +49,11 @@ def _fixed_width(stream):
     return None if stream.isatty() or os.environ.get("COLUMNS", "").isdigit() else 1000
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]], title: str = "", optional: Sequence[str] = ()):
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], title: str = "", optional: Sequence[str] = (),
+          whole_lines: bool = False):
     """A table whose columns wrap at spaces, never inside a name or number. Where even so it would
-    not fit the terminal, the `optional` columns are left out, in that order, and its caption says so."""
+    not fit the terminal (with `whole_lines`: where its rows would not fit on one line each), the
+    `optional` columns are left out, in that order, and its caption says so."""
     try:
         from rich.console import Console
         from rich.table import Table
@@ -65,8 +67,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], title: str = ""
     room = _fixed_width(sys.stdout) or Console().width
     kept = list(range(len(headers)))
     dropped = []
+    needed = lines if whole_lines else words
     for name in optional:
-        if sum(words[i] + 3 for i in kept) + 1 <= room:
+        if sum(needed[i] + 3 for i in kept) + 1 <= room:
             break
         if name in headers:
             kept.remove(headers.index(name))
