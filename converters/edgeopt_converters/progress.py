@@ -17,6 +17,9 @@ class ProgressReporter:
     def note(self, message: str) -> None:
         pass
 
+    def say(self, message: str) -> None:
+        """A line of what is going on, between the steps (the quickstart's own steps)."""
+
 
 def _own_stderr():
     """A private handle on stderr, so the bars keep drawing while a step silences fd 2."""
@@ -58,6 +61,9 @@ class RichProgress(ProgressReporter):
     def note(self, message: str) -> None:
         self._bars.console.print(message, markup=False, style="yellow")
 
+    def say(self, message: str) -> None:
+        self._bars.console.print(message, markup=False)
+
 
 class LineProgress(ProgressReporter):
     """For a log or a pipe (`| tee log`, CI): one line as each step ends, with its count and time;
@@ -90,6 +96,9 @@ class LineProgress(ProgressReporter):
         self._line(f"{description}: done in {time.monotonic() - started:.1f} s{count}")
 
     def note(self, message: str) -> None:
+        self._line(message)
+
+    def say(self, message: str) -> None:
         self._line(message)
 
     def _line(self, text: str) -> None:

@@ -40,7 +40,7 @@ def quickstart(output_dir, broker, device_id, timeout_s, as_json):
         }, indent=2, default=str))
         return
     with terminal_progress() as progress:
-        result = run_quickstart(options, lambda text: progress.console.print(f"• {text}", markup=False), progress)
+        result = run_quickstart(options, lambda text: progress.say(f"• {text}"), progress)
     shown = console()
     for title, columns, rows in (("devices", views.DEVICES, result.devices), ("results", views.RESULTS, result.results)):
         headers, cells = views.cells(columns, rows)
