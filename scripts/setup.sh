@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 TORCH_VERSION="${EDGEOPT_TORCH_VERSION:-2.13.0}"
-EXTRAS="${EDGEOPT_EXTRAS:-cli,convert,tflite,agent,fleet,examples,dev}"
+EXTRAS="${EDGEOPT_EXTRAS:-cli,convert,tflite,ncnn,executorch,agent,agent-ncnn,agent-executorch,fleet,examples,dev}"
 
 if [ ! -x .venv/bin/python ]; then
     echo "creating .venv with $($PYTHON --version)"

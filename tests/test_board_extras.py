@@ -1,4 +1,5 @@
-"""A board installs only the runtime its artifacts need: `agent-onnx` or `agent-tflite`, `agent` both."""
+"""A board installs only the runtime its artifacts need: `agent-onnx`, `agent-tflite`, `agent-ncnn` or
+`agent-executorch`; `agent` is ONNX Runtime and TFLite together."""
 from __future__ import annotations
 
 import sys
@@ -17,9 +18,11 @@ else:  # pragma: no cover
 PROJECT = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
 EXTRAS = PROJECT["optional-dependencies"]
 HOST_CLI = {"click", "rich", "pygments"}
-BOARD_EXTRAS = ("agent-onnx", "agent-tflite", "agent")
-HOST_EXTRAS = ("convert", "tflite", "fleet", "examples", "bench", "dev")
-RUNTIME_PACKAGES = {"agent-onnx": ("onnxruntime",), "agent-tflite": ("ai-edge-litert", "tflite-runtime")}
+BOARD_EXTRAS = ("agent-onnx", "agent-tflite", "agent-ncnn", "agent-executorch", "agent")
+HOST_EXTRAS = ("convert", "tflite", "ncnn", "executorch", "fleet", "examples", "bench", "dev")
+RUNTIME_PACKAGES = {"agent-onnx": ("onnxruntime",), "agent-tflite": ("ai-edge-litert", "tflite-runtime"),
+                    "agent-ncnn": ("ncnn",), "agent-executorch": ("executorch-numpy-runtime",)}
+FORMAT_EXTRAS = {"onnx": "agent-onnx", "tflite": "agent-tflite", "ncnn": "agent-ncnn", "pte": "agent-executorch"}
 
 
 def _name(requirement):
@@ -47,6 +50,9 @@ def test_each_runtime_extra_holds_its_runtime_only_and_agent_holds_both():
     common = {"paho-mqtt", "cryptography", "psutil"}
     assert _names("agent-onnx") == common | {"onnxruntime"}
     assert _names("agent-tflite") == common | {"ai-edge-litert", "tflite-runtime"}
+    assert _names("agent-ncnn") == common | {"ncnn"}
+    assert _names("agent-executorch") == common | {"executorch-numpy-runtime"}
+    assert not _installed_names(EXTRAS["agent-executorch"]) & {"torch", "executorch"}, "a board never installs torch"
     assert sorted(EXTRAS["agent"]) == sorted(set(EXTRAS["agent-onnx"]) | set(EXTRAS["agent-tflite"]))
 
 
@@ -74,10 +80,9 @@ def test_every_extra_is_classed_host_or_board():
 @pytest.mark.parametrize("name", ["rpi4", "rpi5", "jetson-orin-nano", "jetson-nano", "jetson-agx-orin"])
 def test_every_format_a_board_profile_runs_has_a_runtime_extra(name):
     formats = set(load_profile(name).formats)
-    extras = {"onnx": "agent-onnx", "tflite": "agent-tflite"}
-    assert formats <= set(extras)
+    assert formats <= set(FORMAT_EXTRAS)
     for fmt in formats:
-        assert set(RUNTIME_PACKAGES[extras[fmt]]) <= _names(extras[fmt])
+        assert set(RUNTIME_PACKAGES[FORMAT_EXTRAS[fmt]]) <= _names(FORMAT_EXTRAS[fmt])
 
 
 def test_a_missing_runtime_names_its_own_extra(monkeypatch, dynamic_onnx):
@@ -89,3 +94,14 @@ def test_a_missing_runtime_names_its_own_extra(monkeypatch, dynamic_onnx):
         tflite_runner.find_interpreter()
     with pytest.raises(MissingExtraError, match=r"pip install 'edgeopt\[agent-onnx\]'"):
         open_runner(str(dynamic_onnx), threads=1).load()
+
+
+def test_ncnn_and_executorch_name_their_extras_in_one_line(monkeypatch, tmp_path):
+    from edgeopt_agent.runners import unavailable_reason
+
+    for module in ("ncnn", "executorch_numpy_runtime", "executorch", "executorch.runtime"):
+        monkeypatch.setitem(sys.modules, module, None)
+    assert "pip install 'edgeopt[agent-ncnn]'" in unavailable_reason("ncnn")
+    reason = unavailable_reason("executorch")
+    assert reason.startswith("no ExecuTorch runtime here: ") and "\n" not in reason
+    assert "edgeopt[agent-executorch]" in reason

@@ -124,10 +124,8 @@ def profile_onnx(path: str, feeds: Mapping[str, Any], threads: Optional[int] = N
 
 def unsupported(runtime: str) -> Dict[str, Any]:
     """What a profile says for a runtime whose per-op profiler edgeopt cannot read."""
-    reasons = {
-        "tflite": "the LiteRT/TFLite Python interpreter exposes no per-op profiler (its op profiling is C++ "
-                  "and benchmark_model only)",
-        "onnxruntime-tensorrt": "onnxruntime's TensorRT provider reports one fused node per engine",
-    }
+    from . import runtimes
+
+    row = runtimes.BY_NAME.get(runtime)
     return {"profiler": None, "runtime": runtime,
-            "unavailable": reasons.get(runtime, f"no per-op profiler for {runtime}")}
+            "unavailable": (row.no_profiler if row is not None else "") or f"no per-op profiler for {runtime}"}

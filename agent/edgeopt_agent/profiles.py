@@ -17,7 +17,8 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from .errors import UserError
 from .files import read_toml
-from .runtimes import FORMATS, PRECISIONS, PROFILE_RUNTIMES
+from . import runtimes as runtime_table
+from .runtimes import PRECISIONS
 
 POWER_SENSORS = ("none", "rpi-pmic", "ina3221", "rapl", "nvml")
 # Machine names that `platform.machine()` reports for each profile architecture.
@@ -169,11 +170,11 @@ def parse_profile(data: Mapping[str, Any], source: str) -> DeviceProfile:
         for a in data.get("accelerators", [])
     )
     runtimes = tuple(
-        _one_of(r, PROFILE_RUNTIMES, "runtime", where) for r in _expect(data, "runtimes", list, where)
+        _one_of(r, runtime_table.PROFILE_RUNTIMES, "runtime", where) for r in _expect(data, "runtimes", list, where)
     )
     recipe = tuple(
         Artifact(
-            format=_one_of(_expect(r, "format", str, where + " [[recipe]]"), FORMATS, "format", where),
+            format=_one_of(_expect(r, "format", str, where + " [[recipe]]"), runtime_table.FORMATS, "format", where),
             precision=_one_of(_expect(r, "precision", str, where + " [[recipe]]"), PRECISIONS, "precision", where),
         )
         for r in _expect(data, "recipe", list, where)

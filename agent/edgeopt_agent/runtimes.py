@@ -7,10 +7,16 @@ Adding a runtime is one row here and one runner module (with its availability ch
   onnxruntime-cuda       ONNX Runtime's CUDA execution provider (must be in the build)
   tensorrt               a native TensorRT engine, built on this machine from the ONNX file
   tflite                 TFLite / LiteRT
+  ncnn                   Tencent's ncnn (CPU); the artifact bundles its .param and .bin (bundle.py)
+  executorch             PyTorch's ExecuTorch, `.pte` programs delegated to XNNPACK
+
+The lists below (RUNTIMES, FORMATS, ...) are computed from TABLE each time they are read, so a
+reader that looks them up here when it needs them (`runtimes.FORMATS`) sees every row.
 """
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -18,56 +24,124 @@ PRECISIONS = ("fp32", "fp16", "int8")
 
 
 @dataclass(frozen=True)
+class Format:
+    """An artifact format: how a file of it is recognised and how the host writes one."""
+
+    name: str
+    title: str  # what users call it ("TFLite")
+    suffix: str  # the artifact file's suffix, dot included
+    magic: Optional[Tuple[int, bytes]] = None  # (offset, bytes) that identify a file whose suffix does not
+    precisions: Tuple[str, ...] = ("fp32",)  # what the host can write in this format
+    export_step: Optional[str] = None  # the converter step writing it; its Options take `precision=`
+    export_base: Optional[str] = None  # the artifact key ("onnx-fp32") whose file it reads; None: the source model
+    # How the roofline costs it: "own" (its own graph), "onnx" (the ONNX graph of its precision: the same
+    # arithmetic), or None (it cannot: the recommendation says so).
+    roofline: Optional[str] = None
+    one_shape: bool = False  # takes one shape per input (traced or planned for it): data of several shapes rules it out
+
+
+@dataclass(frozen=True)
 class Runtime:
     name: str
     formats: Tuple[str, ...]  # artifact formats it runs
-    runner: str  # "module:Class" inside edgeopt_agent.runners, imported when first used
-    available: str  # "module:function" inside edgeopt_agent.runners: function(runtime) -> None or why not
+    runner: str  # "module:Class" inside edgeopt_agent.runners (or a module of its own), imported when first used
+    available: str  # "module:function", found like `runner`: function(runtime) -> None or why not
     gpu: bool = False  # runs on an NVIDIA GPU through CUDA
     builds_engine: bool = False  # builds an engine on the board, so takes the precision to build it at
     in_profiles: bool = True  # a device profile may list it (the provider variants are chosen when benchmarking)
     provider: Optional[str] = None  # the ONNX Runtime execution provider it insists on
     distributions: Tuple[str, ...] = ()  # the packages whose versions a result reports
+    defines: Tuple[Format, ...] = ()  # the formats this runtime brings (a format is defined by one row)
+    spec_options: Optional[str] = None  # "module:function"(benchmark spec) -> open_runner options beyond threads
+    profiler: Optional[str] = None  # "module:function"(runner, artifact, feeds, threads, runs, top) -> per-op profile
+    no_profiler: str = ""  # without `profiler` (and a runner's profile_layers): why there is no per-op profile
+    engine_step: Optional[str] = None  # the on-target converter step that builds its engine from the artifact
+    int8_scheme: Optional[str] = None  # "symmetric": takes ONNX INT8 only as symmetric QDQ (explicit quantization)
+    dynamic_int8: bool = False  # runs ONNX dynamic INT8 (MatMulInteger & co.), so the recipe may plan it
+    executed_graph: bool = False  # the converter can cost the graph this runtime executes (graph_cost)
+    notes: str = ""  # what this runtime does not offer, in words (runtime_report shows it)
 
     def runner_class(self) -> type:
-        return _load(self.runner)
+        return load(self.runner)
 
     def unavailable_reason(self) -> Optional[str]:
-        return _load(self.available)(self)
+        return load(self.available)(self)
 
 
-def _load(target: str) -> Any:
+def load(target: str) -> Any:
+    """The object a row names, "module:name": a module of edgeopt_agent.runners, else (a runtime shipped
+    outside edgeopt) the module of that name."""
     module, _, name = target.partition(":")
-    return getattr(importlib.import_module(f".runners.{module}", __package__), name)
+    inside = f"{__package__}.runners.{module}"
+    return getattr(importlib.import_module(inside if importlib.util.find_spec(inside) else module), name)
 
+
+ONNX = Format("onnx", "ONNX", ".onnx", precisions=PRECISIONS, roofline="own")
+TFLITE = Format("tflite", "TFLite", ".tflite", magic=(4, b"TFL3"), precisions=("fp32", "int8"),
+                export_step="export-tflite", roofline="onnx", one_shape=True)
+NCNN = Format("ncnn", "ncnn", ".ncnn", precisions=("fp32", "fp16"), export_step="export-ncnn",
+              export_base="onnx-fp32", roofline="onnx", one_shape=True)
+PTE = Format("pte", "ExecuTorch", ".pte", magic=(4, b"ET12"), precisions=("fp32", "int8"),
+             export_step="export-executorch", roofline="onnx", one_shape=True)
 
 # In order of preference: the first runtime that runs a format is its default.
 TABLE: Tuple[Runtime, ...] = (
     Runtime("onnxruntime", ("onnx",), "onnxruntime_runner:OnnxRuntimeRunner", "availability:onnxruntime_reason",
-            distributions=("onnxruntime",)),
+            distributions=("onnxruntime",), defines=(ONNX,), profiler="onnxruntime_runner:profile_ops",
+            dynamic_int8=True, executed_graph=True),
     Runtime("tensorrt", ("onnx",), "tensorrt_runner:TensorRTRunner", "availability:tensorrt_reason",
-            gpu=True, builds_engine=True, distributions=("tensorrt",)),
+            gpu=True, builds_engine=True, distributions=("tensorrt",), spec_options="engine_options:tensorrt",
+            engine_step="build-tensorrt-engine", int8_scheme="symmetric"),
     Runtime("onnxruntime-tensorrt", ("onnx",), "ort_gpu_runner:OnnxRuntimeGpuRunner",
             "availability:onnxruntime_reason", gpu=True, builds_engine=True, in_profiles=False,
-            provider="TensorrtExecutionProvider"),
+            provider="TensorrtExecutionProvider", spec_options="engine_options:onnxruntime_tensorrt",
+            no_profiler="onnxruntime's TensorRT provider reports one fused node per engine"),
     Runtime("onnxruntime-cuda", ("onnx",), "ort_gpu_runner:OnnxRuntimeGpuRunner",
-            "availability:onnxruntime_reason", gpu=True, in_profiles=False, provider="CUDAExecutionProvider"),
+            "availability:onnxruntime_reason", gpu=True, in_profiles=False, provider="CUDAExecutionProvider",
+            profiler="onnxruntime_runner:profile_ops"),
     Runtime("tflite", ("tflite",), "tflite_runner:TFLiteRunner", "availability:tflite_reason",
-            distributions=("ai-edge-litert", "tflite-runtime")),
+            distributions=("ai-edge-litert", "tflite-runtime"), defines=(TFLITE,),
+            no_profiler="the LiteRT/TFLite Python interpreter exposes no per-op profiler (its op profiling is C++ "
+                        "and benchmark_model only)"),
+    Runtime("ncnn", ("ncnn",), "ncnn_runner:NcnnRunner", "ncnn_runner:unavailable_reason",
+            distributions=("ncnn",), defines=(NCNN,),
+            no_profiler="ncnn's Python bindings expose no per-layer timing (its benchncnn tool is C++)",
+            notes="no INT8: ncnn's INT8 tools (ncnn2table, ncnn2int8) are in no registry package"),
+    Runtime("executorch", ("pte",), "executorch_runner:ExecuTorchRunner", "executorch_runner:unavailable_reason",
+            distributions=("executorch-numpy-runtime", "executorch"), defines=(PTE,),
+            no_profiler="ExecuTorch's Python runtimes expose no per-op timing (ETDump needs a devtools build)"),
 )
-BY_NAME: Dict[str, Runtime] = {r.name: r for r in TABLE}
 
 
 def _names(keep: Callable[[Runtime], bool]) -> Tuple[str, ...]:
     return tuple(r.name for r in TABLE if keep(r))
 
 
-RUNTIMES = _names(lambda r: True)
-PROFILE_RUNTIMES = _names(lambda r: r.in_profiles)
-ENGINE_RUNTIMES = _names(lambda r: r.builds_engine)
-GPU_RUNTIMES = _names(lambda r: r.gpu)
-ORT_PROVIDERS = {r.name: r.provider for r in TABLE if r.provider is not None}
-DISTRIBUTIONS = tuple(dict.fromkeys(d for r in TABLE for d in r.distributions))
-FORMATS = tuple(dict.fromkeys(f for r in TABLE for f in r.formats))
-# For each format, the runtimes that can run it; the first is the default.
-FORMAT_RUNTIMES = {fmt: _names(lambda r, fmt=fmt: fmt in r.formats) for fmt in FORMATS}
+def _format_table() -> Dict[str, Format]:
+    return {f.name: f for r in TABLE for f in r.defines}
+
+
+_DERIVED: Dict[str, Callable[[], Any]] = {
+    "BY_NAME": lambda: {r.name: r for r in TABLE},
+    "RUNTIMES": lambda: _names(lambda r: True),
+    "PROFILE_RUNTIMES": lambda: _names(lambda r: r.in_profiles),
+    "ENGINE_RUNTIMES": lambda: _names(lambda r: r.builds_engine),
+    "GPU_RUNTIMES": lambda: _names(lambda r: r.gpu),
+    "ORT_PROVIDERS": lambda: {r.name: r.provider for r in TABLE if r.provider is not None},
+    "DISTRIBUTIONS": lambda: tuple(dict.fromkeys(d for r in TABLE for d in r.distributions)),
+    "FORMAT_TABLE": _format_table,
+    "FORMATS": lambda: tuple(_format_table()),
+    # For each format, the runtimes that can run it; the first is the default.
+    "FORMAT_RUNTIMES": lambda: {fmt: _names(lambda r, fmt=fmt: fmt in r.formats) for fmt in _format_table()},
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _DERIVED:
+        return _DERIVED[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def format_of(name: str) -> Format:
+    """The format called `name` (KeyError if no row defines it)."""
+    return _format_table()[name]

@@ -18,7 +18,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from edgeopt_agent.errors import UserError
 from edgeopt_agent.files import write_atomically
-from edgeopt_agent.runtimes import ENGINE_RUNTIMES, PRECISIONS, RUNTIMES
+from edgeopt_agent import runtimes
+from edgeopt_agent.runtimes import PRECISIONS
 
 FILE_NAME = "manifest.json"
 SCHEMA_PREFIX = "edgeopt.manifest/"
@@ -188,19 +189,20 @@ def board_options(entry: Mapping[str, Any], runtime: Optional[str] = None, preci
         raise UserError(f"the manifest's {name} has a \"board\" that is not an object; re-run `edgeopt convert`")
     planned = {k: board.get(k) for k in BOARD_OPTIONS}
     fallbacks = planned["fallback_runtimes"] or []
-    if planned["runtime"] is not None and planned["runtime"] not in RUNTIMES or \
+    known, engines = runtimes.RUNTIMES, runtimes.ENGINE_RUNTIMES
+    if planned["runtime"] is not None and planned["runtime"] not in known or \
             planned["precision"] is not None and planned["precision"] not in PRECISIONS or \
             planned["threads"] is not None and (not isinstance(planned["threads"], int) or planned["threads"] < 1) or \
-            not isinstance(fallbacks, list) or not all(f in RUNTIMES for f in fallbacks):
+            not isinstance(fallbacks, list) or not all(f in known for f in fallbacks):
         raise UserError(f"the manifest's {name} has a \"board\" configuration edgeopt does not know "
                         f"({_brief(board)}); re-run `edgeopt convert`")
     if runtime is not None and runtime != planned["runtime"]:
         planned.update(runtime=runtime, precision=None, fallback_runtimes=None)
     if precision is not None:
-        if planned["runtime"] not in ENGINE_RUNTIMES:
+        if planned["runtime"] not in engines:
             runs_on = f"runs on {planned['runtime']}" if planned["runtime"] else "has no engine-building runtime"
             raise UserError(f"a precision applies to runtimes that build an engine on the board "
-                            f"({', '.join(ENGINE_RUNTIMES)}); {name} {runs_on}: leave the precision out "
+                            f"({', '.join(engines)}); {name} {runs_on}: leave the precision out "
                             f"or also give one of those runtimes")
         planned["precision"] = precision
     if threads is not None:

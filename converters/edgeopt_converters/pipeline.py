@@ -31,7 +31,7 @@ from .options import RECOMMEND_BUDGET, ConvertOptions
 from .passes._quiet import quiet_libraries
 from .precision.follow_ups import follow_up
 from .progress import ProgressReporter
-from .recipe import PlannedArtifact, make_plan, one_shape_for_tflite
+from .recipe import PlannedArtifact, make_plan, one_shape_per_input
 from .recommend import recommend
 from .repair import after_failure
 from .runtime import reference_predictor
@@ -74,8 +74,8 @@ def _convert(source: SourceModel, profile: DeviceProfile, metric: Optional[UserM
     specs = concrete_specs(fed, calibration.feed_shapes(feed_batch(fed)))
     plan = make_plan(profile, opts.formats, opts.precisions, source.kind, opts.calibrate_method, opts.opset)
     notes.extend(plan.notes)
-    one_shape_for_tflite(plan, calibration.shapes(feed_batch(fed)) + evaluation.shapes(feed_batch(fed)),
-                         "tflite" in opts.formats, notes)
+    one_shape_per_input(plan, calibration.shapes(feed_batch(fed)) + evaluation.shapes(feed_batch(fed)),
+                        opts.formats, notes)
     threads = _threads(profile, opts, notes)
     for warning in warnings:
         progress.note(f"warning: {warning}")

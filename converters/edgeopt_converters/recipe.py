@@ -10,17 +10,18 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from edgeopt_agent.errors import UserError
 from edgeopt_agent.profiles import Artifact, DeviceProfile
-from edgeopt_agent.runtimes import BY_NAME, FORMAT_RUNTIMES, FORMATS, PRECISIONS
+from edgeopt_agent import runtimes
+from edgeopt_agent.runtimes import PRECISIONS
 
 from .precision.architecture import Architecture
-from .passes.base import Step, StepCall
+from .passes.base import Step, StepCall, step_class
 from .passes.export_onnx import OnnxExportOptions
 from .passes.export_tflite import TfliteOptions
 from .passes.fp16_onnx import OnnxFp16Options
 from .passes.preprocess_onnx import PreprocessOptions
 from .passes.quantize_dynamic import RECURRENT_OPS, TRANSFORMER_OPS, OnnxDynamicOptions
 from .passes.quantize_onnx import OnnxInt8Options
-from .passes.tensorrt import BuildTensorrtEngine, TensorrtEngineOptions
+from .passes.tensorrt import BuildTensorrtEngine
 
 
 @dataclass(frozen=True)
@@ -60,8 +61,9 @@ class PlannedArtifact:
 
 
 def _steps(fmt: str, precision: str, int8: Optional[OnnxInt8Options], opset: int) -> Tuple[StepCall, ...]:
-    if fmt == "tflite":
-        return (StepCall("export-tflite", TfliteOptions(precision)),)
+    if fmt != "onnx":  # a format a runtime's row brings: its export step writes each precision it offers
+        name = runtimes.format_of(fmt).export_step
+        return (StepCall(name, step_class(name).Options(precision=precision)),)
     if precision == "fp32":
         return (StepCall("export-onnx", OnnxExportOptions(opset=opset)),)
     if precision == "fp16":
@@ -86,18 +88,19 @@ def board_config(profile: DeviceProfile, item: PlannedArtifact) -> Dict[str, Any
     runtime that runs the file as it is), the profile's threads, the profile's other runtimes for the
     format to fall back to when the board lacks the first, and the step the board performs (an engine build).
     """
-    able = [name for name in profile.runtimes if item.format in BY_NAME[name].formats
-            and (not BY_NAME[name].builds_engine or _engine_ready(item))]
+    rows = runtimes.BY_NAME
+    able = [name for name in profile.runtimes if item.format in rows[name].formats
+            and (not rows[name].builds_engine or _engine_ready(item))]
     if not able:  # the profile lists none for this format: the format's default runtime
-        able = [FORMAT_RUNTIMES[item.format][0]]
-    runtime = BY_NAME[able[0]]
-    engine = runtime.builds_engine and runtime.name == "tensorrt"
+        able = [runtimes.FORMAT_RUNTIMES[item.format][0]]
+    runtime = rows[able[0]]
+    engine = runtime.engine_step
     return {
         "runtime": runtime.name,
         "precision": item.precision if runtime.builds_engine else None,
         "threads": profile.default_threads,
         "fallback_runtimes": able[1:],
-        "engine_build": {"step": BuildTensorrtEngine.name, "precision": item.precision} if engine else None,
+        "engine_build": {"step": engine, "precision": item.precision} if engine else None,
     }
 
 
@@ -106,13 +109,15 @@ def _with_board_steps(profile: DeviceProfile, item: PlannedArtifact) -> PlannedA
     build = board_config(profile, item)["engine_build"]
     if build is None or any(c.name == build["step"] for c in item.steps):
         return item
-    return replace(item, steps=item.steps + (StepCall(build["step"], TensorrtEngineOptions(build["precision"])),))
+    options = step_class(build["step"]).Options(precision=build["precision"])
+    return replace(item, steps=item.steps + (StepCall(build["step"], options),))
 
 
 def architecture_variants(plan: "Plan", arch: Architecture, profile: DeviceProfile) -> List[PlannedArtifact]:
     """INT8 modes beside static QDQ that suit the architecture (onnxruntime targets only)."""
     static = next((a for a in plan.artifacts if a.int8 is not None), None)
-    if static is None or "onnxruntime" not in profile.runtimes or (static.int8 and static.int8.symmetric_activations):
+    dynamic = any(runtimes.BY_NAME[r].dynamic_int8 for r in profile.runtimes)
+    if static is None or not dynamic or (static.int8 and static.int8.symmetric_activations):
         return []
     reduce_range = bool(static.int8 and static.int8.reduce_range)
     if arch.kind == "transformer":
@@ -137,7 +142,8 @@ class Plan:
 
 def onnx_int8_options(profile: DeviceProfile, calibrate_method: str = "minmax") -> OnnxInt8Options:
     """The INT8 scheme whose kernels are fast and exact on the target's ISA."""
-    if "tensorrt" in profile.runtimes and profile.accelerator_supports("int8"):
+    symmetric = any(runtimes.BY_NAME[r].int8_scheme == "symmetric" for r in profile.runtimes)
+    if symmetric and profile.accelerator_supports("int8"):
         return OnnxInt8Options.for_tensorrt(calibrate_method)
     if profile.cpu.arch == "x86_64":
         has_vnni = profile.cpu.has("avx512_vnni") or profile.cpu.has("avx_vnni")
@@ -156,25 +162,30 @@ def _why(profile: DeviceProfile, art: Artifact, int8: Optional[OnnxInt8Options])
         return "FP16 for the GPU (" + ", ".join(a.name for a in profile.accelerators if "fp16" in a.precisions) + ")"
     if art.format == "tflite" and art.precision == "int8":
         return "full-integer TFLite with INT8 inputs/outputs (PT2E, per-channel weights)"
+    if art.format != "onnx":
+        label = step_class(runtimes.format_of(art.format).export_step)(precision=art.precision).label()
+        return f"{art.precision.upper()} {art.format} for {', '.join(runtimes.FORMAT_RUNTIMES[art.format])}: {label}"
     return "FP32 reference artifact"
 
 
 def make_plan(profile: DeviceProfile, formats: Sequence[str] = (), precisions: Sequence[str] = (),
               source_kind: str = "module", calibrate_method: str = "minmax", opset: int = 18) -> Plan:
+    known = runtimes.FORMAT_TABLE
     for f in formats:
-        if f not in FORMATS:
-            raise UserError(f"unknown --format '{f}'; choose from {', '.join(FORMATS)}")
+        if f not in known:
+            raise UserError(f"unknown --format '{f}'; choose from {', '.join(known)}")
     for p in precisions:
         if p not in PRECISIONS:
             raise UserError(f"unknown --precision '{p}'; choose from {', '.join(PRECISIONS)}")
     notes: List[str] = []
     if formats or precisions:
         wanted_formats = list(formats) or list(profile.formats)
-        wanted_precisions = list(precisions) or list(profile.precisions)
-        candidates = [Artifact(f, p) for f in wanted_formats for p in wanted_precisions]
-        unsupported = [a for a in candidates if a.format == "tflite" and a.precision == "fp16"]
+        candidates = [Artifact(f, p) for f in wanted_formats for p in (precisions or _recipe_precisions(profile, f))]
+        unsupported = [a for a in candidates if a.precision not in known[a.format].precisions]
         if unsupported and len(unsupported) == len(candidates):
-            raise UserError("TFLite FP16 is not offered; use --format onnx --precision fp16, or tflite fp32/int8")
+            offered = "; ".join(f"{f} {'/'.join(known[f].precisions)}" for f in dict.fromkeys(a.format for a in unsupported))
+            raise UserError(f"{unsupported[0].format} {unsupported[0].precision.upper()} is not offered; "
+                            f"the formats offer: {offered}")
         candidates = [a for a in candidates if a not in unsupported]
         fp16_ok = profile.accelerator_supports("fp16") or profile.cpu.has("fp16")
         if any(a.precision == "fp16" for a in candidates) and not fp16_ok:
@@ -188,48 +199,79 @@ def make_plan(profile: DeviceProfile, formats: Sequence[str] = (), precisions: S
                 f"{profile.name}: no INT8 artifact, because its GPU ({', '.join(a.name for a in profile.accelerators)}) "
                 f"has no INT8 path; FP16 is its fastest precision"
             )
-    if source_kind not in ("module", "exported") and any(a.format == "tflite" for a in candidates):
-        if formats and "tflite" in formats:
-            raise UserError(
-                f"TFLite export needs a PyTorch model that torch.export can trace, not a {source_kind} file; "
-                f"give file.py:factory or a .pt2, or use --format onnx"
-            )
-        notes.append(f"TFLite artifacts skipped: litert-torch needs a traceable PyTorch model, the source is {source_kind}")
-        candidates = [a for a in candidates if a.format != "tflite"]
-    # Validation compares against FP32, so the FP32 artifact of each format is always built first.
+        for fmt in dict.fromkeys(a.format for a in candidates if a.format != "onnx"):
+            install = step_class(runtimes.format_of(fmt).export_step).missing()
+            if install:
+                notes.append(f"{runtimes.format_of(fmt).title} artifacts skipped: the host cannot convert to {fmt} "
+                             f"without its tools: {install}")
+                candidates = [a for a in candidates if a.format != fmt]
+    if source_kind not in ("module", "exported"):
+        for fmt in [f for f in dict.fromkeys(a.format for a in candidates) if _traces_source(f)]:
+            title = runtimes.format_of(fmt).title
+            if fmt in formats:
+                raise UserError(
+                    f"{title} export needs a PyTorch model that torch.export can trace, not a {source_kind} file; "
+                    f"give file.py:factory or a .pt2, or use --format onnx"
+                )
+            notes.append(f"{title} artifacts skipped: its export needs a traceable PyTorch model, the source is {source_kind}")
+            candidates = [a for a in candidates if a.format != fmt]
+    # Validation compares against FP32, so the FP32 artifact of each format is always built first,
+    # after the artifact an export reads (ncnn's: the FP32 ONNX).
     ordered: List[Artifact] = []
     for art in candidates:
         fp32 = Artifact(art.format, "fp32")
-        if fp32 not in ordered and fp32 not in candidates:
-            ordered.append(fp32)
-        if art not in ordered:
-            ordered.append(art)
-    ordered.sort(key=lambda a: (a.precision != "fp32",))
+        for needed in (_export_base(art.format), fp32, art):
+            if needed is not None and needed not in ordered:
+                ordered.append(needed)
+    ordered.sort(key=lambda a: (a.precision != "fp32", _export_base(a.format) is not None))
     int8 = onnx_int8_options(profile, calibrate_method)
     artifacts = []
     for a in ordered:
         own = int8 if (a.format, a.precision) == ("onnx", "int8") else None
-        base = "onnx-fp32" if a.format == "onnx" and a.precision != "fp32" else None
+        base = "onnx-fp32" if a.format == "onnx" and a.precision != "fp32" else runtimes.format_of(a.format).export_base
         planned = PlannedArtifact(a.format, a.precision, _why(profile, a, int8 if a.format == "onnx" else None),
                                   steps=_steps(a.format, a.precision, own, opset), base=base)
         artifacts.append(_with_board_steps(profile, planned))
     return Plan(artifacts, notes)
 
 
-def one_shape_for_tflite(plan: Plan, shape_sets: List[Dict[str, Tuple[int, ...]]], asked: bool,
+def _recipe_precisions(profile: DeviceProfile, fmt: str) -> List[str]:
+    """The precisions the profile's recipe builds `fmt` at; for a format it does not list, all of its precisions."""
+    listed = [a.precision for a in profile.recipe if a.format == fmt]
+    return listed or list(profile.precisions)
+
+
+def _traces_source(fmt: str) -> bool:
+    """Whether the format's export traces the PyTorch source itself (the ONNX export also takes an ONNX source)."""
+    return fmt != "onnx" and step_class(runtimes.format_of(fmt).export_step).from_source
+
+
+def _export_base(fmt: str) -> Optional[Artifact]:
+    """The artifact whose file the format's export step reads (None: it reads the source model)."""
+    key = runtimes.format_of(fmt).export_base if fmt != "onnx" else None
+    if key is None:
+        return None
+    base_format, _, precision = key.partition("-")
+    return Artifact(base_format, precision)
+
+
+def one_shape_per_input(plan: Plan, shape_sets: List[Dict[str, Tuple[int, ...]]], asked: Sequence[str],
                          notes: List[str]) -> None:
-    """TFLite artifacts (litert-torch) take one shape per input: data of several shapes leaves
-    them out (or, when asked for by --format tflite, is an error)."""
+    """Formats that take one shape per input (TFLite, ncnn, ExecuTorch: their rows' `one_shape`):
+    data of several shapes leaves them out (or, when asked for by --format, is an error)."""
     differ = [n for n in shape_sets[0] if len({tuple(s.get(n, ())) for s in shape_sets}) > 1]
-    if not differ or not any(a.format == "tflite" for a in plan.artifacts):
+    fixed = [f for f in dict.fromkeys(a.format for a in plan.artifacts) if runtimes.format_of(f).one_shape]
+    if not differ or not fixed:
         return
     name = differ[0]
     seen = " and ".join(str(list(shape)) for shape in dict.fromkeys(tuple(s[name]) for s in shape_sets if name in s))
-    why = f"input '{name}' is {seen} in the data, and TFLite artifacts take one shape per input"
-    if asked:
-        raise UserError(f"{why}; give data of one shape, or --format onnx (which keeps the dim dynamic)")
-    plan.artifacts[:] = [a for a in plan.artifacts if a.format != "tflite"]
-    notes.append(f"TFLite artifacts skipped: {why}")
+    for fmt in fixed:
+        title = runtimes.format_of(fmt).title
+        why = f"input '{name}' is {seen} in the data, and {title} artifacts take one shape per input"
+        if fmt in asked:
+            raise UserError(f"{why}; give data of one shape, or --format onnx (which keeps the dim dynamic)")
+        plan.artifacts[:] = [a for a in plan.artifacts if a.format != fmt]
+        notes.append(f"{title} artifacts skipped: {why}")
 
 
 def tflite_dynamic_variant(item: PlannedArtifact) -> PlannedArtifact:

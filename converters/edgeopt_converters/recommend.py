@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Mapping, Optional, Tuple
 
+from edgeopt_agent import runtimes
 from edgeopt_agent.profiles import DeviceProfile
 
 from .accuracy import OK, UNRESOLVED
 
-RUNTIME_FORMAT = {"tflite": "tflite", "onnxruntime": "onnx", "tensorrt": "onnx"}
 MIN_SPEEDUP = 1.05  # a lower precision must be shown at least this much faster than FP32 to be chosen
 NOTHING_QUANTIZED = 0.9  # an "INT8" artifact whose weights take this share of FP32's is not offered at all
 TIE = 1.05  # artifacts within this factor of the fastest are ties, settled by the profile's preferences
@@ -60,7 +60,7 @@ def _accuracy_note(record) -> str:
 def recommend(records: List, profile: DeviceProfile, measured: bool, why_predicted: str = "",
               predicted_ms: Optional[Mapping[str, float]] = None) -> Recommendation:
     """`predicted_ms`: roofline latency on the board by artifact key, used when nothing was measured."""
-    formats = {RUNTIME_FORMAT[rt] for rt in profile.runtimes}
+    formats = set(_profile_formats(profile))
     usable, excluded = _accuracy_split([r for r in records if r.planned.format in formats])
     dropped = f"; not recommended for accuracy: {'; '.join(excluded)}" if excluded else ""
     if not usable:
@@ -77,8 +77,13 @@ def recommend(records: List, profile: DeviceProfile, measured: bool, why_predict
     return Recommendation(key, basis, reason + _accuracy_note(chosen) + dropped)
 
 
+def _profile_formats(profile: DeviceProfile) -> List[str]:
+    """The formats the profile's runtimes run, in the profile's order of preference."""
+    return list(dict.fromkeys(f for rt in profile.runtimes for f in runtimes.BY_NAME[rt].formats))
+
+
 def _preference(profile: DeviceProfile, record) -> tuple:
-    order = [RUNTIME_FORMAT[rt] for rt in profile.runtimes]
+    order = _profile_formats(profile)
     return (order.index(record.planned.format), _PRECISION_ORDER.index(record.planned.precision), record.planned.key)
 
 
@@ -109,16 +114,29 @@ def _by_measurement(usable, profile: DeviceProfile) -> Tuple[str, str]:
 
 
 def _roofline_estimates(usable, predicted_ms: Mapping[str, float]) -> Dict[str, Tuple[float, str]]:
-    """Predicted ms per usable artifact; a TFLite artifact takes its precision's ONNX graph's (same arithmetic)."""
+    """Predicted ms per usable artifact; a format whose row says roofline "onnx" (TFLite, ncnn, ExecuTorch)
+    takes its precision's ONNX graph's (the same arithmetic)."""
     by_precision = {r.planned.precision: predicted_ms[r.planned.key] for r in usable
                     if r.planned.format == "onnx" and r.planned.key in predicted_ms}
     estimates = {}
     for r in usable:
         if r.planned.key in predicted_ms:
             estimates[r.planned.key] = (predicted_ms[r.planned.key], "")
-        elif r.planned.precision in by_precision:
+        elif runtimes.format_of(r.planned.format).roofline == "onnx" and r.planned.precision in by_precision:
             estimates[r.planned.key] = (by_precision[r.planned.precision], f" (the onnx-{r.planned.precision} graph's)")
     return estimates
+
+
+def _not_costed(usable, estimates: Mapping[str, Tuple[float, str]]) -> str:
+    """The usable artifacts the roofline left out, and why, for the reason."""
+    left = [r.planned.key for r in usable if r.planned.key not in estimates]
+    if not left:
+        return ""
+    uncostable = [k for k in left if runtimes.format_of(k.split("-")[0]).roofline is None]
+    said = f"; not costed by the roofline: {', '.join(left)}"
+    if uncostable:
+        said += f" ({', '.join(uncostable)}: the roofline cannot read that format's graph)"
+    return said
 
 
 def _by_roofline(usable, profile: DeviceProfile, why: str, predicted_ms: Mapping[str, float]) -> Optional[Tuple[str, str]]:
@@ -135,7 +153,8 @@ def _by_roofline(usable, profile: DeviceProfile, why: str, predicted_ms: Mapping
     return best.planned.key, (
         f"predicted, not measured: {why}; fastest by the roofline of each graph on {profile.name} (its profile's "
         f"peak throughput per precision and memory bandwidth, uncalibrated; `edgeopt analyze` shows it per "
-        f"node) among artifacts that pass their accuracy verdict: {shown}{settled}. Confirm on the board: "
+        f"node) among artifacts that pass their accuracy verdict: {shown}{settled}{_not_costed(usable, estimates)}. "
+        f"Confirm on the board: "
         f"`edgeopt deploy OUTDIR --wait` to its edgeopt-agent."
     )
 
@@ -172,10 +191,9 @@ def _precision_rank(profile: DeviceProfile) -> List[str]:
 def _by_prediction(usable, profile: DeviceProfile, why: str) -> Tuple[str, str]:
     ranks = _precision_rank(profile)
     for runtime in profile.runtimes:
-        fmt = RUNTIME_FORMAT[runtime]
         for precision in ranks:
             for r in usable:
-                if (r.planned.format, r.planned.precision) == (fmt, precision):
+                if r.planned.format in runtimes.BY_NAME[runtime].formats and r.planned.precision == precision:
                     evidence = ", ".join(f"{p} {v:g}" for p, v in profile.peak_tops.items()) or "no peak figures"
                     return r.planned.key, (
                         f"predicted, not measured: {why}; {runtime} is its preferred runtime and {precision} the "

@@ -166,7 +166,7 @@ def test_onnx_torchscript_and_exported_program_sources(tmp_path, nets_path, imag
 
     from_onnx = edgeopt.convert(str(tmp_path / "m.onnx"), device="rpi4", output_dir=tmp_path / "o",
                                 calibration=tmp_path / "calib.npz", time_on_host=False)
-    assert [a["key"] for a in from_onnx["artifacts"]] == ["onnx-fp32", "onnx-int8"]
+    assert [a["key"] for a in from_onnx["artifacts"]] == ["onnx-fp32", "ncnn-fp32", "onnx-int8"]
     assert any("TFLite artifacts skipped" in n for n in from_onnx["notes"])
     assert from_onnx["model"]["inputs"][0]["name"] == "image"
 

@@ -212,7 +212,10 @@ def test_converted_and_benchmarked_with_no_input_options(case, device, tmp_path,
     manifest = edgeopt.convert(model, device=device, output_dir=outdir, time_on_host=False, **options)
 
     formats = {a["format"] for a in manifest["artifacts"]}
-    assert formats == ({"onnx", "tflite"} if case in ("vad-factory", "mixed-dtypes") else {"onnx"})
+    traced = case in ("vad-factory", "mixed-dtypes")  # PyTorch sources of one shape per input
+    # rpi4 adds ExecuTorch for those; ncnn takes neither (a batch-2 state input; a graph with integer
+    # inputs ncnn cannot parse), and the manifest's warnings say so
+    assert formats == ({"onnx", "tflite"} | ({"pte"} if device == "rpi4" else set()) if traced else {"onnx"})
     model_inputs = {i["name"]: i for i in manifest["model"]["inputs"]}
     for artifact in manifest["artifacts"]:
         assert artifact["accuracy"]["cosine_similarity"] > 0.99, artifact["key"]

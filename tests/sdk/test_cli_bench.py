@@ -102,7 +102,7 @@ def text_file(folder):
     "make, message",
     [
         (lambda folder: folder / "absent.onnx", "error: artifact not found:"),
-        (text_file, "is not a model: expected a .onnx or .tflite file"),
+        (text_file, "is not a model: expected a .onnx, .tflite"),
         (lambda folder: folder, "is a folder without manifest.json"),
     ],
     ids=["missing", "not-a-model", "folder-without-manifest"],

@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from .. import op_profile
 from ..runners import UnsupportedModelError, open_runner
 from ..runners.availability import unavailable_reason
-from ..runtimes import ENGINE_RUNTIMES, GPU_RUNTIMES
+from .. import runtimes
 from .failures import classify
 from .inputs import file_feeds, random_feeds
 from .memory import current_rss_mb, limit_address_space, peak_rss_mb
@@ -51,7 +51,7 @@ def benchmark(spec: BenchmarkSpec, send: Send) -> None:
     runner = open_runner(spec.artifact, threads=spec.resolved_threads(), runtime=spec.runtime, **spec.runner_options())
     notes = []
     rss_before = current_rss_mb()
-    if spec.memory_limit_mb is not None and spec.runtime in GPU_RUNTIMES:
+    if spec.memory_limit_mb is not None and spec.runtime in runtimes.GPU_RUNTIMES:
         notes.append("memory limit not enforced: CUDA reserves more address space than an RLIMIT_AS limit allows")
     elif spec.memory_limit_mb is not None:
         note = limit_address_space(spec.memory_limit_mb)
@@ -122,7 +122,7 @@ def choose_runtime(spec: BenchmarkSpec) -> Tuple[BenchmarkSpec, Optional[Dict[st
     fallback: Dict[str, Any] = {"from": spec.runtime, "to": runtime, "reason": reasons[0][1]}
     if len(reasons) > 1:
         fallback["also_unavailable"] = {name: why for name, why in reasons[1:]}
-    precision = spec.precision if runtime in ENGINE_RUNTIMES else None
+    precision = spec.precision if runtime in runtimes.ENGINE_RUNTIMES else None
     if spec.precision is not None and precision is None:
         fallback["precision_dropped"] = spec.precision
     return dataclasses.replace(spec, runtime=runtime, precision=precision, fallback_runtimes=None), fallback
@@ -188,10 +188,11 @@ def measure_batch(runner, spec: BenchmarkSpec, batch: Optional[int], feeds: Dict
 
 def profile_ops(runner, spec: BenchmarkSpec, feeds: Dict[str, Any], runs: int = 20) -> Dict[str, Any]:
     """The runtime's own per-op profile of this model and input (first batch size), or why there is none."""
+    row = runtimes.BY_NAME.get(runner.runtime)
     try:
-        if runner.runtime in ("onnxruntime", "onnxruntime-cuda"):
-            return op_profile.profile_onnx(spec.artifact, feeds, threads=spec.resolved_threads(), runs=runs,
-                                           providers=list(runner.providers), top=op_profile.TOP)
+        if row is not None and row.profiler is not None:
+            return runtimes.load(row.profiler)(runner, spec.artifact, feeds, threads=spec.resolved_threads(),
+                                               runs=runs, top=op_profile.TOP)
         if hasattr(runner, "profile_layers"):
             result = runner.profile_layers(runner.prepare(feeds), runs)
             result["nodes"] = result["nodes"][:op_profile.TOP]

@@ -6,7 +6,8 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ..errors import UserError
-from ..runtimes import ENGINE_RUNTIMES, PRECISIONS, RUNTIMES
+from .. import runtimes
+from ..runtimes import PRECISIONS
 from ..values import is_int, is_number
 from ..wire import check_input_description, check_reference
 
@@ -98,23 +99,24 @@ class BenchmarkSpec:
             raise UserError(f"profile must be true or false, got {self.profile!r}")
         if not is_int(self.seed):
             raise UserError(f"seed must be a whole number, got {self.seed!r}")
-        if self.runtime is not None and self.runtime not in RUNTIMES:
-            raise UserError(f"unknown runtime '{self.runtime}'; available: {', '.join(RUNTIMES)}")
+        known, engines = runtimes.RUNTIMES, runtimes.ENGINE_RUNTIMES
+        if self.runtime is not None and self.runtime not in known:
+            raise UserError(f"unknown runtime '{self.runtime}'; available: {', '.join(known)}")
         if self.fallback_runtimes is not None:
             if isinstance(self.fallback_runtimes, str) or not all(isinstance(r, str) for r in self.fallback_runtimes):
                 raise UserError(f"fallback_runtimes must be a list of runtime names, got {self.fallback_runtimes!r}")
             names = tuple(self.fallback_runtimes)
-            unknown = [r for r in names if r not in RUNTIMES]
+            unknown = [r for r in names if r not in known]
             if unknown:
-                raise UserError(f"unknown fallback runtime '{unknown[0]}'; available: {', '.join(RUNTIMES)}")
+                raise UserError(f"unknown fallback runtime '{unknown[0]}'; available: {', '.join(known)}")
             if len(set(names)) != len(names) or self.runtime in names:
                 raise UserError(f"fallback_runtimes must be distinct and differ from the runtime, got {list(names)}")
             object.__setattr__(self, "fallback_runtimes", names or None)
         if self.precision is not None and self.precision not in PRECISIONS:
             raise UserError(f"unknown precision '{self.precision}'; available: {', '.join(PRECISIONS)}")
-        if self.precision is not None and self.runtime is not None and self.runtime not in ENGINE_RUNTIMES:
+        if self.precision is not None and self.runtime is not None and self.runtime not in engines:
             raise UserError(
-                f"precision applies to runtimes that build an engine on the board ({', '.join(ENGINE_RUNTIMES)}), "
+                f"precision applies to runtimes that build an engine on the board ({', '.join(engines)}), "
                 f"not to '{self.runtime}'"
             )
 
@@ -149,20 +151,12 @@ class BenchmarkSpec:
         return min(self.threads, cpus) if self.threads else cpus
 
     def runner_options(self) -> Dict[str, Any]:
-        """What open_runner takes beyond the path, threads and runtime, for this spec's runtime."""
-        if self.runtime == "tensorrt":
-            ranges = {d["name"]: [list(d.get("min_shape", d["shape"])), list(d.get("max_shape", d["shape"]))]
-                      for d in self.inputs or () if "min_shape" in d or "max_shape" in d}
-            return {
-                "precision": self.precision,
-                "cache_dir": self.engine_cache_dir,
-                "max_batch": max(self.batch_sizes or (1,)),
-                "input_shapes": {d["name"]: list(d["shape"]) for d in self.inputs or ()} or None,
-                **({"input_ranges": ranges} if ranges else {}),
-            }
-        if self.runtime == "onnxruntime-tensorrt":
-            return {"precision": self.precision, "cache_dir": self.engine_cache_dir}
-        return {}
+        """What open_runner takes beyond the path, threads and runtime, for this spec's runtime (its
+        row's `spec_options` say which)."""
+        row = runtimes.BY_NAME.get(self.runtime) if self.runtime is not None else None
+        if row is None or row.spec_options is None:
+            return {}
+        return runtimes.load(row.spec_options)(self)
 
 
 def available_cpus() -> int:

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 from .errors import ArtifactError, InputError, UnsupportedModelError, looks_like_out_of_memory
-from ..runtimes import BY_NAME, ENGINE_RUNTIMES, FORMAT_RUNTIMES, ORT_PROVIDERS, PRECISIONS, RUNTIMES
+from .. import runtimes
+from ..runtimes import ENGINE_RUNTIMES, FORMAT_RUNTIMES, ORT_PROVIDERS, PRECISIONS, RUNTIMES
 from .formats import detect_format, resolve_runtime
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -70,13 +71,14 @@ def open_runner(
     runtime: "onnxruntime" (best execution provider present: TensorRT, CUDA, then CPU),
     "onnxruntime-tensorrt" / "onnxruntime-cuda" (ONNX Runtime's TensorRT / CUDA provider, which
     the build must have), "tensorrt" (a native TensorRT engine built here from the ONNX file), or
-    "tflite". A runtime this machine lacks raises UnsupportedModelError saying why.
+    "tflite", "ncnn" or "executorch" (edgeopt_agent.runtimes lists them). A runtime this machine lacks
+    raises UnsupportedModelError saying why.
     options: `session_config` (onnxruntime session config entries) for "onnxruntime"; `xnnpack=False` for TFLite; `precision`, `cache_dir` for "tensorrt" and
     "onnxruntime-tensorrt"; `max_batch`, `workspace_mb` for "tensorrt".
     """
     if threads is not None and threads < 1:
         raise InputError(f"threads must be at least 1, got {threads}")
-    chosen = BY_NAME[resolve_runtime(path, runtime)]
+    chosen = runtimes.BY_NAME[resolve_runtime(path, runtime)]
     runner = chosen.runner_class()
     if chosen.provider is not None:  # one runner class serves every ONNX Runtime provider runtime
         return runner(path, chosen.name, threads=threads, **options)

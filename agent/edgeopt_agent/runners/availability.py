@@ -11,15 +11,17 @@ from __future__ import annotations
 from typing import Any, Dict, Optional, Sequence
 
 from ..errors import UserError
-from ..runtimes import BY_NAME, RUNTIMES, Runtime
+from .. import runtimes
+from ..runtimes import Runtime
 
 
 def unavailable_reason(runtime: str) -> Optional[str]:
     """None when `runtime` can run here, else why it cannot, in words the user can act on."""
-    if runtime not in BY_NAME:
-        return f"unknown runtime '{runtime}'; known: {', '.join(RUNTIMES)}"
+    rows = runtimes.BY_NAME
+    if runtime not in rows:
+        return f"unknown runtime '{runtime}'; known: {', '.join(rows)}"
     try:
-        return BY_NAME[runtime].unavailable_reason()
+        return rows[runtime].unavailable_reason()
     except UserError as exc:
         return str(exc)
 
@@ -50,10 +52,14 @@ def onnxruntime_reason(runtime: Runtime) -> Optional[str]:
     return None
 
 
-def runtime_report(runtimes: Sequence[str] = RUNTIMES) -> Dict[str, Dict[str, Any]]:
+def runtime_report(names: Optional[Sequence[str]] = None) -> Dict[str, Dict[str, Any]]:
+    """Every runtime (or those named): available or not, why not, and what its row says it does not offer."""
     report = {}
-    for runtime in runtimes:
+    for runtime in runtimes.RUNTIMES if names is None else names:
         reason = unavailable_reason(runtime)
         report[runtime] = {"available": reason is None, "reason": reason}
+        row = runtimes.BY_NAME.get(runtime)
+        if row is not None and row.notes:
+            report[runtime]["notes"] = row.notes
     return report
 

@@ -120,3 +120,11 @@ def _load_error(path: Path, exc: Exception) -> Exception:
     if kind in ("InvalidProtobuf", "InvalidGraph", "Fail", "InvalidArgument"):
         return ArtifactError(f"{path.name} is not a valid ONNX model: {message}")
     return exc
+
+
+def profile_ops(runner: OnnxRuntimeRunner, artifact: str, feeds: Mapping[str, Any], threads: Optional[int],
+                runs: int, top: Optional[int]) -> Dict[str, Any]:
+    """The per-op profile of the runtime table: onnxruntime's own profiler, with the runner's providers."""
+    from ..op_profile import profile_onnx
+
+    return profile_onnx(artifact, feeds, threads=threads, runs=runs, providers=list(runner.providers), top=top)

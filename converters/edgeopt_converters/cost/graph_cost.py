@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from edgeopt_agent import runtimes
 from edgeopt_agent.errors import UserError, require
 
 from .node_kinds import DEPTHWISE, GEMM_CONV, gemm_conv_ops, kind_of
@@ -158,15 +159,16 @@ class _Tensor:
 
 
 InputShapes = Union[Sequence[Sequence[int]], Mapping[str, Sequence[int]]]
-RUNTIMES = ("onnxruntime",)  # runtimes whose executed graph can be costed instead of the model's own
 
 
 def analyze_onnx(model: Union[str, Path, Any], input_shapes: InputShapes = (),
                  runtime: Optional[str] = None) -> GraphCost:
     """Per-node cost of an ONNX model. `input_shapes` fixes the graph inputs' shapes, in order or by name.
-    `runtime="onnxruntime"`: cost the graph onnxruntime executes on this host (`ort_graph`) instead."""
-    if runtime is not None and runtime not in RUNTIMES:
-        raise UserError(f"no executed graph for runtime {runtime!r}; available: {', '.join(RUNTIMES)}")
+    `runtime="onnxruntime"`: cost the graph onnxruntime executes on this host (`ort_graph`) instead; a
+    runtime's row says whether its executed graph can be costed (`executed_graph`)."""
+    executed = [r.name for r in runtimes.TABLE if r.executed_graph]
+    if runtime is not None and runtime not in executed:
+        raise UserError(f"no executed graph for runtime {runtime!r}; available: {', '.join(executed)}")
     onnx = require("onnx", "convert")
     if not hasattr(model, "graph"):
         path = Path(model)
@@ -178,7 +180,7 @@ def analyze_onnx(model: Union[str, Path, Any], input_shapes: InputShapes = (),
             raise UserError(f"{path.name} is not an ONNX model: {exc}") from exc
     notes: List[str] = []
     model = _with_fixed_inputs(model, input_shapes, notes)
-    if runtime == "onnxruntime":
+    if runtime is not None:  # onnxruntime's: the only executed graph the converter can read
         from .ort_graph import LEVEL, optimized
 
         model = optimized(model)

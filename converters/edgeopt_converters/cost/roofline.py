@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Tuple
 
+from edgeopt_agent import runtimes
 from edgeopt_agent.errors import UserError
 from edgeopt_agent.profiles import DeviceProfile
+from edgeopt_agent.runners import detect_format
 
 from .graph_cost import GraphCost, NodeCost, analyze_onnx
 
@@ -255,7 +257,7 @@ def predict_artifacts(profile: DeviceProfile, paths: Mapping[str, Path]) -> Dict
         return {}
     predicted: Dict[str, float] = {}
     for key, path in paths.items():
-        if str(path).endswith(".onnx"):
+        if runtimes.format_of(detect_format(path)).roofline == "own":
             try:
                 predicted[key] = predict(analyze_onnx(path), board).roofline_ms
             except UserError:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Type
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple, Type
 
 from edgeopt_agent.errors import UserError
 
@@ -63,6 +63,8 @@ class Step:
     Options: ClassVar[type] = NoOptions
     on_target: ClassVar[bool] = False
     from_source: ClassVar[bool] = False  # reads ctx.source instead of a model file (exports)
+    # (module, extra) pairs the step needs; a format the profile plans is skipped with a note where one is missing
+    requires: ClassVar[Tuple[Tuple[str, str], ...]] = ()
     registry: ClassVar[Dict[str, Type["Step"]]] = {}
 
     def __init_subclass__(cls, **kwargs):
@@ -92,6 +94,15 @@ class Step:
         return False
 
     @classmethod
+    def missing(cls) -> Optional[str]:
+        """The install command for what the step needs and this machine lacks (None: nothing missing).
+        Looks for the packages without importing them."""
+        import importlib.util
+
+        extras = [extra for module, extra in cls.requires if importlib.util.find_spec(module) is None]
+        return f"pip install 'edgeopt[{','.join(dict.fromkeys(extras))}]'" if extras else None
+
+    @classmethod
     def describe(cls) -> List[Dict[str, Any]]:
         """Each option: name, type, default and description."""
         rows = []
@@ -111,7 +122,10 @@ def step_class(name: str) -> Type[Step]:
 
 def _load_builtin_steps() -> None:
     """Importing the step modules registers them."""
-    from . import export_onnx, export_tflite, fp16_onnx, preprocess_onnx, quantize_dynamic, quantize_onnx, tensorrt  # noqa: F401
+    from . import (  # noqa: F401
+        export_executorch, export_ncnn, export_onnx, export_tflite, fp16_onnx, preprocess_onnx, quantize_dynamic,
+        quantize_onnx, tensorrt,
+    )
 
 
 @dataclass(frozen=True)

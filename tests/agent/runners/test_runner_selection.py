@@ -36,7 +36,7 @@ def test_missing_file(tmp_path):
 def test_not_a_model(tmp_path):
     path = tmp_path / "notes.txt"
     path.write_text("hello")
-    with pytest.raises(ArtifactError, match="not a model: expected a .onnx or .tflite file"):
+    with pytest.raises(ArtifactError, match="not a model: expected a .onnx, .tflite"):
         open_runner(path)
 
 

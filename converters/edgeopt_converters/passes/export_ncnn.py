@@ -1,0 +1,167 @@
+"""ONNX -> ncnn (`.param` graph + `.bin` weights) through the pnnx converter that the pnnx wheel ships.
+
+The step reads the FP32 ONNX artifact, not the source: pnnx takes ONNX or TorchScript, never a
+torch.export program, and starting from ONNX serves ONNX sources too. pnnx's own Python helper
+traces with TorchScript and ignores the converter's exit status, so the step calls the converter
+binary itself.
+
+pnnx names the blobs in0.. and out0..; the step renames them to the ONNX model's names and writes
+each input's per-sample shape into its Input layer, which is where the ncnn runner reads it.
+The artifact is one file, an edgeopt bundle (an uncompressed zip: `unzip model.fp32.ncnn` gives
+model.param and model.bin) holding the graph, the weights and the precision (edgeopt_agent.bundle).
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from edgeopt_agent.bundle import write_bundle
+from edgeopt_agent.errors import require
+from edgeopt_agent.runners.ncnn_runner import FACTS, PARAM, PARAM_MAGIC, WEIGHTS
+
+from .base import Step, StepContext, StepResult, option
+from .errors import StepFailed, first_line
+
+TIMEOUT_S = 600
+# pnnx's names for tensor element types in `inputshape=`.
+_PNNX_TYPES = {1: "f32", 10: "f16", 11: "f64", 2: "u8", 3: "i8", 5: "i16", 6: "i32", 7: "i64"}
+# ncnn reads layer and blob names with %255s.
+_NCNN_NAME = re.compile(r"^\S{1,255}$")
+
+
+@dataclass(frozen=True)
+class NcnnOptions:
+    precision: str = option("fp32", "fp32, or fp16 (weights stored as FP16 in the .bin; half its size)")
+
+
+@dataclass(frozen=True)
+class OnnxTensor:
+    name: str
+    shape: Tuple[int, ...]  # -1 where the model leaves the size open
+    elem_type: int
+
+
+class ExportNcnn(Step):
+    """The FP32 ONNX artifact as an ncnn model."""
+
+    name = "export-ncnn"
+    Options = NcnnOptions
+    requires = (("onnx", "convert"), ("pnnx", "ncnn"), ("ncnn", "ncnn"))
+
+    def __init__(self, options: Optional[NcnnOptions] = None, **overrides):
+        super().__init__(options, **overrides)
+        if self.options.precision not in ("fp32", "fp16"):
+            raise StepFailed(f"ncnn export writes fp32 or fp16 weights, not {self.options.precision}")
+
+    def label(self) -> str:
+        return f"convert ONNX to ncnn {self.options.precision.upper()} (pnnx)"
+
+    def run(self, ctx: StepContext, model: Optional[Path], output: Path) -> StepResult:
+        if model is None:
+            raise StepFailed("ncnn export converts the FP32 ONNX artifact; plan it with that artifact as its base")
+        inputs, outputs = read_onnx_io(model)
+        with tempfile.TemporaryDirectory(prefix="edgeopt-pnnx-") as work:
+            param, weights = convert(model, inputs, Path(work), fp16=self.options.precision == "fp16")
+            text = rewrite_param(param.read_text(encoding="utf-8"), inputs, outputs)
+            facts = json.dumps({"precision": self.options.precision}).encode("utf-8")
+            write_bundle({PARAM: text.encode("utf-8"), WEIGHTS: weights, FACTS: facts}, output)
+        pnnx = require("pnnx", "ncnn", "ncnn export")
+        return StepResult(output, {
+            "files": [PARAM, WEIGHTS, FACTS],
+            "ncnn_weights": self.options.precision,
+            "converter": f"pnnx {getattr(pnnx, '__version__', '?')}",
+        })
+
+
+def read_onnx_io(model: Path) -> Tuple[List[OnnxTensor], List[str]]:
+    onnx = require("onnx", "convert")
+    graph = onnx.load(str(model), load_external_data=False).graph
+    initializers = {i.name for i in graph.initializer}
+    inputs = []
+    for value in graph.input:
+        if value.name in initializers:
+            continue
+        tensor = value.type.tensor_type
+        shape = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim)
+        inputs.append(OnnxTensor(value.name, shape, tensor.elem_type))
+    return inputs, [value.name for value in graph.output]
+
+
+def input_shape_argument(inputs: Sequence[OnnxTensor]) -> str:
+    """pnnx's `inputshape=` value: every input at batch 1 (ncnn runs one sample at a time)."""
+    parts = []
+    for tensor in inputs:
+        if not tensor.shape:
+            raise StepFailed(f"ncnn needs a batch axis and a fixed shape; input '{tensor.name}' is a scalar")
+        rest = tensor.shape[1:]
+        if any(d < 1 for d in rest):
+            raise StepFailed(f"ncnn needs fixed input sizes; '{tensor.name}' has shape {list(tensor.shape)} "
+                             "(-1: open): give the sizes with --input-shape")
+        if tensor.shape[0] not in (1, -1):
+            raise StepFailed(f"ncnn runs one sample at a time; input '{tensor.name}' is fixed at batch {tensor.shape[0]}")
+        kind = _PNNX_TYPES.get(tensor.elem_type)
+        if kind is None:
+            raise StepFailed(f"input '{tensor.name}' has ONNX element type {tensor.elem_type}, which pnnx cannot take")
+        parts.append("[" + ",".join(str(d) for d in (1,) + rest) + "]" + kind)
+    return ",".join(parts)
+
+
+def convert(model: Path, inputs: Sequence[OnnxTensor], work: Path, fp16: bool) -> Tuple[Path, Path]:
+    """Run the pnnx binary on a copy of `model` in `work`; returns the .param and .bin it wrote."""
+    pnnx = require("pnnx", "ncnn", "ncnn export")
+    source = work / "model.onnx"
+    source.write_bytes(model.read_bytes())  # pnnx writes its side files next to its input
+    param, weights = work / "model.ncnn.param", work / "model.ncnn.bin"
+    command = [pnnx.EXEC_PATH, str(source), "inputshape=" + input_shape_argument(inputs), "device=cpu",
+               f"fp16={1 if fp16 else 0}", f"ncnnparam={param}", f"ncnnbin={weights}",
+               f"ncnnpy={work / 'model_ncnn.py'}", f"pnnxparam={work / 'model.pnnx.param'}",
+               f"pnnxbin={work / 'model.pnnx.bin'}", f"pnnxpy={work / 'model_pnnx.py'}",
+               f"pnnxonnx={work / 'model.pnnx.onnx'}"]
+    try:
+        done = subprocess.run(command, cwd=str(work), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, timeout=TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise StepFailed(f"pnnx could not run: {first_line(exc)}") from exc
+    if done.returncode != 0 or not param.is_file() or not weights.is_file():
+        tail = done.stdout.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
+        raise StepFailed(f"pnnx could not convert {model.name} (exit status {done.returncode}): {tail[0]}")
+    return param, weights
+
+
+def rewrite_param(text: str, inputs: Sequence[OnnxTensor], outputs: Sequence[str]) -> str:
+    """pnnx's .param with the ONNX names for in0.., out0.. and each Input layer's per-sample shape."""
+    renames: Dict[str, str] = {}
+    for prefix, names in (("in", [t.name for t in inputs]), ("out", list(outputs))):
+        for index, name in enumerate(names):
+            if _NCNN_NAME.match(name):
+                renames[f"{prefix}{index}"] = name
+    shapes = {renames.get(f"in{i}", f"in{i}"): t.shape[1:] for i, t in enumerate(inputs)}
+    lines = text.splitlines()
+    if not lines or lines[0].strip() != PARAM_MAGIC:
+        raise StepFailed("pnnx wrote a .param without ncnn's magic line")
+    rewritten = lines[:2]
+    for line in lines[2:]:
+        fields = line.split()
+        if not fields:
+            continue
+        bottoms, tops = int(fields[2]), int(fields[3])
+        blobs = [renames.get(b, b) for b in fields[4:4 + bottoms + tops]]
+        params = fields[4 + bottoms + tops:]
+        if fields[0] == "Input" and tops == 1 and blobs[0] in shapes:
+            params = _shape_params(shapes[blobs[0]]) + [p for p in params if p.split("=")[0] not in ("0", "1", "2", "11")]
+        rewritten.append(" ".join(fields[:4] + blobs + params))
+    return "\n".join(rewritten) + "\n"
+
+
+def _shape_params(sample: Sequence[int]) -> List[str]:
+    """ncnn's Input parameters (0=w 1=h 11=d 2=c) for a per-sample shape, outermost axis first."""
+    keys = {1: ("0",), 2: ("1", "0"), 3: ("2", "1", "0"), 4: ("2", "11", "1", "0")}.get(len(sample))
+    if keys is None:
+        raise StepFailed(f"ncnn takes inputs of 1 to 4 axes per sample, not {len(sample)}")
+    return [f"{key}={size}" for key, size in zip(keys, sample)]
+
