@@ -1,9 +1,12 @@
 """Real models from the corpus: edgeopt's recommended artifact against onnxruntime's and Olive's quantizers.
 
-For each model (scripts/corpus.py; `corpus.py fetch --all` first) and on this machine, in one
-interleaved timing run per model:
-  edgeopt    `edgeopt.convert(..., device="x86-64")` (`--device`): its recommended artifact (FP32 when nothing
-             quantized passes), and its best INT8 whatever the verdict
+For each model (scripts/corpus.py; `corpus.py fetch --all` first; the cases added for issue 26 item 6
+live in scripts/corpus_cases.py) and on this machine, in one interleaved timing run per model:
+  edgeopt    `edgeopt.convert(..., device="x86-64")` (`--device`) on the ONNX file, or on a PyTorch source
+             (`scripts/corpus_models.py:FACTORY` with `--weights`, the package's own nn.Module), in a child
+             process stopped after --convert-timeout seconds: its recommended artifact (FP32 when nothing
+             quantized passes), and its best INT8 whatever the verdict. The baselines quantize edgeopt's FP32
+             ONNX, or the case's own FP32 export when edgeopt did not finish (or with --no-edgeopt)
   static     onnxruntime `quantize_static` with defaults on the FP32 ONNX (same calibration data)
   dynamic    onnxruntime `quantize_dynamic` with defaults
   weight-only onnxruntime's MatMulNBits quantizer (INT8 and INT4 blocks of 32), where a graph has
@@ -15,25 +18,26 @@ and the same ground truth where a model's data has it: the text drawn on the rec
 plus a task figure (detections kept, embedding cosine, text lines decoded as FP32, top-1).
 
     .venv/bin/python scripts/bench_real_models.py [--models detector,transformer,...] [--json out.json]
+        [--convert-timeout 900] [--no-edgeopt]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import struct
 import sys
 import tempfile
 import textwrap
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import corpus_file, face_grid_tiles  # noqa: E402
+from bench_case import LINES, SENTENCES, Case, font as _font, ocr_eval_lines, read_float_wav as _read_float_wav  # noqa: E402
+from corpus_cases import NEW_CASES  # noqa: E402
 
 import edgeopt  # noqa: E402
 from edgeopt_converters import accuracy as acc  # noqa: E402
@@ -41,24 +45,6 @@ from edgeopt_converters.accuracy import ctc  # noqa: E402
 from edgeopt_converters.cost.host_timing import ORT_SIDE_BY_SIDE, time_interleaved  # noqa: E402
 
 THREADS = 2
-
-
-@dataclass
-class Case:
-    name: str
-    what: str
-    onnx: Path
-    shapes: List[str]
-    dtypes: List[str]
-    calibration: Dict[str, np.ndarray]
-    evaluation: Dict[str, np.ndarray]
-    kind: Optional[str]  # edgeopt output kind of the first output; None: edgeopt infers it
-    task: Callable[[List[np.ndarray], List[np.ndarray]], str]  # (reference outputs, candidate outputs) -> figure
-    whole: bool = False  # data arrays hold whole samples (inputs without a shared batch axis)
-    labels: Optional[np.ndarray] = None  # the evaluation's ground truth, given to edgeopt and to every verdict
-
-    def feed(self, arrays: Dict[str, np.ndarray], i: int) -> Dict[str, np.ndarray]:
-        return {k: v[i] if self.whole else v[i:i + 1] for k, v in arrays.items()}
 
 
 # ---------------------------------------------------------------- models and their data
@@ -96,25 +82,6 @@ def faces_found(head: np.ndarray, placed: list) -> str:
         found += sum(any(row[k] for row in inside) for k in range(len(squares)))
         off += sum(not any(row) for row in inside)
     return f"faces found {found}/{total}, {off} detections off any face"
-
-
-SENTENCES = [
-    "A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby.",
-    "A man is riding a horse.", "A woman is playing violin.", "Two men pushed carts through the woods.",
-    "A man is riding a white horse on an enclosed ground.", "A monkey is playing drums.",
-    "Someone in a gorilla costume is playing a set of drums.", "The quick brown fox jumps over the lazy dog.",
-    "Hello world.", "One two three four five six seven eight nine ten.", "The weather is lovely today.",
-    "It is raining in the city and the streets are wet.", "Quantization makes neural networks smaller.",
-    "The board runs the model at thirty frames per second.", "She sold her car and bought a bicycle.",
-    "A child is reading a book under a tree.", "The stock market fell sharply on Monday.",
-    "He forgot his keys at the office again.", "Fresh bread smells wonderful in the morning.",
-    "The train to the airport leaves every ten minutes.", "Birds are singing outside the window.",
-    "This recipe needs two eggs and a cup of flour.", "The museum opens at nine o'clock.",
-    "A dog is chasing a ball across the park.", "The laptop battery lasts about eight hours.",
-    "They watched the sunset from the hill.", "Please close the door when you leave.",
-    "The concert was cancelled because of the storm.", "Our team won the final match.",
-    "Water boils at one hundred degrees Celsius.",
-]
 
 
 def transformer(work: Path) -> Case:
@@ -167,22 +134,6 @@ def transformer(work: Path) -> Case:
                 "embedding", task)
 
 
-def _read_float_wav(path: Path) -> np.ndarray:
-    data = path.read_bytes()
-    pos, fmt, samples = 12, None, None
-    while pos < len(data):
-        chunk, size = data[pos:pos + 4], struct.unpack("<I", data[pos + 4:pos + 8])[0]
-        body = data[pos + 8:pos + 8 + size]
-        if chunk == b"fmt ":
-            fmt = struct.unpack("<HHIIHH", body[:16])
-        elif chunk == b"data":
-            samples = body
-        pos += 8 + size + (size & 1)
-    if fmt is None or samples is None or fmt[0] != 3:
-        raise ValueError(f"{path}: not a float WAV")
-    return np.frombuffer(samples, np.float32).reshape(-1, fmt[1])[:, 0]
-
-
 def vad(work: Path) -> Case:
     frames = []
     for clip in ("counting", "fox", "jishu"):
@@ -199,25 +150,6 @@ def vad(work: Path) -> Case:
     return Case("vad", "silero VAD (LSTM, state fed back)", corpus_file("silero-vad", "vad"), [], [],
                 {"input": frames[::4], "state": state[::4]}, {"input": frames, "state": state}, "probability", task,
                 whole=True)
-
-
-LINES = ["Region-based segmentation", "Let us first determine markers", "background pixels we can label",
-         "histogram of grey values", "The quick brown fox 1234", "edge boards run models fast", "INT8 QDQ per-channel",
-         "Raspberry Pi and Jetson", "accuracy verdicts per output", "fleet telemetry over MQTT", "hello world 2026",
-         "calibration data matters", "mixed precision search", "one two three four five", "ONNX Runtime 1.32",
-         "silero voice activity", "nudenet detector head", "sentence embeddings", "weights as Constant nodes",
-         "opset upgrade to 13", "symbolic shape inference", "CTC greedy decoding", "text line recognizer",
-         "orientation classifier"]
-
-
-def _font(size: int):
-    """Pillow's bundled font at `size` pixels (older Pillow: its one bitmap size)."""
-    from PIL import ImageFont
-
-    try:
-        return ImageFont.load_default(size=size)
-    except TypeError:
-        return ImageFont.load_default()
 
 
 def _render(text: str, width: int = 320, height: int = 48, flip: bool = False) -> np.ndarray:
@@ -246,24 +178,6 @@ def _render_line(text: str, width: int = 320, height: int = 48) -> np.ndarray:
     array[:, :fitted] = np.asarray(line.resize((fitted, height), Image.BILINEAR))
     array = (array.astype(np.float32) / 255 - 0.5) / 0.5
     return array.transpose(2, 0, 1)
-
-
-def _zen_of_python() -> List[str]:
-    """PEP 20, the English text every Python ships (`import this` prints it; it is stored in rot13)."""
-    import codecs
-    import contextlib
-    import importlib
-    import io
-
-    with contextlib.redirect_stdout(io.StringIO()):
-        this = importlib.import_module("this")
-    return codecs.decode(this.s, "rot13").splitlines()[2:]
-
-
-def ocr_eval_lines(width: int = 24) -> List[str]:
-    """Text lines the recognizer is judged on, none of them calibration's LINES: SENTENCES and the Zen
-    of Python wrapped at `width` characters (what fits PP-OCR's 320-pixel line unsqueezed)."""
-    return [line for text in SENTENCES + _zen_of_python() for line in textwrap.wrap(text, width)]
 
 
 def ocr(work: Path) -> Case:
@@ -347,23 +261,20 @@ def orientation(work: Path) -> Case:
 
 
 CASES = {"detector": detector, "transformer": transformer, "vad": vad, "ocr": ocr, "classifier": classifier,
-         "orientation": orientation}
+         "orientation": orientation, **NEW_CASES}
 
 
 # ---------------------------------------------------------------- the quantizers compared
 
-class _Reader:
-    def __init__(self, case: Case, arrays: Dict[str, np.ndarray]):
-        n = len(next(iter(arrays.values())))
-        self._feeds = iter([case.feed(arrays, i) for i in range(n)])
+def _reader(case: Case, arrays: Dict[str, np.ndarray]):
+    from edgeopt_converters.passes.calibration import FeedReader
 
-    def get_next(self):
-        return next(self._feeds, None)
+    return FeedReader(case.feed(arrays, i) for i in range(len(next(iter(arrays.values())))))
 
 
 def ort_static(case: Case, fp32: Path, out: Path) -> Path:
     from onnxruntime.quantization import quantize_static
-    quantize_static(str(fp32), str(out), _Reader(case, case.calibration))
+    quantize_static(str(fp32), str(out), _reader(case, case.calibration))
     return out
 
 
@@ -447,33 +358,71 @@ def _outputs(path: Path, case: Case) -> List[np.ndarray]:
 
 def _judge(reference: List[np.ndarray], got: List[np.ndarray], case: Case) -> acc.Accuracy:
     names = [f"output_{i}" for i in range(len(reference))]
-    kinds = acc.decide_kinds(names, reference, {names[0]: case.kind} if case.kind else {})
+    given = dict(zip(names, case.kinds)) if case.kinds else {names[0]: case.kind}
+    kinds = acc.decide_kinds(names, reference, {k: v for k, v in given.items() if v})
     return acc.compare(reference, got, case.labels, names, kinds, acc.Tolerances())
 
 
-def _first_output(path: Path) -> str:
-    return _session(path).get_outputs()[0].name
+def _given_kinds(case: Case) -> Dict[str, str]:
+    """The output kinds edgeopt is told: by the ONNX file's output names (a PyTorch source's names are
+    chosen by the export, so there edgeopt infers them)."""
+    if case.source:
+        return {}
+    names = [o.name for o in _session(case.onnx).get_outputs()]
+    given = dict(zip(names, case.kinds)) if case.kinds else {names[0]: case.kind}
+    return {k: v for k, v in given.items() if v}
 
 
-def bench(case: Case, work: Path, device: str = "x86-64") -> Dict[str, dict]:
+def _convert_child(model: str, options: dict) -> None:
+    os.setsid()  # its own process group, so a timeout ends the workers it starts too
+    edgeopt.convert(model, **options)
+
+
+def run_edgeopt(case: Case, work: Path, device: str, timeout_s: float) -> Optional[dict]:
+    """`edgeopt.convert` in a spawned child process stopped after `timeout_s` (a forked one would
+    inherit torch's thread locks mid-use); its manifest, or an exception saying why not (a timeout
+    or the child's exit status; its traceback is on stderr)."""
+    import multiprocessing
+    import signal
+
+    options = dict(device=device, output_dir=work / "edgeopt", input_shape=case.shapes or None,
+                   input_dtype=case.dtypes or None, calibration=work / "calib.npz", eval_data=work / "eval.npz",
+                   formats=["onnx"], precisions=["fp32", "int8"], threads=THREADS, output_kinds=_given_kinds(case),
+                   weights=case.weights)
+    child = multiprocessing.get_context("spawn").Process(target=_convert_child,
+                                                         args=(case.source or str(case.onnx), options))
+    child.start()
+    child.join(timeout_s)
+    if child.is_alive():
+        os.killpg(child.pid, signal.SIGKILL)
+        child.join()
+        raise TimeoutError(f"edgeopt convert stopped after {timeout_s:.0f} s")
+    if child.exitcode != 0:
+        raise RuntimeError(f"edgeopt convert exited with {child.exitcode}")
+    return json.loads((work / "edgeopt" / "manifest.json").read_text())
+
+
+def bench(case: Case, work: Path, device: str = "x86-64", convert_timeout_s: float = 900,
+          with_edgeopt: bool = True) -> Dict[str, dict]:
     np.savez(work / "calib.npz", **case.calibration)
     np.savez(work / "eval.npz", **case.evaluation, **({} if case.labels is None else {"labels": case.labels}))
     started = time.perf_counter()
-    manifest = edgeopt.convert(str(case.onnx), device=device, output_dir=work / "edgeopt", input_shape=case.shapes or None,
-                               input_dtype=case.dtypes or None, calibration=work / "calib.npz",
-                               eval_data=work / "eval.npz", formats=["onnx"], precisions=["fp32", "int8"],
-                               threads=THREADS,
-                               output_kinds={_first_output(case.onnx): case.kind} if case.kind else {})
+    notes: Dict[str, str] = {}
+    manifest = None
+    if with_edgeopt:
+        try:
+            manifest = run_edgeopt(case, work, device, convert_timeout_s)
+        except (TimeoutError, RuntimeError, OSError, ValueError) as exc:
+            notes["edgeopt"] = f"failed: {type(exc).__name__}: {exc}"
     convert_s = time.perf_counter() - started
     out = work / "edgeopt"
-    artifacts = {a["key"]: a for a in manifest["artifacts"]}
-    fp32 = out / artifacts["onnx-fp32"]["path"]
+    artifacts = {a["key"]: a for a in manifest["artifacts"]} if manifest else {}
+    fp32 = out / artifacts["onnx-fp32"]["path"] if "onnx-fp32" in artifacts else case.onnx
     candidates: Dict[str, Path] = {"fp32": fp32}
-    notes: Dict[str, str] = {}
-    recommended = manifest["recommended"]
+    recommended = manifest["recommended"] if manifest else None
     if recommended and recommended != "onnx-fp32":
         candidates["edgeopt"] = out / artifacts[recommended]["path"]
-    int8s = [a for a in manifest["artifacts"] if a["precision"] == "int8"]
+    int8s = [a for a in manifest["artifacts"] if a["precision"] == "int8"] if manifest else []
     for a in int8s:
         candidates[f"edgeopt:{a['key']}"] = out / a["path"]
     makers = {"ort-static": lambda: ort_static(case, fp32, work / "ort_static.onnx"),
@@ -511,7 +460,12 @@ def bench(case: Case, work: Path, device: str = "x86-64") -> Dict[str, dict]:
         row["speedup"] = (f"{t.speedup.estimate:.2f}x [{t.speedup.low:.2f}, {t.speedup.high:.2f}]" if t.speedup else "1.00x")
     for name, note in notes.items():
         rows.setdefault(name, {})["error"] = note
+    if manifest is None:
+        rows["_edgeopt"] = {"recommended": None, "convert_s": round(convert_s, 1), "fp32": str(fp32),
+                            "error": notes.get("edgeopt", "not run (--no-edgeopt)")}
+        return rows
     rows["_edgeopt"] = {"recommended": recommended, "reason": manifest["recommendation"]["reason"],
+                        "failed_artifacts": manifest.get("failed_artifacts"),
                         "convert_s": round(convert_s, 1), "notes": manifest["notes"], "warnings": manifest["warnings"],
                         "int8": {a["key"]: {"scheme": a["scheme"], "verdict": a["accuracy"]["verdict"],
                                             "calibrate_method": (a.get("mixed_precision") or {}).get("calibrate_method"),
@@ -529,7 +483,7 @@ def host_line() -> str:
     """This machine's CPU and the flags that decide onnxruntime's INT8 kernels."""
     import platform
 
-    from edgeopt.hostinfo import cpu_model, int8_flags
+    from hostinfo import cpu_model, int8_flags
 
     return f"Host: {platform.machine()}, {cpu_model()}, {os.cpu_count()} CPUs; {int8_flags()}."
 
@@ -571,6 +525,10 @@ def main(argv=None) -> int:
     parser.add_argument("--json", type=Path, help="write every figure here")
     parser.add_argument("--device", default="x86-64",
                         help="the device profile edgeopt converts for: a name or a profile .toml (default x86-64)")
+    parser.add_argument("--convert-timeout", type=float, default=900,
+                        help="stop an edgeopt conversion after this many seconds (default 900) and record that")
+    parser.add_argument("--no-edgeopt", action="store_true",
+                        help="only the baselines, on the model's own FP32 ONNX (a PyTorch source's own export)")
     args = parser.parse_args(argv)
     results: Dict[str, Dict[str, dict]] = {}
     load_before = os.getloadavg()
@@ -579,7 +537,7 @@ def main(argv=None) -> int:
             work = Path(tmp)
             try:
                 case = CASES[name](work)
-                results[name] = bench(case, work, args.device)
+                results[name] = bench(case, work, args.device, args.convert_timeout, not args.no_edgeopt)
             except Exception as exc:
                 results[name] = {"edgeopt": {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}}
             for row in results[name].values():

