@@ -364,10 +364,10 @@ def _judge(reference: List[np.ndarray], got: List[np.ndarray], case: Case) -> ac
 
 
 def _given_kinds(case: Case) -> Dict[str, str]:
-    """The output kinds edgeopt is told: by the ONNX file's output names (a PyTorch source's names are
-    chosen by the export, so there edgeopt infers them)."""
+    """The output kinds edgeopt is told: by the ONNX file's output names, or for a PyTorch source (whose
+    names the export chooses) by position, as `--output-kind #0=coordinates`."""
     if case.source:
-        return {}
+        return {f"#{i}": kind for i, kind in enumerate(case.kinds or [case.kind]) if kind}
     names = [o.name for o in _session(case.onnx).get_outputs()]
     given = dict(zip(names, case.kinds)) if case.kinds else {names[0]: case.kind}
     return {k: v for k, v in given.items() if v}

@@ -51,9 +51,11 @@ def _accuracy_split(records) -> Tuple[list, List[str]]:
 def _accuracy_note(record) -> str:
     a = record.accuracy
     if a.verdict == UNRESOLVED:
+        criteria = f"cosine >= {a.tolerances.excellent_cosine:g}, SQNR >= {a.tolerances.excellent_sqnr_db:g} dB"
+        if any(getattr(j, "task_excellent", None) is not None for j in a.judgements):
+            criteria += f"; a bin head's decoded values within {a.tolerances.excellent_bin_shift:g} bin"
         return (f"; its accuracy verdict is unresolved ({a.reason}) and it is recommended only because every "
-                f"continuous figure is excellent (cosine >= {a.tolerances.excellent_cosine:g}, "
-                f"SQNR >= {a.tolerances.excellent_sqnr_db:g} dB)")
+                f"continuous figure is excellent ({criteria})")
     return ""
 
 

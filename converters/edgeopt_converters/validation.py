@@ -56,7 +56,7 @@ def _decide_judging(ctx: ConversionContext, item: PlannedArtifact, io: Io) -> Ju
     reference = ctx.reference
     names = [o["name"] for o in io["outputs"]] if item.format == "onnx" and len(io["outputs"]) == len(reference) \
         else [f"output_{i}" for i in range(len(reference))]
-    acc.kinds.check_output_names(opts.output_kinds, names)
+    given = acc.kinds.check_output_names(opts.output_kinds, names)
     feed, _ = next(ctx.evaluation.batches(ctx.batch))
     pairs = dict(opts.state)
     check_pairs(pairs, list(feed), names)
@@ -70,7 +70,7 @@ def _decide_judging(ctx: ConversionContext, item: PlannedArtifact, io: Io) -> Ju
     if pairs and ctx.evaluation.size < 2:
         ctx.warnings.append("the model is stateful but the evaluation data has one sample: nothing to stream")
         pairs = {}
-    kinds = acc.decide_kinds(names, reference, opts.output_kinds, list(pairs.values()),
+    kinds = acc.decide_kinds(names, reference, given, list(pairs.values()),
                              producers=acc.graph_evidence(ctx.float_artifact("onnx")), labels=ctx.evaluation.labels,
                              input_hw=acc.image_input_hw([s.shape for s in ctx.specs]))
     return Judging(names, kinds, pairs, min(opts.stream_steps, ctx.evaluation.size // ctx.batch))

@@ -259,3 +259,34 @@ def test_the_image_input_size_is_read_from_nchw_or_nhwc_shapes():
     assert image_input_hw([(1, 320, 320, 3), (1, 4)]) == (320, 320)
     assert image_input_hw([(1, 3, -1, -1)]) is None and image_input_hw([(1, 16000)]) is None
     assert image_input_hw([(1, 3, 64, 64), (1, 3, 32, 32)]) is None  # two images: nothing says which
+
+
+def test_a_bin_head_whose_decoded_values_barely_move_is_excellent_whatever_its_sqnr():
+    """Unresolved for want of samples, a pitch head that keeps every decoded value within a quarter bin
+    is excellent (recommendable) though its whole-tensor SQNR is far below 30 dB; one row moved is not."""
+    from edgeopt_converters import accuracy as acc
+    from edgeopt_converters.accuracy.kinds import OutputKind
+    from edgeopt_converters.accuracy.kind_registry import judge as judge_output
+
+    rng = np.random.default_rng(7)
+    bins = np.arange(360)
+    centres = rng.uniform(60, 300, 200)
+    ref = np.exp(-0.5 * ((bins[None, :] - centres[:, None]) / 2.0) ** 2).astype(np.float32)
+    cand = np.clip(ref + rng.normal(0, 0.03, ref.shape), 0, 1).astype(np.float32)  # noise: SQNR far below 30 dB
+    kind = OutputKind("bins", True, "given")
+    judged = judge_output("salience", kind, ref, cand, None, acc.Tolerances())
+    assert judged.figures["sqnr_db"] < 30 and judged.figures["decoded_shift_p95_bins"] <= 0.25
+    assert judged.excellent(acc.Tolerances())
+    moved = cand.copy()
+    moved[0] = np.roll(ref[0], 5)
+    assert not judge_output("salience", kind, ref, moved, None, acc.Tolerances()).excellent(acc.Tolerances())
+
+
+def test_output_kinds_may_name_outputs_by_position():
+    from edgeopt_agent.errors import UserError
+    from edgeopt_converters.accuracy.kinds import check_output_names
+
+    assert check_output_names({"#1": "coordinates", "prob": "probability"}, ["prob", "linear_2"]) == {
+        "linear_2": "coordinates", "prob": "probability"}
+    with pytest.raises(UserError, match="#2=classes: the model has 2 outputs"):
+        check_output_names({"#2": "classes"}, ["prob", "linear_2"])

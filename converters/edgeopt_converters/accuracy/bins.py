@@ -13,6 +13,7 @@ classes, do not.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional, Tuple
 
 import numpy as np
@@ -111,6 +112,9 @@ def judge_bins(name, kind, ref, cand, tol):
         return Judgement(name, kind, UNRESOLVED, f"no row has a peak at or above {CONFIDENT:g} in FP32 or the "
                          f"artifact, so no decoded value shows whether the artifact keeps it; give --eval-data "
                          f"the head is confident on", figures)
-    return counted(name, kind, figures, int((moved | flipped).sum()), int(either.sum()),
-                    f"rows whose decoded bin moved more than {tol.max_bin_shift:g} bin"
-                    + (f" or whose peak crossed {CONFIDENT:g}" if sigmoid else ""), tol)
+    judged = counted(name, kind, figures, int((moved | flipped).sum()), int(either.sum()),
+                     f"rows whose decoded bin moved more than {tol.max_bin_shift:g} bin"
+                     + (f" or whose peak crossed {CONFIDENT:g}" if sigmoid else ""), tol)
+    p95 = figures["decoded_shift_p95_bins"]
+    return replace(judged, task_excellent=bool(not (moved | flipped).any() and p95 is not None
+                                               and p95 <= tol.excellent_bin_shift))

@@ -33,9 +33,15 @@ class Tolerances:
     # Coordinates: |error| over FP32's spread (each coordinate's standard deviation over samples), mean and
     # 95th percentile. 20 dB SQNR on the spread is an RMS error of 0.1 of it; a normal error's 95th
     # percentile is about twice its RMS.
+    # Calibrated on the corpus's facenet heads (scripts/bench_real_models.py, 2026-11-26): R-Net's and
+    # O-Net's INT8 keep every face decision with boxes 0.07 px and landmarks 0.11 px off at 0.25 and 0.21
+    # of the spread (p95); P-Net's INT8, which loses 8 % of FP32's detections, is at 0.128 (mean) and 0.34.
     max_coordinate_error: float = 0.1
-    max_coordinate_error_p95: float = 0.2
+    max_coordinate_error_p95: float = 0.3
     max_bin_shift: float = 1.0  # ordinal bins: a decoded value may move less than one bin, the argmax's own step
+    # A bin head whose decoded values move this little (95th percentile, in bins) with no row moved or
+    # flipped is excellent: the value it encodes is kept to a quarter bin (CREPE: 5 cents).
+    excellent_bin_shift: float = 0.25
     max_probability_error: float = 0.1  # 99th percentile of |error| for probabilities
     min_mask_iou: float = 0.9
     min_box_iou: float = 0.8  # mean IoU of FP32 detections the candidate still finds
@@ -55,6 +61,9 @@ class Judgement:
     loss_points: Optional[intervals.Bounds] = None  # decisions changed, in percentage points
     samples_needed: Optional[int] = None
     parts: Tuple[str, ...] = ()  # semantic parts its kind has (a head's boxes and scores), each with figures
+    # Where the kind has a task figure finer than its decisions (a bin head's decoded value): whether that
+    # figure is excellent, which then decides `excellent` instead of whole-tensor cosine and SQNR.
+    task_excellent: Optional[bool] = None
 
     @property
     def cosine(self) -> float:
@@ -64,6 +73,8 @@ class Judgement:
         """Cosine and SQNR excellent for the whole output and, where its kind has parts (a head's boxes,
         objectness and scores), for every part: boxes in pixels must not hide crushed scores, and a head
         whose parts were not measured is never excellent on whole-tensor figures."""
+        if self.task_excellent is not None:
+            return self.task_excellent
         pairs = [("cosine_similarity", "sqnr_db")] + [(f"{part}_cosine", f"{part}_sqnr_db") for part in self.parts]
         part_cosine, part_sqnr = self.figures.get("worst_part_cosine"), self.figures.get("worst_part_sqnr_db")
         return (all(self._excellent_pair(cosine, sqnr, tol) for cosine, sqnr in pairs)

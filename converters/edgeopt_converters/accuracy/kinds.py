@@ -7,7 +7,7 @@ is the kind's `why`, so a wrong claim is visible in the table and the manifest.
 """
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence, Tuple
+from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -36,10 +36,21 @@ def parse_output_kinds(pairs: Sequence[str]) -> dict:
     return kinds
 
 
-def check_output_names(given: Mapping[str, str], names: Sequence[str]) -> None:
-    unknown = sorted(set(given) - set(names))
+def check_output_names(given: Mapping[str, str], names: Sequence[str]) -> Dict[str, str]:
+    """{output name: kind}: `#0`, `#1`... name the outputs by position (what an export will call them
+    is not known before it runs); any other name must be one of the model's outputs."""
+    named = {}
+    for key, kind in given.items():
+        if key.startswith("#") and key[1:].isdigit():
+            if int(key[1:]) >= len(names):
+                raise UserError(f"--output-kind {key}={kind}: the model has {len(names)} outputs (#0 to "
+                                f"#{len(names) - 1}): {', '.join(names)}")
+            key = names[int(key[1:])]
+        named[key] = kind
+    unknown = sorted(set(named) - set(names))
     if unknown:
         raise UserError(f"--output-kind names {', '.join(unknown)}, but the model's outputs are {', '.join(names)}")
+    return named
 
 
 def infer_kind(name: str, reference: np.ndarray, given: Optional[str] = None, state: bool = False,
