@@ -26,7 +26,6 @@ import platform
 import re
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -38,6 +37,7 @@ from datetime import date
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from edgeopt.fleet.broker import MqttBroker, mosquitto_binary
 from hostinfo import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,12 +82,6 @@ class RunResult:
 # --- broker -----------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def broker_settings() -> Tuple[List[str], str]:
     """The project's mosquitto settings minus what the benchmark sets itself, and where they came from."""
     if not PROJECT_BROKER_CONF.is_file():
@@ -100,41 +94,12 @@ def broker_settings() -> Tuple[List[str], str]:
     return kept, "scripts/mosquitto.conf"
 
 
-class Mosquitto:
-    def __init__(self, workdir: Path, settings: Sequence[str]):
-        binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
-        if not os.access(binary, os.X_OK):
-            sys.exit("mosquitto is not installed; the fleet benchmark needs it (apt install mosquitto)")
-        self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        workdir.mkdir(parents=True, exist_ok=True)
-        conf = workdir / "mosquitto.conf"
-        # The project's settings first: per_listener_settings must precede every listener.
-        lines = [*settings, f"persistence_location {workdir}/", "log_dest stderr", "log_type error",
-                 "log_type warning", f"listener {self.port} 127.0.0.1", "allow_anonymous true"]
-        if os.geteuid() == 0:
-            lines.append("user root")
-        conf.write_text("\n".join(lines) + "\n")
-        self.log = open(workdir / "mosquitto.log", "ab")
-        self.process = subprocess.Popen([binary, "-c", str(conf)], stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or self.process.poll() is not None:
-                    sys.exit(f"mosquitto did not start; see {workdir / 'mosquitto.log'}")
-                time.sleep(0.05)
-
-    def stop(self) -> None:
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.log.close()
+def start_mosquitto(workdir: Path, settings: Sequence[str]) -> MqttBroker:
+    """The project's Mosquitto launcher (edgeopt.fleet.broker) with the benchmark's settings."""
+    if mosquitto_binary() is None:
+        sys.exit("mosquitto is not installed; the fleet benchmark needs it (apt install mosquitto)")
+    return MqttBroker(workdir, kind="mosquitto",
+                      settings=[*settings, "log_dest stderr", "log_type error", "log_type warning"]).start()
 
 
 # --- devices ----------------------------------------------------------------------------------
@@ -343,7 +308,7 @@ def run(name: str, kind: str, collectors: int, mode: str, messages, per_device: 
         publishers: int, settings: Sequence[str], workdir: Path, databases: Databases) -> RunResult:
     run_dir = workdir / name
     run_dir.mkdir()
-    broker = Mosquitto(run_dir / "broker", settings)
+    broker = start_mosquitto(run_dir / "broker", settings)
     db_url = databases.new(kind, name)
     result = RunResult(name, kind, collectors, mode, len(messages), devices=devices)
     group = Collectors(broker.address, db_url, collectors, run_dir, uuid.uuid4().hex[:6])
