@@ -70,7 +70,7 @@ def test_the_job_lifetime_is_checked_before_anything_is_sent(tmp_path, capsys, e
     ("bad json", None, "is not valid JSON"),
     ("no recommendation", None, "recommends no artifact; pick one with --artifact: onnx-fp32, onnx-int8"),
     ("fine", "onnx-fp16", "no artifact 'onnx-fp16'"),
-    ("tensorrt", "trt", "agents run onnx, tflite artifacts"),
+    ("tensorrt", "trt", "agents run onnx, tflite, ncnn, pte artifacts"),
     ("missing file", None, "does not exist"),
     ("changed file", None, "changed after `edgeopt convert`"),
 ])
