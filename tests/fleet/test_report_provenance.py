@@ -135,3 +135,10 @@ def test_what_the_manifest_says_about_its_host_is_escaped():
     m["host"]["not_target_because"] = evil
     page = render_report(ReportData(manifest=m, results=[result("b", "rpi4", "onnx-int8", 1.0)]))
     assert evil not in page and "&lt;script&gt;" in section(page, "accuracy")
+
+
+def test_counts_are_said_in_the_right_number():
+    from edgeopt.report.text import count
+
+    assert [count(1, "artifact"), count(2, "artifact"), count(0, "device"), count(1, "telemetry sample")] == [
+        "1 artifact", "2 artifacts", "0 devices", "1 telemetry sample"]

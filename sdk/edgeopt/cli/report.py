@@ -55,9 +55,12 @@ def report(outdir: Optional[Path], db: Optional[str], output: Path, since: Optio
 def summary(data) -> str:
     if data.empty:
         return "nothing to report yet"
-    parts = [f"{len(data.results)} results", f"{len(data.devices)} devices", f"{len(data.telemetry)} telemetry samples"]
+    from ..report.text import count
+
+    parts = [count(len(data.results), "result"), count(len(data.devices), "device"),
+             count(len(data.telemetry), "telemetry sample")]
     if data.manifest:
-        parts.append(f"{len(data.manifest['artifacts'])} converted artifacts")
+        parts.append(count(len(data.manifest["artifacts"]), "converted artifact"))
     return ", ".join(parts)
 
 

@@ -9,7 +9,7 @@ from .charts import INVALID_MARK, LatencyRow, Point, Series, latency_chart, lege
 from .compare import ArtifactView, ResultView, artifact_views, colors, format_marker, result_views
 from .data import ReportData
 from .provenance import PREDICTION_METHOD, HostEvidence, board_label, host_evidence, predicted_label
-from .text import esc, fixed, number, short, signed, size, text, when, whole
+from .text import count, esc, fixed, number, short, signed, size, text, when, whole
 
 # Nothing may load from anywhere, and nothing may run, even if a value slipped past escaping.
 CSP = "default-src 'none'; style-src 'unsafe-inline'"
@@ -87,13 +87,13 @@ def _summary(data: ReportData, results: Sequence[ResultView]) -> str:
         invalid = sum(1 for r in results if r.ok and r.valid is False)
         detail = ", ".join(p for p in (f"{failed} failed" if failed else "", f"{invalid} invalid" if invalid else "") if p)
         cards.append(("results", str(len(results)), detail or "all measured"))
-        cards.append(("models", str(len({r.model for r in results})), f"{len({r.artifact for r in results})} artifacts"))
+        cards.append(("models", str(len({r.model for r in results})), count(len({r.artifact for r in results}), "artifact")))
     elif data.manifest:
         cards.append(("artifacts", str(len(artifact_views(data.manifest))), "converted, not yet on a board"))
     if data.manifest:
         cards.append(_recommended_card(data.manifest))
     if data.telemetry:
-        cards.append(("telemetry samples", str(len(data.telemetry)), f"{len({_device(t) for t in data.telemetry})} devices"))
+        cards.append(("telemetry samples", str(len(data.telemetry)), count(len({_device(t) for t in data.telemetry}), "device")))
     if data.devices or data.gaps or data.stats:
         missing = sum(_gap_size(g) or 0 for g in data.gaps if not _filled(g))
         rejected = _total(data.stats.get("rejected")) if isinstance(data.stats, Mapping) else 0

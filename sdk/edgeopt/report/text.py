@@ -66,6 +66,11 @@ def signed(value: Any, unit: str = "") -> str:
     return ("+" if x > 0 else "") + short(x) + unit
 
 
+def count(n: int, noun: str, plural: str = "") -> str:
+    """'1 artifact', '2 artifacts', '1 telemetry sample'."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def when(epoch: Any) -> str:
     """Seconds since the epoch as "2026-11-21 10:40:57 UTC", "-" when missing."""
     x = number(epoch)
