@@ -1,9 +1,9 @@
 """A signed deploy from this (x86) host to an agent running on emulated aarch64 (scripts/verify_arm.sh).
 
 Starts a loopback Mosquitto broker, the agent inside the arm64 userland (chroot, pinned CPU,
-trusting a fresh signing key), deploys OUTDIR's recommended artifact signed with that key, and
-checks the answer: ok, valid, and its outputs matched the host's FP32 reference. Prints one line
-per fact; exits 1 when the deploy did not come back right.
+trusting a fresh signing key), deploys one of OUTDIR's artifacts (--artifact: tflite-int8,
+ncnn-fp16, ...) signed with that key, and checks the answer: ok, valid, and its outputs matched
+the host's FP32 reference. Prints one line per fact; exits 1 when the deploy did not come back right.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Board truth without a board: run the agent's real code path on aarch64 under qemu-user.
 #
-#   sudo bash scripts/verify_arm.sh [--suite bookworm|bullseye] [--skip-tests] [--profiles "rpi4 rpi5 jetson-orin-nano"]
+#   sudo bash scripts/verify_arm.sh [--suite bookworm|trixie|bullseye] [--skip-tests] [--profiles "rpi4 rpi5 jetson-orin-nano"]
 #
 # 1. builds an arm64 Debian userland (debootstrap + qemu-user-static, Debian's own packages) under
 #    $ARM_CACHE (default /work/arm-cache), with an ARM-style /proc/cpuinfo bind-mounted in and the
@@ -9,11 +9,17 @@
 #    onnxruntime and LiteRT crash in their CPU detection on the emulator's own /proc/cpuinfo, and the
 #    default `max` CPU (with SME) makes XNNPACK's INT8 TFLite output wrong;
 # 2. installs the agent wheel built from this checkout with `edgeopt[agent]` (real aarch64 wheels)
-#    and records the installed size of `agent-onnx`, `agent-tflite` and `agent`;
+#    and records the installed size of `agent-onnx`, `agent-tflite`, `agent-ncnn`, `agent-executorch`
+#    and `agent`; then adds the ncnn and ExecuTorch runtimes to the `agent` venv, which runs the rest.
+#    ExecuTorch needs Python 3.12+ on a board (executorch-numpy-runtime): bookworm's Python 3.11 gets
+#    none, and its .pte artifacts are listed as not run, with that reason; `--suite trixie` (Python
+#    3.13) runs them;
 # 3. runs the agent test suite (tests/agent) in the emulated userland;
 # 4. converts a small CNN on this (x86) host for every profile's recipe and compares every artifact's
-#    outputs on aarch64 with x86's: cosine, max error, argmax agreement (scripts/arm_compare.py);
-# 5. deploys a signed job to an emulated rpi5 agent and checks the answer (scripts/arm_deploy.py).
+#    outputs (ONNX, TFLite, ncnn, ExecuTorch) on aarch64 with x86's: cosine, max error, argmax
+#    agreement (scripts/arm_compare.py);
+# 5. deploys signed jobs to an emulated rpi5 agent (TFLite INT8, ncnn FP16 and, on Python 3.12+,
+#    ExecuTorch INT8) and checks each answer (scripts/arm_deploy.py).
 # Writes its figures to $ARM_CACHE/results/<suite>/ and prints them. Needs root, network to a
 # Debian mirror (the host's apt source) and the package index, ~3 GB of disk. Slow: 30-60 min on
 # 2 cores, most of it emulated pip and tests; run before a release, not in CI.
@@ -118,7 +124,7 @@ PYVER=$(arm cortex-a72 /usr/bin/python3 -c 'import sys; print("%d.%d" % sys.vers
 log "userland ready: Debian $SUITE, Python $PYVER, $(arm cortex-a72 /usr/bin/uname -m)"
 
 # -- the wheel from this checkout (built on the host: the build backend needs Python 3.9+)
-WHEELS=$CACHE/wheels
+WHEELS=$CACHE/wheels-$SUITE
 rm -rf "$WHEELS" "$REPO/build" && mkdir -p "$WHEELS"  # no stale build/lib in the wheel
 "$HOST_PY" -m pip wheel -q --no-deps "$REPO" -w "$WHEELS" > "$CACHE/wheel.log" 2>&1
 WHEEL=$(ls "$WHEELS"/edgeopt-*.whl)
@@ -127,7 +133,7 @@ WHEEL_IN=/opt/wheels/$(basename "$WHEEL")
 
 # -- one venv per extra: its installed size; the `agent` one runs everything below
 : > "$RESULTS/sizes.txt"
-for extra in agent-onnx agent-tflite agent; do
+for extra in agent-onnx agent-tflite agent-ncnn agent-executorch agent; do
     venv=/opt/venv-$extra
     if [ ! -x "$ROOT$venv/bin/edgeopt-agent" ] || ! arm cortex-a72 $venv/bin/pip install -q --no-deps --force-reinstall "$WHEEL_IN" >/dev/null 2>&1; then
         log "installing edgeopt[$extra] (real aarch64 wheels)"
@@ -151,6 +157,9 @@ for size, name, version in sorted(rows, reverse=True)[:10]:
 " | tee -a "$RESULTS/sizes.txt"
 done
 VENV=/opt/venv-agent
+# The runtimes beyond the `agent` extra (after its size is taken): ncnn, and ExecuTorch where Python is 3.12+.
+arm cortex-a72 $VENV/bin/pip install -q "$WHEEL_IN[agent,agent-ncnn,agent-executorch]" > "$RESULTS/pip-runtimes.log" 2>&1 \
+    || { tail -20 "$RESULTS/pip-runtimes.log"; exit 1; }
 # Test tooling beside the venv, not in it (its size stays the agent's): the tests build their
 # small models with the onnx package.
 if [ ! -d "$ROOT/opt/test-tools/onnx" ]; then
@@ -158,12 +167,16 @@ if [ ! -d "$ROOT/opt/test-tools/onnx" ]; then
 fi
 versions=$(arm cortex-a72 $VENV/bin/python -c "
 import importlib.metadata as m
-print(' '.join('%s %s' % (n, m.version(n)) for n in ('onnxruntime', 'ai-edge-litert', 'numpy')))")
+names = ('onnxruntime', 'ai-edge-litert', 'ncnn', 'executorch-numpy-runtime', 'numpy')
+print(' '.join('%s %s' % (n, m.version(n)) for n in names if any(d.metadata['Name'] == n for d in m.distributions())))")
 log "runtimes: $versions"
 
 # -- every runtime imports on each CPU model without crashing
 for cpu in cortex-a72 cortex-a76; do
-    arm $cpu $VENV/bin/python -c "import onnxruntime, ai_edge_litert.interpreter; print('imports ok on $cpu')"
+    arm $cpu $VENV/bin/python -c "import onnxruntime, ai_edge_litert.interpreter, ncnn; print('imports ok on $cpu')"
+    arm $cpu $VENV/bin/python -c "
+from edgeopt_agent.runners.availability import unavailable_reason
+print('executorch on $cpu:', unavailable_reason('executorch') or 'available')"
 done
 
 # -- the agent test suite, on aarch64 (tests that count benchmark processes see the whole machine's
@@ -182,7 +195,7 @@ fi
 
 # -- artifacts converted on x86 for every profile, compared with their x86 outputs
 log "converting for $PROFILES on the host"
-ART=$CACHE/artifacts
+ART=$CACHE/artifacts-$SUITE
 rm -rf "$ART" && mkdir -p "$ART"
 "$HOST_PY" "$REPO/scripts/arm_compare.py" convert --out "$ART" --profiles $PROFILES > "$RESULTS/convert.txt" 2>&1 \
     || { tail -20 "$RESULTS/convert.txt"; exit 1; }
@@ -204,8 +217,16 @@ if [ -e "$ROOT/opt/artifacts/rpi5" ]; then
         | tee "$RESULTS/control-max.txt" || true
 fi
 
-# -- a signed deploy to an emulated rpi5 agent
-log "signed deploy to an emulated rpi5 agent"
-"$HOST_PY" "$REPO/scripts/arm_deploy.py" --root "$ROOT" --venv $VENV --cpu cortex-a76 \
-    --outdir "$ART/rpi5" | tee "$RESULTS/deploy.txt"
+# -- signed deploys to an emulated rpi5 agent: the TFLite INT8 artifact, the ncnn FP16 bundle and,
+#    where the board's Python runs ExecuTorch (3.12+), the ExecuTorch INT8 program
+if [ -e "$ART/rpi5" ]; then
+    : > "$RESULTS/deploy.txt"
+    deployed="tflite-int8 ncnn-fp16"
+    arm cortex-a76 $VENV/bin/python -c "import sys; sys.exit(sys.version_info < (3, 12))" && deployed="$deployed pte-int8"
+    for artifact in $deployed; do
+        log "signed deploy of $artifact to an emulated rpi5 agent"
+        "$HOST_PY" "$REPO/scripts/arm_deploy.py" --root "$ROOT" --venv $VENV --cpu cortex-a76 \
+            --outdir "$ART/rpi5" --artifact $artifact | tee -a "$RESULTS/deploy.txt"
+    done
+fi
 log "done: $RESULTS"

@@ -1,7 +1,8 @@
 """ncnn: a `.param` graph and its `.bin` weights, on the CPU (Vulkan stays off).
 
 The artifact is one file, an edgeopt bundle (edgeopt_agent.bundle: an uncompressed zip) holding
-`model.param`, `model.bin` and `edgeopt.json` ({"precision": "fp32" | "fp16"}); loading extracts
+`model.param`, `model.bin` and `edgeopt.json` ({"precision": "fp32" | "fp16", "outputs": the output
+blobs in the model's order}); loading extracts
 them to a private temporary folder, loads them and removes it. ncnn has no batch axis and records no tensor shapes, so
 edgeopt's ncnn export writes each input's per-sample shape into its `Input` layer (ncnn's own
 `0=w 1=h 11=d 2=c` parameters); the runner feeds a batch sample by sample and stacks the outputs,
@@ -75,6 +76,21 @@ def read_input_shapes(text: str, source: str = "model") -> Dict[str, Tuple[int, 
     return shapes
 
 
+def output_order(facts: Any, listed: List[str]) -> List[str]:
+    """The graph's outputs in the model's order (the bundle's `outputs`), else as ncnn lists them
+    (layer order; bundles written before the order was recorded)."""
+    order = facts.get("outputs") if isinstance(facts, dict) else None
+    if isinstance(order, list) and sorted(order) == sorted(listed):
+        return list(order)
+    return list(listed)
+
+
+def unknown_layers(text: str, ncnn) -> List[str]:
+    """The layer types of `.param` text that this ncnn build does not register (pnnx can write some)."""
+    types = [line.split()[0] for line in text.splitlines()[2:] if line.strip()]
+    return sorted({t for t in types if ncnn.layer_to_index(t) < 0})
+
+
 class NcnnRunner(Runner):
     runtime = "ncnn"
 
@@ -113,6 +129,10 @@ class NcnnRunner(Runner):
             for flag in ("use_fp16_storage", "use_fp16_packed", "use_fp16_arithmetic"):
                 setattr(opt, flag, False)
         if net.load_param(str(param)) != 0:
+            unknown = unknown_layers(text, ncnn)
+            if unknown:
+                raise UnsupportedModelError(f"ncnn {getattr(ncnn, '__version__', '')} has no layer "
+                                            f"{', '.join(unknown)}, which {self.path.name} uses")
             raise ArtifactError(f"ncnn cannot parse the graph in {self.path.name}")
         if net.load_model(str(weights)) != 0:
             raise ArtifactError(f"ncnn cannot read the weights in {self.path.name}")
@@ -123,7 +143,7 @@ class NcnnRunner(Runner):
         self._net = net
         self.threads = int(opt.num_threads)
         self._inputs = tuple(TensorInfo(name, (None,) + shapes[name], "float32") for name in inputs)
-        self._outputs = tuple(TensorInfo(name, (), "float32") for name in net.output_names())
+        self._outputs = tuple(TensorInfo(name, (), "float32") for name in output_order(facts, net.output_names()))
 
     def _close(self) -> None:
         self._net = None

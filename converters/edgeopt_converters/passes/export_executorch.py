@@ -77,7 +77,7 @@ class ExportExecuTorch(Step):
             raise
         except Exception as exc:
             raise StepFailed(f"ExecuTorch {self.options.precision} export of {source.description} failed: "
-                             f"{first_line(exc)}") from exc
+                             f"{first_line(exc)}{_root_cause(exc)}") from exc
         partial = output.with_name(output.name + ".partial")
         partial.write_bytes(program.buffer)
         os.replace(partial, output)
@@ -113,6 +113,14 @@ def _quantized(torch, module, args, options: ExecuTorchOptions, feeds, on_batch)
         if on_batch:
             on_batch(real)
     return pt2e.convert_pt2e(prepared)
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The first error behind `exc`, in brackets (ExecuTorch wraps a failing pass's own error), or ""."""
+    root = exc
+    while (root.__cause__ or root.__context__) is not None:
+        root = root.__cause__ or root.__context__
+    return f" ({first_line(root)})" if root is not exc else ""
 
 
 def _delegation(graph) -> Dict[str, Any]:

@@ -65,10 +65,14 @@ class ExportNcnn(Step):
         if model is None:
             raise StepFailed("ncnn export converts the FP32 ONNX artifact; plan it with that artifact as its base")
         inputs, outputs = read_onnx_io(model)
+        if ctx.fix_dims:  # one shape per input in the data: an ONNX source's open sizes are the data's
+            inputs = with_example_sizes(inputs, ctx.example)
         with tempfile.TemporaryDirectory(prefix="edgeopt-pnnx-") as work:
             param, weights = convert(model, inputs, Path(work), fp16=self.options.precision == "fp16")
             text = rewrite_param(param.read_text(encoding="utf-8"), inputs, outputs)
-            facts = json.dumps({"precision": self.options.precision}).encode("utf-8")
+            # ncnn lists a graph's outputs in layer order, not the model's: the runner reads the order here.
+            facts = json.dumps({"precision": self.options.precision,
+                                "outputs": blob_names("out", outputs)}).encode("utf-8")
             write_bundle({PARAM: text.encode("utf-8"), WEIGHTS: weights, FACTS: facts}, output)
         pnnx = require("pnnx", "ncnn", "ncnn export")
         return StepResult(output, {
@@ -90,6 +94,20 @@ def read_onnx_io(model: Path) -> Tuple[List[OnnxTensor], List[str]]:
         shape = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim)
         inputs.append(OnnxTensor(value.name, shape, tensor.elem_type))
     return inputs, [value.name for value in graph.output]
+
+
+def with_example_sizes(inputs: Sequence[OnnxTensor], example) -> List[OnnxTensor]:
+    """The inputs with each open size past the batch axis taken from the feed the conversion traces with."""
+    sized = []
+    for tensor in inputs:
+        sample = (example or {}).get(tensor.name)
+        shape = getattr(sample, "shape", None)
+        if shape is not None and len(shape) == len(tensor.shape) and tensor.shape:
+            tensor = OnnxTensor(tensor.name, tensor.shape[:1] + tuple(d if d > 0 else int(s) for d, s in
+                                                                       zip(tensor.shape[1:], shape[1:])),
+                                tensor.elem_type)
+        sized.append(tensor)
+    return sized
 
 
 def input_shape_argument(inputs: Sequence[OnnxTensor]) -> str:
@@ -137,9 +155,7 @@ def rewrite_param(text: str, inputs: Sequence[OnnxTensor], outputs: Sequence[str
     """pnnx's .param with the ONNX names for in0.., out0.. and each Input layer's per-sample shape."""
     renames: Dict[str, str] = {}
     for prefix, names in (("in", [t.name for t in inputs]), ("out", list(outputs))):
-        for index, name in enumerate(names):
-            if _NCNN_NAME.match(name):
-                renames[f"{prefix}{index}"] = name
+        renames.update((f"{prefix}{index}", blob) for index, blob in enumerate(blob_names(prefix, names)))
     shapes = {renames.get(f"in{i}", f"in{i}"): t.shape[1:] for i, t in enumerate(inputs)}
     lines = text.splitlines()
     if not lines or lines[0].strip() != PARAM_MAGIC:
@@ -156,6 +172,12 @@ def rewrite_param(text: str, inputs: Sequence[OnnxTensor], outputs: Sequence[str
             params = _shape_params(shapes[blobs[0]]) + [p for p in params if p.split("=")[0] not in ("0", "1", "2", "11")]
         rewritten.append(" ".join(fields[:4] + blobs + params))
     return "\n".join(rewritten) + "\n"
+
+
+def blob_names(prefix: str, names: Sequence[str]) -> List[str]:
+    """The ncnn blob of each of the model's inputs ("in") or outputs ("out"), in order: its name where
+    ncnn can read it, else pnnx's own (in0, out1, ...)."""
+    return [name if _NCNN_NAME.match(name) else f"{prefix}{index}" for index, name in enumerate(names)]
 
 
 def _shape_params(sample: Sequence[int]) -> List[str]:

@@ -28,7 +28,11 @@ def example_args(specs: Sequence[InputSpec], example: Optional[Mapping[str, np.n
     """Tensors to trace with: a real sample where one is given, else seeded random data."""
     torch = require("torch", "convert")
     if example is not None:
-        return tuple(torch.from_numpy(np.ascontiguousarray(example[s.name])) for s in specs)
+        # A sample sliced from numpy data can carry odd strides on its size-1 axes ([1, 1, 8, 8] as
+        # (64, 1, 8, 1)), which torch.export reads as a channels-last dim order: the ONNX graph then
+        # gains an as_strided Gather (ncnn has no Gather) and an ExecuTorch program refuses standard inputs.
+        return tuple(torch.from_numpy(np.ascontiguousarray(example[s.name])).clone(memory_format=torch.contiguous_format)
+                     for s in specs)
     generator = torch.Generator().manual_seed(0)
     args = []
     for spec in specs:
