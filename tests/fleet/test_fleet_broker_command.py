@@ -181,3 +181,14 @@ def test_a_busy_port_is_refused_in_one_line(tmp_path):
         f"error: port {port} on 127.0.0.1 is already in use (another broker?): stop that one, or give this one "
         f"another with --port"]
     assert "started" not in run.stdout
+
+
+def test_a_stop_sent_the_moment_it_says_started_stops_the_broker_too(tmp_path):
+    """A supervisor may stop the command as soon as its first line appears: the broker it started goes
+    with it (the signal handlers are in place before the broker starts)."""
+    port = free_port()
+    broker = BrokerCommand(COMMAND, port, tmp_path / "broker")
+    code, out, err = broker.stop(signal.SIGTERM)
+    assert code == 0, err
+    assert "broker stopped" in out
+    assert _wait_closed(port), "the broker still listens after its command was stopped"

@@ -50,27 +50,22 @@ def broker(host, port, data_dir):
 
     shipped = SHIPPED_CONFIG.is_file()
     running = MqttBroker(data_dir, port=port, host=host, settings=mosquitto_settings(SHIPPED_CONFIG) if shipped else None)
-    try:
-        running.start()
-    except BrokerPortInUse:
-        raise UserError(f"port {port} on {host} is already in use (another broker?): stop that one, or give "
-                        f"this one another with --port") from None
-    if running.kind == "mosquitto":
-        settings = "scripts/mosquitto.conf" if shipped else "built-in settings (scripts/mosquitto.conf not found)"
-        click.echo(f"started mosquitto on {running.address} (settings: {settings}; persistence in {running.workdir}, "
-                   f"run as {running.run_as}; log {running.log_path}); Ctrl-C to stop")
-    else:
-        click.echo(f"started the embedded broker (amqtt, MQTT 3.1.1) on {running.address} (in memory: nothing "
-                   f"persists, install mosquitto for that; log {running.log_path}); Ctrl-C to stop")
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        click.echo("warning: anyone who reaches this address may connect without a login; on a shared network run "
-                   "mosquitto with scripts/mosquitto-secure.conf (docs/FLEET.md)", err=True)
     stop = threading.Event()
+    # Ctrl-C or SIGTERM from the moment the broker starts (a supervisor may stop it as soon as it says
+    # it started) stops the broker, never this process alone with the broker left running.
     with _stop_on_signals(stop):
-        while not stop.wait(0.5):
-            if not running.running:
-                raise UserError(f"{running.kind} exited with code {running.returncode}; see {running.log_path}")
-    running.stop()
+        try:
+            running.start()
+        except BrokerPortInUse:
+            raise UserError(f"port {port} on {host} is already in use (another broker?): stop that one, or give "
+                            f"this one another with --port") from None
+        try:
+            _say_started(running, shipped, host)
+            while not stop.wait(0.5):
+                if not running.running:
+                    raise UserError(f"{running.kind} exited with code {running.returncode}; see {running.log_path}")
+        finally:
+            running.stop()
     click.echo("broker stopped")
 
 
@@ -185,6 +180,19 @@ class ProgressLine:
         if c.failed_commits:
             parts.append(f"{c.failed_commits:,} failed commits, last: {c.last_error}")
         return " · ".join(parts)
+
+
+def _say_started(running, shipped: bool, host: str) -> None:
+    if running.kind == "mosquitto":
+        settings = "scripts/mosquitto.conf" if shipped else "built-in settings (scripts/mosquitto.conf not found)"
+        click.echo(f"started mosquitto on {running.address} (settings: {settings}; persistence in {running.workdir}, "
+                   f"run as {running.run_as}; log {running.log_path}); Ctrl-C to stop")
+    else:
+        click.echo(f"started the embedded broker (amqtt, MQTT 3.1.1) on {running.address} (in memory: nothing "
+                   f"persists, install mosquitto for that; log {running.log_path}); Ctrl-C to stop")
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        click.echo("warning: anyone who reaches this address may connect without a login; on a shared network run "
+                   "mosquitto with scripts/mosquitto-secure.conf (docs/FLEET.md)", err=True)
 
 
 @contextmanager
