@@ -20,6 +20,7 @@ import shutil
 import stat
 import tempfile
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Dict, Iterator, Mapping, Sequence, Union
 
@@ -72,6 +73,8 @@ def _checked(where: str, infos: Sequence[zipfile.ZipInfo], file_size: int) -> Di
             raise ArtifactError(f"{where} holds {name!r} twice")
         if stat.S_IFMT(info.external_attr >> 16) not in (0, stat.S_IFREG):  # 0: the writer gave no file type
             raise ArtifactError(f"{where}: member {name!r} is not a plain file (a link or a device)")
+        if info.flag_bits & 0x1:
+            raise ArtifactError(f"{where}: member {name!r} is encrypted; edgeopt bundles are not")
         if info.compress_type != zipfile.ZIP_STORED or info.compress_size != info.file_size:
             raise ArtifactError(f"{where}: member {name!r} is compressed; edgeopt bundles store their files as they are")
         sizes[name] = info.file_size
@@ -97,6 +100,9 @@ def extract(path: Union[str, Path], required: Sequence[str] = ()) -> Path:
                     shutil.copyfileobj(source, target, 1 << 20)
                 if (folder / name).stat().st_size != size:
                     raise ArtifactError(f"{path.name}: member {name!r} is not the size its directory entry says")
+    except (zipfile.BadZipFile, zlib.error, RuntimeError, EOFError) as exc:  # a damaged or foreign zip
+        shutil.rmtree(folder, ignore_errors=True)
+        raise ArtifactError(f"{path.name} is not an intact edgeopt bundle: {exc}") from exc
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise

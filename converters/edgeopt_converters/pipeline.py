@@ -12,6 +12,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -47,6 +48,7 @@ __all__ = ["ConvertOptions", "convert"]
 
 def convert(model: Any, opts: ConvertOptions, progress: ProgressReporter = ProgressReporter()) -> Dict[str, Any]:
     """Convert `model` (a spec string, or an nn.Module) for `opts.device`; returns the manifest."""
+    started = time.monotonic()  # --time-budget counts the whole conversion, model loading included
     quiet_libraries()
     if opts.max_metric_drop is not None and not opts.metric:
         raise UserError("--max-metric-drop needs --metric file.py:function")
@@ -57,13 +59,13 @@ def convert(model: Any, opts: ConvertOptions, progress: ProgressReporter = Progr
     metric = load_metric(opts.metric, opts.max_metric_drop) if opts.metric else None
     source = _source(model, opts)
     try:
-        return _convert(source, profile, metric, opts, progress)
+        return _convert(source, profile, metric, opts, progress, started)
     finally:
         source.close()
 
 
 def _convert(source: SourceModel, profile: DeviceProfile, metric: Optional[UserMetric], opts: ConvertOptions,
-             progress: ProgressReporter) -> Dict[str, Any]:
+             progress: ProgressReporter, started: float) -> Dict[str, Any]:
     shapes, data_file = data_shapes(source, opts)
     model_specs = resolve_specs(source, opts.input_shape, opts.input_dtype, opts.input_value, shapes)
     source = bind_constants(source, model_specs)
@@ -88,7 +90,7 @@ def _convert(source: SourceModel, profile: DeviceProfile, metric: Optional[UserM
         ctx = ConversionContext(opts, profile, source, specs, calibration, evaluation, threads, work, plan,
                                 model_specs=model_specs, notes=notes, warnings=warnings,
                                 tolerances=acc.Tolerances(budget_points=_budget(opts)),
-                                metric=metric)
+                                metric=metric, started=started)
         _reference(ctx, progress)
         records = _build_all(ctx, progress)
         if opts.time_on_host:

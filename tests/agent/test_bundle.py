@@ -71,3 +71,28 @@ def test_size_limit_missing_members_and_non_zips_are_refused(tmp_path, monkeypat
         bundle.extract(tmp_path / "plain.ncnn")
     with pytest.raises(ValueError, match="plain file names"):
         bundle.write_bundle({"../x": b""}, tmp_path / "x.ncnn")
+
+
+def test_a_damaged_or_encrypted_bundle_is_a_bad_artifact_and_leaves_no_folder(tmp_path, monkeypatch):
+    made = []
+    real = bundle.tempfile.mkdtemp
+    monkeypatch.setattr(bundle.tempfile, "mkdtemp", lambda **kw: made.append(real(**kw)) or made[-1])
+    good = tmp_path / "model.ncnn"
+    bundle.write_bundle({"model.param": b"7767517\n", "model.bin": b"\x00" * 64}, good)
+    data = bytearray(good.read_bytes())
+    data[data.index(b"\x00" * 64) + 10] = 0xFF  # one byte of a member's data: its CRC no longer matches
+    damaged = tmp_path / "damaged.ncnn"
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match="not an intact edgeopt bundle"):
+        bundle.extract(damaged)
+    data = bytearray(good.read_bytes())
+    for header, flags_at in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):  # local and central headers' flags
+        start = 0
+        while (found := data.find(header, start)) >= 0:
+            data[found + flags_at] |= 0x1  # "encrypted"
+            start = found + 4
+    encrypted = tmp_path / "encrypted.ncnn"
+    encrypted.write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match="encrypted"):
+        bundle.extract(encrypted)
+    assert made and not any(os.path.exists(folder) for folder in made)

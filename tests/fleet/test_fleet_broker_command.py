@@ -192,3 +192,36 @@ def test_a_stop_sent_the_moment_it_says_started_stops_the_broker_too(tmp_path):
     assert code == 0, err
     assert "broker stopped" in out
     assert _wait_closed(port), "the broker still listens after its command was stopped"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or mosquitto_binary() is None,
+                    reason="needs root and mosquitto: the data folder is handed to the mosquitto user only then")
+def test_as_root_links_planted_in_the_data_folder_are_never_followed(tmp_path):
+    """The folder belongs to the broker's user once handed over: a link it plants there must not make
+    root hand over, or overwrite, the file it points at."""
+    import pwd
+
+    from edgeopt.fleet.broker import MqttBroker
+
+    try:
+        pwd.getpwnam("mosquitto")
+    except KeyError:
+        pytest.skip("no mosquitto user on this machine")
+    open_dir = Path(tempfile.mkdtemp(prefix="edgeopt-broker-links-", dir="/tmp"))
+    os.chmod(open_dir, 0o755)
+    try:
+        data_dir = open_dir / "broker"
+        data_dir.mkdir()
+        secret, config_target = open_dir / "secret", open_dir / "config-target"
+        secret.write_text("root's")
+        config_target.write_text("untouched")
+        os.chmod(secret, 0o600)
+        (data_dir / "mosquitto.db.evil").symlink_to(secret)
+        (data_dir / "mosquitto.conf").symlink_to(config_target)
+        broker = MqttBroker(data_dir, kind="mosquitto", port=free_port()).start()
+        broker.stop()
+        assert secret.stat().st_uid == 0, "root handed a linked file to the mosquitto user"
+        assert config_target.read_text() == "untouched", "root wrote the broker's config through a link"
+        assert not (data_dir / "mosquitto.conf").is_symlink()
+    finally:
+        shutil.rmtree(open_dir, ignore_errors=True)

@@ -36,7 +36,7 @@ class PybindMethod:
         runtime = require("executorch.runtime", "executorch", "ExecuTorch .pte models")
         self._torch = require("torch", "executorch", "ExecuTorch's Python runtime")  # its tensors are what it takes
         try:
-            program = runtime.Runtime.get().load_program(str(path), verification=runtime.Verification.Minimal)
+            program = runtime.Runtime.get().load_program(str(path), verification=runtime.Verification.InternalConsistency)  # Minimal segfaults on corrupt files
             self._method = program.load_method(method)
         except RuntimeError as exc:
             text = str(exc).strip()

@@ -81,9 +81,15 @@ def port_in_use(host: str, port: int) -> bool:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
+        except socket.gaierror as exc:
+            raise UserError(f"cannot listen on {host}: no such address ({exc.strerror}); give --host an address "
+                            f"of this machine, e.g. 127.0.0.1") from None
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 return True
+            if exc.errno in (errno.EADDRNOTAVAIL, errno.EACCES):
+                raise UserError(f"cannot listen on {host}:{port}: {exc.strerror}; give --host an address of this "
+                                f"machine (e.g. 127.0.0.1) and a --port above 1023 unless running as root") from None
             raise
     return False
 
@@ -166,7 +172,7 @@ class MqttBroker:
         if port_in_use(self.host, self.port):
             raise BrokerPortInUse(f"port {self.port} on {self.host} is already in use (another broker?); "
                                   f"stop it or pick another port")
-        log = open(self.log_path, "ab")
+        log = os.fdopen(_open_not_through_links(self.log_path, os.O_APPEND), "ab")
         self._process = subprocess.Popen(self._command(), stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
         log.close()
         self._wait_until_listening()
@@ -206,7 +212,7 @@ class MqttBroker:
         path = self.workdir / "mosquitto.conf"
         user = self._user_setting()
         self._stays_root = user == "user root"
-        path.write_text(
+        _write_not_through_links(path,
             "\n".join(
                 [
                     # Global settings first: per_listener_settings must come before any listener.
@@ -233,8 +239,11 @@ class MqttBroker:
             return "user root"
         if not _reachable_by(self.workdir, account.pw_uid, account.pw_gid):
             return "user root"
-        for path in (self.workdir, *self.workdir.glob("mosquitto.db*")):
-            os.chown(path, account.pw_uid, account.pw_gid)
+        os.chown(self.workdir, account.pw_uid, account.pw_gid)
+        for path in self.workdir.glob("mosquitto.db*"):
+            # What that user could have put there is never followed: a link would hand its target over.
+            if path.is_file() and not path.is_symlink():
+                os.chown(path, account.pw_uid, account.pw_gid, follow_symlinks=False)
         return ""
 
     def _wait_until_listening(self) -> None:
@@ -249,6 +258,19 @@ class MqttBroker:
                 time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"{self.kind} did not listen on {self.address} within {START_TIMEOUT_S:.0f} s")
+
+
+def _open_not_through_links(path: Path, mode: int) -> int:
+    """A file in the broker's folder, opened for writing without following a link someone put in its
+    place (as root, the folder's files may have been written by the broker's own user)."""
+    if path.is_symlink():
+        path.unlink()
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | mode, 0o644)
+
+
+def _write_not_through_links(path: Path, text: str) -> None:
+    with os.fdopen(_open_not_through_links(path, os.O_TRUNC), "w") as handle:
+        handle.write(text)
 
 
 def _serve_amqtt(port: int, host: str = "127.0.0.1") -> None:
