@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from edgeopt_agent.bundle import write_bundle
 from edgeopt_agent.errors import require
@@ -69,10 +69,12 @@ class ExportNcnn(Step):
             inputs = with_example_sizes(inputs, ctx.example)
         with tempfile.TemporaryDirectory(prefix="edgeopt-pnnx-") as work:
             param, weights = convert(model, inputs, Path(work), fp16=self.options.precision == "fp16")
-            text = rewrite_param(param.read_text(encoding="utf-8"), inputs, outputs)
+            original = param.read_text(encoding="utf-8")
+            taken = pnnx_blobs(original)
+            text = rewrite_param(original, inputs, outputs, taken)
             # ncnn lists a graph's outputs in layer order, not the model's: the runner reads the order here.
             facts = json.dumps({"precision": self.options.precision,
-                                "outputs": blob_names("out", outputs)}).encode("utf-8")
+                                "outputs": blob_names("out", outputs, taken)}).encode("utf-8")
             write_bundle({PARAM: text.encode("utf-8"), WEIGHTS: weights, FACTS: facts}, output)
         pnnx = require("pnnx", "ncnn", "ncnn export")
         return StepResult(output, {
@@ -151,11 +153,22 @@ def convert(model: Path, inputs: Sequence[OnnxTensor], work: Path, fp16: bool) -
     return param, weights
 
 
-def rewrite_param(text: str, inputs: Sequence[OnnxTensor], outputs: Sequence[str]) -> str:
+def pnnx_blobs(text: str) -> Set[str]:
+    """The names of the blobs pnnx made inside the graph (1, 2, ...), its in0../out0.. left out: an ONNX
+    name equal to one of them (torch.onnx names outputs "3") cannot take an input's or output's place."""
+    blobs: Set[str] = set()
+    for line in text.splitlines()[2:]:
+        fields = line.split()
+        if len(fields) >= 4 and fields[2].isdigit() and fields[3].isdigit():
+            blobs.update(fields[4:4 + int(fields[2]) + int(fields[3])])
+    return {b for b in blobs if not re.fullmatch(r"(in|out)\d+", b)}
+
+
+def rewrite_param(text: str, inputs: Sequence[OnnxTensor], outputs: Sequence[str], taken: Set[str] = frozenset()) -> str:
     """pnnx's .param with the ONNX names for in0.., out0.. and each Input layer's per-sample shape."""
     renames: Dict[str, str] = {}
     for prefix, names in (("in", [t.name for t in inputs]), ("out", list(outputs))):
-        renames.update((f"{prefix}{index}", blob) for index, blob in enumerate(blob_names(prefix, names)))
+        renames.update((f"{prefix}{index}", blob) for index, blob in enumerate(blob_names(prefix, names, taken)))
     shapes = {renames.get(f"in{i}", f"in{i}"): t.shape[1:] for i, t in enumerate(inputs)}
     lines = text.splitlines()
     if not lines or lines[0].strip() != PARAM_MAGIC:
@@ -174,10 +187,11 @@ def rewrite_param(text: str, inputs: Sequence[OnnxTensor], outputs: Sequence[str
     return "\n".join(rewritten) + "\n"
 
 
-def blob_names(prefix: str, names: Sequence[str]) -> List[str]:
+def blob_names(prefix: str, names: Sequence[str], taken: Set[str] = frozenset()) -> List[str]:
     """The ncnn blob of each of the model's inputs ("in") or outputs ("out"), in order: its name where
-    ncnn can read it, else pnnx's own (in0, out1, ...)."""
-    return [name if _NCNN_NAME.match(name) else f"{prefix}{index}" for index, name in enumerate(names)]
+    ncnn can read it and no blob inside the graph has it (`taken`), else pnnx's own (in0, out1, ...)."""
+    return [name if _NCNN_NAME.match(name) and name not in taken else f"{prefix}{index}"
+            for index, name in enumerate(names)]
 
 
 def _shape_params(sample: Sequence[int]) -> List[str]:
