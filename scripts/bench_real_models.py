@@ -88,26 +88,8 @@ def transformer(work: Path) -> Case:
     """all-MiniLM-L6-v2 from its safetensors (transformers, the bench extra) with mean pooling + L2 norm."""
     import torch
     from tokenizers import Tokenizer
-    from transformers import BertConfig, BertModel
-    from safetensors.torch import load_file
 
-    config = BertConfig.from_json_file(str(corpus_file("minilm", "config")))
-    bert = BertModel(config, add_pooling_layer=False)
-    state = {k.removeprefix("bert."): v for k, v in load_file(str(corpus_file("minilm", "weights"))).items()}
-    bert.load_state_dict(state, strict=False)
-    bert.eval()
-
-    class Embed(torch.nn.Module):
-        def __init__(self, model):
-            super().__init__()
-            self.model = model
-
-        def forward(self, input_ids, attention_mask, token_type_ids):
-            hidden = self.model(input_ids=input_ids, attention_mask=attention_mask,
-                                token_type_ids=token_type_ids).last_hidden_state
-            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-            return torch.nn.functional.normalize(pooled, dim=-1)
+    from corpus_models import minilm
 
     seq = 32
     tok = Tokenizer.from_file(str(corpus_file("minilm", "tokenizer")))
@@ -119,7 +101,7 @@ def transformer(work: Path) -> Case:
               "token_type_ids": np.array([e.type_ids for e in enc], np.int64)}
     path = work / "minilm.onnx"
     feed = tuple(torch.from_numpy(arrays[k][:1]) for k in ("input_ids", "attention_mask", "token_type_ids"))
-    torch.onnx.export(Embed(bert).eval(), feed, str(path), input_names=list(arrays), output_names=["sentence_embedding"],
+    torch.onnx.export(minilm(), feed, str(path), input_names=list(arrays), output_names=["sentence_embedding"],
                       dynamic_axes={k: {0: "batch"} for k in list(arrays) + ["sentence_embedding"]}, opset_version=17,
                       dynamo=False)
 

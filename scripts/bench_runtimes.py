@@ -31,32 +31,11 @@ SEQ = 32
 
 
 def minilm():
-    """all-MiniLM-L6-v2 (its safetensors from the corpus) with mean pooling and L2 norm: the
-    transformer case of scripts/bench_real_models.py as an nn.Module."""
-    import torch
-    from safetensors.torch import load_file
-    from transformers import BertConfig, BertModel
-
+    """all-MiniLM-L6-v2 + mean pooling: the transformer case of scripts/bench_real_models.py as an nn.Module."""
     sys.path.insert(0, str(HERE))
-    from corpus import corpus_file
+    from corpus_models import minilm as module
 
-    bert = BertModel(BertConfig.from_json_file(str(corpus_file("minilm", "config"))), add_pooling_layer=False)
-    state = {k.removeprefix("bert."): v for k, v in load_file(str(corpus_file("minilm", "weights"))).items()}
-    bert.load_state_dict(state, strict=False)
-
-    class Embed(torch.nn.Module):
-        def __init__(self, model):
-            super().__init__()
-            self.model = model
-
-        def forward(self, input_ids, attention_mask, token_type_ids):
-            hidden = self.model(input_ids=input_ids, attention_mask=attention_mask,
-                                token_type_ids=token_type_ids).last_hidden_state
-            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-            return torch.nn.functional.normalize(pooled, dim=-1)
-
-    return Embed(bert).eval()
+    return module()
 
 
 def _data(case: str):

@@ -153,3 +153,29 @@ def mtcnn_rnet():
 def mtcnn_onet():
     """MTCNN's ONet; weights: .corpus/facenet-pytorch/onet.pt."""
     return _mtcnn("ONet")
+
+
+def minilm():
+    """all-MiniLM-L6-v2 (its safetensors and config.json from the corpus, BertModel from transformers)
+    with mean pooling and L2 norm: the sentence embedding sentence-transformers computes."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import BertConfig, BertModel
+
+    bert = BertModel(BertConfig.from_json_file(str(corpus_file("minilm", "config"))), add_pooling_layer=False)
+    state = {k.removeprefix("bert."): v for k, v in load_file(str(corpus_file("minilm", "weights"))).items()}
+    bert.load_state_dict(state, strict=False)
+
+    class Embed(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            hidden = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                                token_type_ids=token_type_ids).last_hidden_state
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            return torch.nn.functional.normalize(pooled, dim=-1)
+
+    return Embed(bert).eval()
