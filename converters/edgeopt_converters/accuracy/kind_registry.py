@@ -38,9 +38,15 @@ class Kind:
     description: ClassVar[str]
     parts: ClassVar[Tuple[str, ...]] = ()  # semantic parts judged apart (their figures decide "excellent")
     priority: ClassVar[int] = 100  # evidence order: specific layouts and state before names and values
+    NAMES: ClassVar[str] = ""  # a regular expression of output names that say this kind
 
     def evidence(self, name: str, reference: np.ndarray, hints: Hints) -> Optional[Evidence]:
         return None
+
+    def named(self, name: str) -> Optional[Evidence]:
+        """Evidence from the output's name matching the kind's NAMES, or None."""
+        hint = name_hint(name, self.NAMES) if self.NAMES else None
+        return Evidence(f"name '{name}' ('{hint}')") if hint else None
 
     def judge(self, name: str, kind: OutputKind, ref: np.ndarray, cand: np.ndarray, labels,
               tol: Tolerances) -> Judgement:
@@ -121,8 +127,7 @@ class Sequence(Kind):
             return Evidence(f"produced by {hints.producer}: per-step probabilities")
         if _softmax_rows(reference):
             return Evidence(f"[N, {shape[0]}, {shape[1]}] per-step probabilities (each step's scores sum to 1)")
-        hint = name_hint(name, self.NAMES)
-        return Evidence(f"name '{name}' ('{hint}')") if hint else None
+        return self.named(name)
 
     def judge(self, name, kind, ref, cand, labels, tol):
         return judge_sequence(name, kind, ref, cand, tol)
@@ -157,9 +162,9 @@ class Mask(Kind):
         shape = per_sample(reference)
         if len(shape) != 3 or min(shape[1:]) < MASK_SIDE:
             return None
-        hint = name_hint(name, self.NAMES)
-        if hint:
-            return Evidence(f"name '{name}' ('{hint}')")
+        named = self.named(name)
+        if named:
+            return named
         if shape[0] == 1 and (hints.producer == "Sigmoid" and in_unit_range(reference) or sigmoid_like(reference)):
             return Evidence(f"[N, 1, {shape[1]}, {shape[2]}] map of sigmoid probabilities")
         if shape[0] >= 2 and (hints.producer in SOFTMAX_OPS or _softmax_rows(reference, axis=1)):
@@ -179,9 +184,9 @@ class Embedding(Kind):
         shape = per_sample(reference)
         if len(shape) not in (1, 2) or shape[-1] < MIN_EMBEDDING:
             return None
-        hint = name_hint(name, self.NAMES)
-        if hint:
-            return Evidence(f"name '{name}' ('{hint}')")
+        named = self.named(name)
+        if named:
+            return named
         if hints.producer == "LpNormalization":
             return Evidence("produced by LpNormalization: normalised vectors")
         if unit_norm_rows(reference):
@@ -224,8 +229,7 @@ class Classes(Kind):
             return Evidence(f"produced by {hints.producer}")
         if _softmax_rows(reference):
             return Evidence(f"[N, {shape[0]}] rows that sum to 1: softmax probabilities")
-        hint = name_hint(name, self.NAMES)
-        return Evidence(f"name '{name}' ('{hint}')") if hint else None
+        return self.named(name)
 
     def judge(self, name, kind, ref, cand, labels, tol):
         return judge_classes(name, kind, ref, cand, labels, tol)
