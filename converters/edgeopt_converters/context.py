@@ -17,6 +17,7 @@ from .accuracy.user_metric import UserMetric
 from .options import ConvertOptions
 from .passes.base import StepContext
 from .recipe import Plan
+from .source.data import shape_sets
 from .source.source_model import SourceModel
 from .source.tensors import Dataset, InputSpec, feed_batch
 
@@ -67,7 +68,7 @@ class ConversionContext:
 
     def shape_sets(self) -> List[Dict[str, Tuple[int, ...]]]:
         """The input shapes of each calibration part and of the evaluation data."""
-        return self.calibration.shapes(self.batch) + self.evaluation.shapes(self.batch)
+        return shape_sets(self.calibration, self.evaluation, self.batch)
 
     def varying_axes(self) -> Tuple[Tuple[str, int, str], ...]:
         """Axes (besides the batch) whose size differs across the data files (calibration parts and

@@ -36,7 +36,7 @@ from .recipe import PlannedArtifact, make_plan, one_shape_per_input
 from .recommend import recommend
 from .repair import after_failure
 from .runtime import reference_predictor
-from .source.data import choose_datasets, data_shapes, fit_outputs_in_memory, labelled_shapes
+from .source.data import choose_datasets, data_shapes, fit_outputs_in_memory, labelled_shapes, shape_sets
 from .source.hashing import update_with_weights
 from .source.input_specs import concrete_specs, resolve_specs, tensor_inputs
 from .source.model_source import bind_constants, load_source, module_source
@@ -76,8 +76,7 @@ def _convert(source: SourceModel, profile: DeviceProfile, metric: Optional[UserM
     specs = concrete_specs(fed, calibration.feed_shapes(feed_batch(fed)))
     plan = make_plan(profile, opts.formats, opts.precisions, source.kind, opts.calibrate_method, opts.opset)
     notes.extend(plan.notes)
-    one_shape_per_input(plan, calibration.shapes(feed_batch(fed)) + evaluation.shapes(feed_batch(fed)),
-                        opts.formats, notes)
+    one_shape_per_input(plan, shape_sets(calibration, evaluation, feed_batch(fed)), opts.formats, notes)
     threads = _threads(profile, opts, notes)
     for warning in warnings:
         progress.note(f"warning: {warning}")

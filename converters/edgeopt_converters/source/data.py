@@ -39,6 +39,11 @@ def choose_datasets(source: SourceModel, specs: List[InputSpec], opts: ConvertOp
     return head(calibration, opts.max_calibration_samples), head(evaluation, opts.max_eval_samples)
 
 
+def shape_sets(calibration: Dataset, evaluation: Dataset, batch: int) -> List[Dict[str, Tuple[int, ...]]]:
+    """The input shapes of each calibration part and of the evaluation data."""
+    return calibration.shapes(batch) + evaluation.shapes(batch)
+
+
 def head(data: Dataset, limit: int) -> Dataset:
     if limit <= 0 or data.size <= limit:
         return data

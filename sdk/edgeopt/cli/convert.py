@@ -16,8 +16,9 @@ def convert_options(command):
     """One click option per convert option, generated from their one definition (edgeopt_converters.options)."""
     from edgeopt_converters.options import defaults, specs
 
+    given = defaults()
     for name, spec in reversed(list(specs().items())):
-        default = defaults()[name]
+        default = given[name]
         kwargs = dict(help=spec.help, metavar=spec.metavar)
         if spec.negated_by:
             kwargs.update(flag_value=not default, default=default)
