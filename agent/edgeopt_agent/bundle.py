@@ -10,6 +10,10 @@ checked from the zip directory before a byte is read.
     folder = extract(out / "model.fp32.ncnn", ("model.param", "model.bin"))  # a private temporary folder
     ...
     shutil.rmtree(folder)                                               # or: with extracted(...) as folder
+
+`under=` extracts into a folder named for this process inside a root the caller owns (the agent's
+`<data_dir>/bundles`), after removing what ended processes left there (extraction_folders.py): a
+benchmark child killed while loading leaves nothing behind for good.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ import zlib
 from pathlib import Path
 from typing import Dict, Iterator, Mapping, Sequence, Union
 
+from . import extraction_folders
 from .files import atomic_writer
 from .runners.errors import ArtifactError
 
@@ -84,15 +89,15 @@ def _checked(where: str, infos: Sequence[zipfile.ZipInfo], file_size: int) -> Di
     return sizes
 
 
-def extract(path: Union[str, Path], required: Sequence[str] = ()) -> Path:
-    """The bundle's members in a new private temporary folder (the caller removes it); `required`
-    names the members that must be there."""
+def extract(path: Union[str, Path], required: Sequence[str] = (), under: Union[str, Path, None] = None) -> Path:
+    """The bundle's members in a new private folder (the caller removes it): in the system's
+    temporary folder, or in `under` (see the module's notes); `required` names the members that must be there."""
     path = Path(path)
     sizes = member_sizes(path)
     missing = [name for name in required if name not in sizes]
     if missing:
         raise ArtifactError(f"{path.name} lacks {', '.join(missing)} (it holds {', '.join(sizes) or 'nothing'})")
-    folder = Path(tempfile.mkdtemp(prefix="edgeopt-bundle-"))  # mode 0700
+    folder = _new_folder(under)
     try:
         with zipfile.ZipFile(path) as archive:
             for name, size in sizes.items():
@@ -109,10 +114,18 @@ def extract(path: Union[str, Path], required: Sequence[str] = ()) -> Path:
     return folder
 
 
+def _new_folder(under: Union[str, Path, None]) -> Path:
+    """Mode 0700, from mkdtemp."""
+    if under is None:
+        return Path(tempfile.mkdtemp(prefix="edgeopt-bundle-"))
+    return extraction_folders.new_folder(under)
+
+
 @contextlib.contextmanager
-def extracted(path: Union[str, Path], required: Sequence[str] = ()) -> Iterator[Path]:
+def extracted(path: Union[str, Path], required: Sequence[str] = (),
+              under: Union[str, Path, None] = None) -> Iterator[Path]:
     """`extract`, removed when the block ends."""
-    folder = extract(path, required)
+    folder = extract(path, required, under)
     try:
         yield folder
     finally:

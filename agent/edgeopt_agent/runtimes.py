@@ -59,6 +59,9 @@ class Runtime:
     int8_scheme: Optional[str] = None  # "symmetric": takes ONNX INT8 only as symmetric QDQ (explicit quantization)
     dynamic_int8: bool = False  # runs ONNX dynamic INT8 (MatMulInteger & co.), so the recipe may plan it
     executed_graph: bool = False  # the converter can cost the graph this runtime executes (graph_cost)
+    # Why a timing on a host of another CPU architecture says nothing of a board (kernels written per
+    # architecture); "": its kernels are alike enough that a large gap carries over.
+    foreign_host_timing: str = ""
     notes: str = ""  # what this runtime does not offer, in words (runtime_report shows it)
 
     def runner_class(self) -> type:
@@ -104,8 +107,11 @@ TABLE: Tuple[Runtime, ...] = (
             no_profiler="the LiteRT/TFLite Python interpreter exposes no per-op profiler (its op profiling is C++ "
                         "and benchmark_model only)"),
     Runtime("ncnn", ("ncnn",), "ncnn_runner:NcnnRunner", "ncnn_runner:unavailable_reason",
-            distributions=("ncnn",), defines=(NCNN,),
+            distributions=("ncnn",), defines=(NCNN,), spec_options="ncnn_runner:spec_options",
             no_profiler="ncnn's Python bindings expose no per-layer timing (its benchncnn tool is C++)",
+            foreign_host_timing="ncnn's CPU kernels are hand-written per architecture and tuned for ARM NEON; on an "
+                                "x86 host it measured 0.01x to 1.8x ONNX Runtime's speed by threads and load "
+                                "(docs/BENCHMARKS.md)",
             notes="no INT8: ncnn's INT8 tools (ncnn2table, ncnn2int8) are in no registry package"),
     Runtime("executorch", ("pte",), "executorch_runner:ExecuTorchRunner", "executorch_runner:unavailable_reason",
             distributions=("executorch-numpy-runtime", "executorch"), defines=(PTE,),

@@ -41,6 +41,9 @@ class BenchmarkSpec:
     cannot) and report it as "op_profile" (edgeopt_agent.op_profile).
     engine_cache_dir: where built engines are kept (the agent passes one under its data dir;
     None: edgeopt_agent.runners.engine_cache.default_cache_dir()).
+    bundle_dir: where a multi-file artifact (an ncnn bundle) is extracted while it loads (the agent
+    passes one under its data dir, swept of what killed children left: edgeopt_agent.extraction_folders;
+    None: the system's temporary folder).
     """
 
     artifact: str
@@ -60,6 +63,7 @@ class BenchmarkSpec:
     idle_s: float = 1.0
     precision: Optional[str] = None
     engine_cache_dir: Optional[str] = None
+    bundle_dir: Optional[str] = None
     profile: bool = False
     inputs: Optional[Tuple[Dict[str, Any], ...]] = None
     reference: Optional[Dict[str, Any]] = None
@@ -73,8 +77,9 @@ class BenchmarkSpec:
         object.__setattr__(self, "artifact", str(self.artifact))
         if self.input_file is not None:
             object.__setattr__(self, "input_file", str(self.input_file))
-        if self.engine_cache_dir is not None:
-            object.__setattr__(self, "engine_cache_dir", str(self.engine_cache_dir))
+        for name in ("engine_cache_dir", "bundle_dir"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, str(getattr(self, name)))
         if self.batch_sizes is not None:
             if isinstance(self.batch_sizes, int) or not all(is_int(b) for b in self.batch_sizes):
                 raise UserError(f"batch sizes must be a list of whole numbers, got {self.batch_sizes!r}")

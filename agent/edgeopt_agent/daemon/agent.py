@@ -10,14 +10,14 @@ import threading
 import time
 from typing import Any, Dict, Optional
 
-from .. import confirm_signing, cpu_check, signing, wire
+from .. import confirm_signing, cpu_check, extraction_folders, signing, wire
 from ..bench.leftovers import RECORD_FILE, ChildRecord
 from ..profiles import load_profile
 from .admission import Admission, JobLedger
 from ..wire.backoff import Backoff
 from .config import AgentConfig
 from .inbox import ADDED, FULL, Inbox
-from .jobs import JobHandler
+from .jobs import BUNDLES_DIR, JobHandler
 from .outbox import Outbox
 from .sender import OutboxSender
 from .store import STATE_FILE, Store, lock_data_dir
@@ -53,6 +53,7 @@ class Agent:
         self.reaped_child = child_record.reap()  # only now: the lock says no other agent uses it
         if self.reaped_child:
             log.warning("%s", self.reaped_child)
+        extraction_folders.sweep(config.data_dir / BUNDLES_DIR)  # what killed children left mid-load
         self.store = Store(config.data_dir / STATE_FILE)
         self.outbox = Outbox(self.store, self.device_id, max_bytes=config.outbox_max_bytes)
         self.inbox = Inbox(self.store, max_bytes=config.inbox_max_bytes)

@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 
 # A job is started at most this often: a job that keeps killing the agent itself gets an error.
 MAX_ATTEMPTS = 2
+# Where the benchmark child extracts a multi-file artifact while loading it; swept at the agent's
+# start and before each extraction (edgeopt_agent.extraction_folders).
+BUNDLES_DIR = "bundles"
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,7 @@ class JobHandler:
         artifact = self._artifact_file(job)
         # TensorRT engines built on this board are cached beside the agent's state.
         options["engine_cache_dir"] = str(self.data_dir / "engines")
+        options["bundle_dir"] = str(self.data_dir / BUNDLES_DIR)
         from ..bench import BenchmarkSpec, run_benchmark
 
         try:

@@ -3,7 +3,8 @@
 The artifact is one file, an edgeopt bundle (edgeopt_agent.bundle: an uncompressed zip) holding
 `model.param`, `model.bin` and `edgeopt.json` ({"precision": "fp32" | "fp16", "outputs": the output
 blobs in the model's order}); loading extracts
-them to a private temporary folder, loads them and removes it. ncnn has no batch axis and records no tensor shapes, so
+them to a private folder (in `extract_dir`, which the agent sets to its `<data_dir>/bundles` through
+the benchmark spec's `bundle_dir`, else the system's temporary folder), loads them and removes it. ncnn has no batch axis and records no tensor shapes, so
 edgeopt's ncnn export writes each input's per-sample shape into its `Input` layer (ncnn's own
 `0=w 1=h 11=d 2=c` parameters); the runner feeds a batch sample by sample and stacks the outputs,
 so the batch axis is open.
@@ -85,6 +86,11 @@ def output_order(facts: Any, listed: List[str]) -> List[str]:
     return list(listed)
 
 
+def spec_options(spec: Any) -> Dict[str, Any]:
+    """For the runtime table: what the runner takes from a benchmark spec (where to extract the bundle)."""
+    return {"extract_dir": spec.bundle_dir}
+
+
 def unknown_layers(text: str, ncnn) -> List[str]:
     """The layer types of `.param` text that this ncnn build does not register (pnnx can write some)."""
     types = [line.split()[0] for line in text.splitlines()[2:] if line.strip()]
@@ -94,16 +100,18 @@ def unknown_layers(text: str, ncnn) -> List[str]:
 class NcnnRunner(Runner):
     runtime = "ncnn"
 
-    def __init__(self, path: Union[str, Path], threads: Optional[int] = None, fp16: Optional[bool] = None):
+    def __init__(self, path: Union[str, Path], threads: Optional[int] = None, fp16: Optional[bool] = None,
+                 extract_dir: Union[str, Path, None] = None):
         super().__init__(path, threads)
         self.fp16 = fp16
+        self.extract_dir = extract_dir
         self._ncnn = import_ncnn()
         self._net = None
 
     def _load(self) -> None:
         if not self.path.is_file():
             raise ArtifactError(f"artifact not found: {self.path}")
-        folder = bundle.extract(self.path, (PARAM, WEIGHTS))
+        folder = bundle.extract(self.path, (PARAM, WEIGHTS), under=self.extract_dir)
         try:
             self._load_from(folder)
         finally:
