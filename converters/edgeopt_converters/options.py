@@ -5,6 +5,7 @@ keywords are generated from these fields, so adding an option is one field here 
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 import os
 from dataclasses import dataclass, field
@@ -175,12 +176,15 @@ class ConvertOptions:
 
     def __post_init__(self) -> None:
         """Each value read (from a CLI string, an API shape, dict or path; every reader takes its own
-        output back unchanged) and checked against its choices and limits."""
+        output back unchanged) or checked against its spec's type, then against its choices and limits."""
         for f in dataclasses.fields(self):
             spec: Spec = f.metadata["spec"]
             value = getattr(self, f.name)
             if spec.read is not None and (value is not None or spec.multiple):
-                value = spec.read(value)
+                value = _read(f.name, spec, value)
+                object.__setattr__(self, f.name, value)
+            elif value is not None:
+                value = _typed(f.name, spec, value)
                 object.__setattr__(self, f.name, value)
             if spec.required and value is None:
                 raise UserError(f"{spec.cli_flags(f.name)[-1]} is required")
@@ -201,7 +205,52 @@ class ConvertOptions:
         return cls(**given)
 
 
+def _read(name: str, spec: Spec, value: Any) -> Any:
+    try:
+        return spec.read(value)
+    except TypeError:  # a reader given a value of a type it does not take (a number for a path)
+        wanted = ("a path" if spec.kind is Path else f"one of {', '.join(spec.choices)}" if spec.choices
+                  else f"a string like {spec.metavar}" if spec.metavar else "a string")
+        raise UserError(f"{_named(name, spec)} cannot be {value!r} ({type(value).__name__}); give {wanted}"
+                        f"{' or a list of them' if spec.multiple else ''}") from None
+
+
+def _typed(name: str, spec: Spec, value: Any) -> Any:
+    """`value` as its spec's type: a bool is no number, a number no bool, and a float is finite."""
+    if spec.kind is bool:
+        if isinstance(value, bool):
+            return value
+        wanted = "True or False"
+    elif spec.kind is int:
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            return int(value)
+        wanted = "a whole number" + _limits(spec)
+    elif spec.kind is float:
+        if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+        wanted = "a finite number" + _limits(spec)
+    else:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, os.PathLike):  # a profile's or a metric's file
+            return str(value)
+        wanted = "a string" + (f" ({spec.metavar})" if spec.metavar else "")
+    raise UserError(f"{_named(name, spec)} must be {wanted}, got {value!r} ({type(value).__name__})")
+
+
+def _named(name: str, spec: Spec) -> str:
+    """The option as the CLI flag, with the Python keyword where the two differ."""
+    flag = spec.cli_flags(name)[-1]
+    return flag if flag == "--" + name.replace("_", "-") else f"{flag} ({name}=)"
+
+
+def _limits(spec: Spec) -> str:
+    return "" if spec.minimum is None and spec.maximum is None else f", {_range(spec)}"
+
+
 def _range(spec: Spec) -> str:
+    if spec.minimum is None:
+        return f"{spec.maximum:g} or less"
     if spec.maximum is None:
         return f"{spec.minimum:g} or more"
     return f"between {spec.minimum:g} and {spec.maximum:g}"

@@ -71,3 +71,38 @@ def test_unknown_keywords_and_out_of_range_values_are_refused_by_name():
         ConvertOptions(device="rpi4", min_cosine=2)
     with pytest.raises(UserError, match="unknown --format 'gguf'"):
         ConvertOptions(device="rpi4", formats=("gguf",))
+
+
+@pytest.mark.parametrize("given, message", [
+    ({"threads": True}, r"--threads must be a whole number, 1 or more, got True \(bool\)"),
+    ({"opset": 18.0}, r"--opset must be a whole number, 7 or more, got 18.0 \(float\)"),
+    ({"min_cosine": float("nan")}, r"--min-cosine must be a finite number, between -1 and 1, got nan"),
+    ({"time_budget": float("inf")}, r"--time-budget must be a finite number, 0 or more, got inf"),
+    ({"max_accuracy_drop": False}, r"--max-accuracy-drop must be a finite number, 0 or more, got False \(bool\)"),
+    ({"max_metric_drop": "1"}, r"--max-metric-drop must be a finite number, got '1' \(str\)"),
+    ({"strict": 1}, r"--strict must be True or False, got 1 \(int\)"),
+    ({"time_on_host": "no"}, r"--no-timing \(time_on_host=\) must be True or False, got 'no'"),
+    ({"calibrate_method": 3}, r"--calibrate-method must be a string, got 3 \(int\)"),
+    ({"output_dir": 3}, r"--output \(output_dir=\) cannot be 3 \(int\); give a path"),
+    ({"formats": 5}, r"--format \(formats=\) cannot be 5 \(int\); give one of onnx, .* or a list of them"),
+])
+def test_api_values_of_the_wrong_type_are_refused_in_one_line_naming_the_option(given, message):
+    with pytest.raises(UserError, match=message) as refused:
+        api.convert("m.onnx", "rpi4", **given)
+    assert "\n" not in str(refused.value)
+
+
+def test_api_numbers_of_any_numeric_type_are_taken_as_the_options_type():
+    import numpy as np
+
+    options = ConvertOptions.read(device=Path("board.toml"), threads=np.int64(2), min_cosine=np.float32(0.5),
+                                  time_budget=60, strict=False)
+    assert (options.device, options.threads, options.min_cosine, options.time_budget) == ("board.toml", 2, 0.5, 60.0)
+    assert type(options.threads) is int and type(options.min_cosine) is float and type(options.time_budget) is float
+
+
+def test_the_cli_refuses_a_number_that_is_not_finite(capsys):
+    from edgeopt.cli.main import main
+
+    assert main(["convert", "m.onnx", "--device", "rpi4", "--min-cosine", "nan"]) == 2
+    assert "--min-cosine must be a finite number, between -1 and 1, got nan" in capsys.readouterr().err
