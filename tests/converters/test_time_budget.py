@@ -40,3 +40,38 @@ def test_no_budget_never_stops_the_search(tmp_path):
     search = _search(tmp_path, lambda: float("inf"))
     search.seconds = [1e9]
     assert not search._would_overrun()
+
+
+def _judged(search, floats, stage, method, verdict="failed"):
+    search.tries.append({"float_nodes": floats, "stage": stage, "verdict": verdict, "reason": "lost points",
+                         "drop_points": 3.0, "cosine": 0.95, "calibrate_method": method})
+
+
+def test_a_search_the_budget_stopped_says_what_it_tried_not_every_calibrator(tmp_path):
+    left = iter([100.0, 100.0, 1.0])
+    search = _search(tmp_path, lambda: next(left))
+    search._attempt = lambda nodes, stage, method, *rest: _judged(search, len(nodes), stage, method) or False
+    search.attempt(["tail"], "post-processing tail: its most sensitive node")
+    search.seconds = [30.0]
+    search.attempt(["tail"], "calibrator percentile", "percentile")
+    search.attempt(["tail", "a", "b", "c", "d"], "calibrator entropy", "entropy")  # 1 s left: not started
+    assert search.out_of_time
+
+    text = mixed_precision.no_split_found(search, 10)
+    assert "every calibrator" not in text
+    assert ("no split found: in 3 judged attempts (the whole graph's included), with up to 1 of 10 quantized nodes "
+            "in float and minmax and percentile calibration only (not entropy), the verdict stayed failed") in text
+    assert text.endswith("; --time-budget 60 s stopped the search before its calibrator entropy attempt, "
+                         "so nothing after it was tried")
+
+
+def test_a_search_that_ran_its_course_names_every_calibrator_it_judged(tmp_path):
+    search = _search(tmp_path, lambda: float("inf"))
+    _judged(search, 0, "calibrator percentile", "percentile")
+    search.tries.append({"float_nodes": 9, "stage": "sensitivity", "verdict": "not built", "reason": "x",
+                         "calibrate_method": "minmax"})
+    _judged(search, 4, "calibrator entropy", "entropy")
+    text = mixed_precision.no_split_found(search, 10)
+    assert ("in 3 judged attempts (the whole graph's included), with up to 4 of 10 quantized nodes in float and "
+            "every calibrator (minmax, percentile, entropy), the verdict stayed failed") in text
+    assert "time-budget" not in text

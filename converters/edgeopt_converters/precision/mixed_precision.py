@@ -52,6 +52,7 @@ SENSITIVITY_SAMPLES = 4
 MAX_FLOAT_SHARE = 0.5  # past half of the quantized nodes in float, INT8 has little left to give
 MAX_PREFIX_SHARE = 0.5  # of the graph's multiply-accumulates
 PREFIX_STEPS = 4  # half, then bisection to 1/16 of the MACs
+NOT_TRIED, NOT_BUILT = "not tried", "not built"  # an attempt's verdict when the budget or the build stopped it
 
 
 def _badness(a) -> tuple:
@@ -100,7 +101,7 @@ class _Search:
         long as the decisions it loses, as measured, are within the budget (not only its bound)."""
         if self._would_overrun():
             self.out_of_time = True
-            self.tries.append({"float_nodes": len(nodes), "stage": stage, "verdict": "not tried",
+            self.tries.append({"float_nodes": len(nodes), "stage": stage, "verdict": NOT_TRIED,
                                "reason": f"--time-budget {self.ctx.options.time_budget:g} s would be overrun"})
             return None
         began = time.monotonic()
@@ -124,7 +125,8 @@ class _Search:
             info = _quantize(self.ctx, planned, self.prepared, trial, self._calibration(method),
                              self.record.planned.int8.op_types)
         except StepFailed as exc:
-            self.tries.append({"float_nodes": len(nodes), "stage": stage, "verdict": "not built", "reason": str(exc)})
+            self.tries.append({"float_nodes": len(nodes), "stage": stage, "verdict": NOT_BUILT, "reason": str(exc),
+                               "calibrate_method": method})
             return None
         accuracy, io = self.validate(planned, trial)
         self.tries.append(_summary(accuracy, len(nodes), stage, method))
@@ -186,8 +188,9 @@ def search_mixed_precision(ctx: ConversionContext, record, prepared: Path, valid
     if search.out_of_time:
         report["stopped"] = (f"--time-budget {ctx.options.time_budget:g} s reached after {len(search.seconds)} "
                              f"attempts of about {statistics.median(search.seconds or [0]):.0f} s")
+        may_find = "a passing split" if search.failed else "a split that keeps more in INT8"
         ctx.warnings.append(f"{item.key}: mixed precision stopped at the time budget ({report['stopped']}); "
-                            f"a larger --time-budget may find a split that keeps more in INT8")
+                            f"a larger --time-budget may find {may_find}")
     if search.best is not record:
         os.replace(search.best_path, target)
     best = search.best
@@ -195,9 +198,9 @@ def search_mixed_precision(ctx: ConversionContext, record, prepared: Path, valid
     report["float_nodes"] = floats
     report["calibrate_method"] = best.planned.int8.calibrate_method
     if best.accuracy.verdict == acc.FAILED:
-        report["result"] = (f"no split found: with up to {max(t['float_nodes'] for t in search.tries)} of "
-                            f"{len(candidates)} quantized nodes in float and every calibrator the verdict stayed failed")
-        ctx.warnings.append(f"{item.key}: mixed precision found no passing split ({best.accuracy.reason})")
+        report["result"] = no_split_found(search, len(candidates))
+        within = " in the attempts the time budget allowed" if search.out_of_time else ""
+        ctx.warnings.append(f"{item.key}: mixed precision found no passing split{within} ({best.accuracy.reason})")
     else:
         method = best.planned.int8.calibrate_method
         calibrated = f" with {method} calibration" if method != item.int8.calibrate_method else ""
@@ -211,6 +214,26 @@ def search_mixed_precision(ctx: ConversionContext, record, prepared: Path, valid
     best.info["float_nodes"] = floats
     best.info["scheme"] = best.planned.int8.scheme
     return best
+
+
+def no_split_found(search: _Search, candidates: int) -> str:
+    """What a search that found no passing split judged, as it happened: the float nodes and the
+    calibrators of its judged attempts, and where the time budget stopped it, if it did."""
+    judged = [t for t in search.tries if t["verdict"] not in (NOT_TRIED, NOT_BUILT)]
+    methods = list(dict.fromkeys(t["calibrate_method"] for t in judged if t.get("calibrate_method")))
+    untried = [m for m in CALIBRATION_METHODS if m not in methods]
+    if untried:
+        calibrators = f"{' and '.join(methods)} calibration only (not {' or '.join(untried)})"
+    else:
+        calibrators = f"every calibrator ({', '.join(methods)})"
+    most = max((t["float_nodes"] for t in judged), default=0)
+    text = (f"no split found: in {len(judged)} judged attempts (the whole graph's included), with up to {most} of "
+            f"{candidates} quantized nodes in float and {calibrators}, the verdict stayed failed")
+    if search.out_of_time:
+        stage = next((t["stage"] for t in search.tries if t["verdict"] == NOT_TRIED), "its next")
+        text += (f"; --time-budget {search.ctx.options.time_budget:g} s stopped the search before its {stage} "
+                 f"attempt, so nothing after it was tried")
+    return text
 
 
 def _prefix_stage(search: _Search, shares: Sequence[Tuple[str, float]], candidates, report: Dict[str, Any]) -> None:
