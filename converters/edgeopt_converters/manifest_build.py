@@ -53,6 +53,15 @@ def tool_versions() -> Dict[str, Optional[str]]:
     return versions
 
 
+def fed_shapes_by_artifact(ctx: "ConversionContext", records) -> Dict[str, Dict[str, list]]:
+    """Each artifact's inputs, by its own input names, at the shapes validation fed them (the manifest's
+    `example_shape`): what the roofline costs, as `edgeopt analyze` does from the manifest."""
+    validated = ctx.evaluation.feed_shapes(feed_batch(ctx.specs))
+    return {r.planned.key: {i["name"]: i["example_shape"] for i in described_inputs(r.io["inputs"], ctx.specs, validated)
+                            if i.get("example_shape") is not None}
+            for r in records}
+
+
 def described_inputs(io_inputs: List[dict], specs, shapes: Dict[str, tuple],
                      ranges: Optional[Dict[str, Tuple[tuple, tuple]]] = None) -> List[dict]:
     """The artifact's inputs with what feeding them takes: the model's name for each

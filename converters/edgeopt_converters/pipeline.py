@@ -27,7 +27,7 @@ from .build import build_artifact, with_dynamic_axes
 from .context import ConversionContext
 from .cost.roofline import predict_artifacts
 from .cost.time_artifacts import time_artifacts
-from .manifest_build import ArtifactRecord, build_manifest, publish
+from .manifest_build import ArtifactRecord, build_manifest, fed_shapes_by_artifact, publish
 from .options import RECOMMEND_BUDGET, ConvertOptions
 from .passes._quiet import quiet_libraries
 from .precision.follow_ups import follow_up
@@ -97,7 +97,8 @@ def _convert(source: SourceModel, profile: DeviceProfile, metric: Optional[UserM
         check_budget(records, opts)
         ctx.warnings.extend(unresolved_warnings(records))
         measured, why_not = _measured_on_host(profile, opts.time_on_host)
-        predicted = {} if measured else predict_artifacts(profile, {r.planned.key: work / r.path for r in records})
+        predicted = {} if measured else predict_artifacts(profile, {r.planned.key: work / r.path for r in records},
+                                                          fed_shapes_by_artifact(ctx, records))
         rec = recommend(records, profile, measured=measured, why_predicted=why_not, predicted_ms=predicted)
         manifest = build_manifest(ctx, records, rec, stands_for_target=(measured, why_not), predicted_ms=predicted)
         record_reference_figures(work, manifest)

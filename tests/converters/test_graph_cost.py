@@ -224,3 +224,38 @@ def test_shapes_inference_cannot_give_come_from_one_onnxruntime_run(monkeypatch)
     cost = analyze_onnx(model)
     assert _node(cost, "conv").macs == 8 * 32 * 32 * 27
     assert any("one onnxruntime run" in n for n in cost.notes)
+
+
+def test_every_slice_of_constant_weights_is_folded_however_many_there_are():
+    """Silero VAD's exported LSTM slices its weights out of Constant nodes: dozens of such slices. Each is
+    computed once at load time; none may be charged as a copy on every run (a protobuf wrapper's id()
+    once stood for a node, and ids are handed out anew on each access)."""
+    nodes, names = [], []
+    for k in range(40):
+        nodes += [helper.make_node("Constant", [], [f"w{k}"], value=numpy_helper.from_array(
+                      np.full((64, 64), k, np.float32), f"wv{k}")),
+                  helper.make_node("Constant", [], [f"s{k}"], value=numpy_helper.from_array(np.array([0], np.int64), f"sv{k}")),
+                  helper.make_node("Constant", [], [f"e{k}"], value=numpy_helper.from_array(np.array([32], np.int64), f"ev{k}")),
+                  helper.make_node("Slice", [f"w{k}", f"s{k}", f"e{k}"], [f"part{k}"], name=f"slice{k}")]
+        names.append(f"slice{k}")
+    nodes += [helper.make_node("Concat", [f"part{k}" for k in range(40)], ["weights"], axis=0, name="concat"),
+              helper.make_node("MatMul", ["x", "weights"], ["y"], name="mm")]
+    cost = analyze_onnx(_model(nodes, [("x", F, [1, 1280])]))
+    assert {_node(cost, name).role for name in names + ["concat"]} == {"folded"}
+    assert _node(cost, "mm").role == "compute"
+
+
+def test_a_weight_only_matmul_costs_its_product_in_float_and_reads_its_packed_weights():
+    """onnxruntime's MatMulNBits (weight-only INT8/INT4): the arithmetic of the float product it replaces,
+    at float precision unless accuracy_level 4, and the packed weights' bytes."""
+    k, n, bits, block = 256, 128, 8, 32
+    packed = numpy_helper.from_array(np.zeros((n, k // block, block * bits // 8), np.uint8), "B")
+    scales = numpy_helper.from_array(np.ones((n * (k // block),), np.float32), "scales")
+    node = helper.make_node("MatMulNBits", ["x", "B", "scales"], ["y"], name="wo", domain="com.microsoft",
+                            K=k, N=n, bits=bits, block_size=block)
+    model = _model([node], [("x", F, [1, 4, k])], [packed, scales])
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    cost = _node(analyze_onnx(model), "wo")
+    assert cost.role == "compute" and cost.precision == "fp32"
+    assert cost.ops == 2.0 * 4 * k * n
+    assert cost.weight_bytes == pytest.approx(n * k + n * (k // block) * 4, rel=0.01)

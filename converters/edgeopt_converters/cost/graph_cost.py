@@ -39,7 +39,8 @@ from .node_kinds import DEPTHWISE, GEMM_CONV, gemm_conv_ops, kind_of
 
 COMPUTE = ("Conv", "ConvInteger", "QLinearConv", "FusedConv", "NhwcConv", "ConvTranspose", "MatMul", "MatMulInteger",
            "QLinearMatMul", "FusedMatMul", "Gemm", "FusedGemm", "QGemm", "DynamicQuantizeMatMul",
-           "MatMulIntegerToFloat", "Attention", "QAttention", "LSTM", "DynamicQuantizeLSTM", "GRU", "RNN", "Einsum")
+           "MatMulIntegerToFloat", "Attention", "QAttention", "LSTM", "DynamicQuantizeLSTM", "GRU", "RNN", "Einsum",
+           "MatMulNBits")
 # Nodes that only relabel a tensor: no arithmetic, no pass over memory.
 VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Shape", "Size", "Constant", "Dropout",
          "ConstantOfShape", "Range")
@@ -202,7 +203,7 @@ def analyze_onnx(model: Union[str, Path, Any], input_shapes: InputShapes = (),
     weights |= {o for n in graph.node if n.op_type == "Constant" for o in n.output}
     inputs = {i.name: tensors[i.name].shape for i in graph.input if i.name not in weights}
     folded = _constant_folded(graph, tensors, weights)
-    analysis = _Graph(graph, tensors, weights | {o for n in graph.node if id(n) in folded for o in n.output}, folded,
+    analysis = _Graph(graph, tensors, weights | {o for i, n in enumerate(graph.node) if i in folded for o in n.output}, folded,
                       executed=runtime is not None)
     nodes = [analysis.cost(node, index) for index, node in enumerate(graph.node)]
     unknown = [n.name for n in nodes if n.note.startswith("unknown shape")]
@@ -214,19 +215,20 @@ def analyze_onnx(model: Union[str, Path, Any], input_shapes: InputShapes = (),
 
 
 def _constant_folded(graph, tensors: Mapping[str, "_Tensor"], weights: set) -> set:
-    """ids of the nodes a runtime computes once, when it loads the graph: every input a weight or
-    itself computed once, or the shape of a tensor whose shape is fixed. Quantize/dequantize nodes
-    stay (runtimes keep them to fuse into INT8 kernels)."""
+    """Positions in graph.node of the nodes a runtime computes once, when it loads the graph: every
+    input a weight or itself computed once, or the shape of a tensor whose shape is fixed.
+    Quantize/dequantize nodes stay (runtimes keep them to fuse into INT8 kernels). Positions, not
+    id(): protobuf hands out a new wrapper object, and so a new (or reused) id, on each access."""
     constant = set(weights)
     folded = set()
-    for node in graph.node:
+    for index, node in enumerate(graph.node):
         inputs = [i for i in node.input if i]
         if node.op_type in ("QuantizeLinear", "DequantizeLinear", "Constant"):
             continue
         static_shape = node.op_type in ("Shape", "Size") and inputs and tensors.get(inputs[0]) is not None \
             and tensors[inputs[0]].shape is not None
         if static_shape or (inputs and all(i in constant for i in inputs)):
-            folded.add(id(node))
+            folded.add(index)
             constant.update(o for o in node.output if o)
     return folded
 
@@ -345,7 +347,7 @@ class _Graph:
         self.executed = executed  # the runtime's own optimized graph: no fusion to guess, every node runs
         self.tensors = tensors
         self.weights = weights
-        self.folded = folded  # ids of nodes computed once at load time
+        self.folded = folded  # positions in graph.node of the nodes computed once at load time
         self.producer = {o: n for n in graph.node for o in n.output}
         self.consumers: Dict[str, list] = {}
         for n in graph.node:
@@ -439,12 +441,12 @@ class _Graph:
         outputs = [self.tensor(o) for o in node.output if o]
         precision = self._precision(node)
         kind = self.kind(node, precision)
-        if op in VIEWS and not (self.executed and id(node) not in self.folded):
+        if op in VIEWS and not (self.executed and index not in self.folded):
             return NodeCost(name, op, 0.0, 0.0, 0.0, precision, "view", kind=kind)
         if op in VIEWS:  # the runtime still runs it: no work, but one kernel dispatch
             return NodeCost(name, op, 0.0, 0.0, 0.0, precision, "dispatch", "relabels a tensor; still a kernel call",
                             kind)
-        if id(node) in self.folded:
+        if index in self.folded:
             return NodeCost(name, op, 0.0, 0.0, 0.0, precision, "folded", "computed once when the graph is loaded "
                             "(constant inputs)", kind)
         if op in ("QuantizeLinear", "DequantizeLinear") and self._folded_qdq(node):
@@ -467,6 +469,8 @@ class _Graph:
                         padded_ops=padded if padded > ops else 0.0)
 
     def _precision(self, node) -> str:
+        if node.op_type == "MatMulNBits":  # weight-only: the product runs in float unless accuracy_level 4 asks int8
+            return "int8" if int(_attribute(node, "accuracy_level", 0)) == 4 else "fp32"
         if self._quantized_inputs(node):
             return "int8"
         data = [i for i in node.input[:1] if i]
@@ -498,6 +502,8 @@ class _Graph:
                 return 0.0, "compute"
             k = a[-2] if op == "FusedMatMul" and _attribute(node, "transA", 0) else a[-1]
             return 2.0 * out.elements * k, "compute"
+        if op == "MatMulNBits":  # weights packed in 4/8-bit blocks; K and N are attributes
+            return 2.0 * out.elements * int(_attribute(node, "K", 0)), "compute"
         if op in ("Gemm", "FusedGemm", "QGemm"):
             a = shape(0)
             if a is None:

@@ -30,7 +30,7 @@ KINDS = (CONV, DEPTHWISE, POINTWISE, GEMM_CONV, GEMM, DYNAMIC_GEMM, ELEMENTWISE,
 
 _CONVS = ("Conv", "ConvInteger", "QLinearConv", "FusedConv", "NhwcConv", "ConvTranspose")
 _GEMMS = ("MatMul", "MatMulInteger", "QLinearMatMul", "FusedMatMul", "Gemm", "Einsum", "LSTM", "GRU", "RNN", "QGemm",
-          "FusedGemm", "Attention")
+          "FusedGemm", "Attention", "MatMulNBits")
 # onnxruntime's dynamic INT8 kernels (its fusions of DynamicQuantizeLinear + MatMulInteger + rescale, and of
 # dynamically quantized attention and LSTM)
 _DYNAMIC_GEMMS = ("DynamicQuantizeMatMul", "MatMulIntegerToFloat", "QAttention", "DynamicQuantizeLSTM")

@@ -27,7 +27,7 @@ from edgeopt_agent.errors import UserError
 from edgeopt_agent.profiles import DeviceProfile
 from edgeopt_agent.runners import detect_format
 
-from .graph_cost import GraphCost, NodeCost, analyze_onnx
+from .graph_cost import GraphCost, InputShapes, NodeCost, analyze_onnx
 
 EXECUTED = ("compute", "elementwise", "move", "dispatch")  # roles that run a kernel of their own
 OVERHEAD = "overhead"  # kind_ms key of the nodes' fixed dispatch costs, calibrated apart from their work
@@ -245,8 +245,11 @@ def predict(cost: GraphCost, machine: Machine, efficiency: Optional[float] = Non
     return Prediction(machine, times, efficiency, samples, notes, dict(kind_efficiency or {}))
 
 
-def predict_artifacts(profile: DeviceProfile, paths: Mapping[str, Path]) -> Dict[str, float]:
-    """Uncalibrated roofline latency (ms) of each ONNX artifact on a board, by artifact key.
+def predict_artifacts(profile: DeviceProfile, paths: Mapping[str, Path],
+                      input_shapes: Optional[Mapping[str, InputShapes]] = None) -> Dict[str, float]:
+    """Uncalibrated roofline latency (ms) of each ONNX artifact on a board, by artifact key, with each
+    artifact's inputs fixed to `input_shapes[key]` (by input name; a dynamic dim left open costs its
+    nodes nothing, so artifacts compared must be costed at the same shapes).
 
     Empty where the profile states no peak figures or bandwidth; an artifact whose graph cannot
     be analysed is left out.
@@ -259,7 +262,7 @@ def predict_artifacts(profile: DeviceProfile, paths: Mapping[str, Path]) -> Dict
     for key, path in paths.items():
         if runtimes.format_of(detect_format(path)).roofline == "own":
             try:
-                predicted[key] = predict(analyze_onnx(path), board).roofline_ms
+                predicted[key] = predict(analyze_onnx(path, (input_shapes or {}).get(key, ())), board).roofline_ms
             except UserError:
                 continue
     return predicted
