@@ -10,6 +10,7 @@ states peak figures and bandwidth, else the profile's peak throughput per precis
 """
 from __future__ import annotations
 
+import platform
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Mapping, Optional, Tuple
 
@@ -21,6 +22,10 @@ from .accuracy import OK, UNRESOLVED
 MIN_SPEEDUP = 1.05  # a lower precision must be shown at least this much faster than FP32 to be chosen
 NOTHING_QUANTIZED = 0.9  # an "INT8" artifact whose weights take this share of FP32's is not offered at all
 TIE = 1.05  # artifacts within this factor of the fastest are ties, settled by the profile's preferences
+# A host runtime gap that carries over to a board of another CPU architecture: a structural one, as the
+# TFLite vs ONNX Runtime gap on an LSTM (2.4-3.3x) that motivated settling ties; smaller gaps are kernel
+# tuning, which differs by architecture.
+FOREIGN_ARCH_GAP = 1.5
 _PRECISION_ORDER = ("int8", "fp16", "fp32")
 
 
@@ -60,8 +65,9 @@ def _accuracy_note(record) -> str:
 
 
 def recommend(records: List, profile: DeviceProfile, measured: bool, why_predicted: str = "",
-              predicted_ms: Optional[Mapping[str, float]] = None) -> Recommendation:
-    """`predicted_ms`: roofline latency on the board by artifact key, used when nothing was measured."""
+              predicted_ms: Optional[Mapping[str, float]] = None, host_machine: Optional[str] = None) -> Recommendation:
+    """`predicted_ms`: roofline latency on the board by artifact key, used when nothing was measured;
+    `host_machine`: this host's `platform.machine()` (by default, read here)."""
     formats = set(_profile_formats(profile))
     usable, excluded = _accuracy_split([r for r in records if r.planned.format in formats])
     dropped = f"; not recommended for accuracy: {'; '.join(excluded)}" if excluded else ""
@@ -72,7 +78,7 @@ def recommend(records: List, profile: DeviceProfile, measured: bool, why_predict
         basis = "measured"
     else:
         why = why_predicted or "nothing was timed on the target"
-        by_roofline = _by_roofline(usable, profile, why, predicted_ms or {})
+        by_roofline = _by_roofline(usable, profile, why, predicted_ms or {}, host_machine)
         key, reason = by_roofline or _by_prediction(usable, profile, why)
         basis = "predicted"
     chosen = next(r for r in usable if r.planned.key == key)
@@ -141,46 +147,110 @@ def _not_costed(usable, estimates: Mapping[str, Tuple[float, str]]) -> str:
     return said
 
 
-def _by_roofline(usable, profile: DeviceProfile, why: str, predicted_ms: Mapping[str, float]) -> Optional[Tuple[str, str]]:
+def _by_roofline(usable, profile: DeviceProfile, why: str, predicted_ms: Mapping[str, float],
+                 host_machine: Optional[str] = None) -> Optional[Tuple[str, str]]:
     estimates = _roofline_estimates(usable, predicted_ms)
-    candidates = [r for r in usable if r.planned.key in estimates]
-    if not candidates:
+    costed = [r for r in usable if r.planned.key in estimates]
+    if not costed:
         return None
+    candidates, slow = _predicted_gain_split(costed, estimates)
     fastest = min(estimates[r.planned.key][0] for r in candidates)
     tied = [r for r in candidates if estimates[r.planned.key][0] <= fastest * TIE]
-    tied, settled = _settle_by_host_runtimes(tied, profile)
+    tied, settled = _settle_by_host_runtimes(tied, profile, host_machine)
     best = min(tied, key=lambda r: _preference(profile, r))
     shown = ", ".join(f"{r.planned.key} {estimates[r.planned.key][0]:.3f} ms{estimates[r.planned.key][1]}"
-                      for r in sorted(candidates, key=lambda r: estimates[r.planned.key][0]))
+                      for r in sorted(costed, key=lambda r: estimates[r.planned.key][0]))
+    not_faster = (f"; not predicted at least {MIN_SPEEDUP:g}x faster than FP32, so not worth a lower precision's "
+                  f"accuracy cost: {', '.join(slow)}" if slow else "")
     return best.planned.key, (
         f"predicted, not measured: {why}; fastest by the roofline of each graph on {profile.name} (its profile's "
         f"peak throughput per precision and memory bandwidth, uncalibrated; `edgeopt analyze` shows it per "
-        f"node) among artifacts that pass their accuracy verdict: {shown}{settled}{_not_costed(usable, estimates)}. "
-        f"Confirm on the board: "
+        f"node) among artifacts that pass their accuracy verdict: {shown}{not_faster}{settled}"
+        f"{_not_costed(usable, estimates)}. Confirm on the board: "
         f"`edgeopt deploy OUTDIR --wait` to its edgeopt-agent."
     )
 
 
-def _settle_by_host_runtimes(tied, profile: DeviceProfile) -> Tuple[list, str]:
+def _predicted_gain_split(costed, estimates: Mapping[str, Tuple[float, str]]) -> Tuple[list, List[str]]:
+    """As a measured lower precision must be shown MIN_SPEEDUP faster than FP32, a predicted one must be
+    predicted so against the fastest FP32 artifact: a board without faster INT8 arithmetic (a Cortex-A72
+    has no dot-product instructions) may gain nothing on a compute-bound graph, and then FP32 keeps the
+    accuracy for free. Without a costed FP32 artifact nothing is set aside."""
+    float_ms = [estimates[r.planned.key][0] for r in costed if r.planned.precision == "fp32"]
+    if not float_ms:
+        return costed, []
+    base = min(float_ms)
+    kept, slow = [], []
+    for r in costed:
+        ms = estimates[r.planned.key][0]
+        if r.planned.precision != "fp32" and not (base >= MIN_SPEEDUP * ms and base > ms):
+            slow.append(f"{r.planned.key} ({base / ms:.2f}x)" if ms > 0 else r.planned.key)
+        else:
+            kept.append(r)
+    return kept, slow
+
+
+def _settle_by_host_runtimes(tied, profile: DeviceProfile, host_machine: Optional[str] = None) -> Tuple[list, str]:
     """Artifacts the roofline cannot tell apart because they are the same graph in two runtimes: the
-    one whose runtime ran it slower here (by more than TIE) is dropped, since the roofline sees the
-    arithmetic, not how well each runtime's CPU kernels do it. A GPU board's runtimes are not this
-    host's CPU kernels, so there the profile's order stays the judge."""
+    one whose runtime ran it slower here is dropped, since the roofline sees the arithmetic, not how
+    well each runtime's CPU kernels do it. On a board of this host's architecture a gap beyond TIE
+    settles it. On another architecture the kernels differ, so only a structural gap
+    (FOREIGN_ARCH_GAP or more) does, and a runtime whose row says host timing does not represent such
+    a board (`foreign_host_timing`: ncnn, NEON-tuned) is neither dropped nor compared with. A GPU
+    board's runtimes are not this host's CPU kernels, so there the profile's order stays the judge."""
     if profile.has_gpu:
         return tied, ""
-    kept, said = [], []
+    host = (host_machine or platform.machine()).lower()
+    foreign = not profile.matches_host(host)
+    gap = FOREIGN_ARCH_GAP if foreign else TIE
+    kept, said, unsettled, unrepresentative = [], [], [], {}
     for precision in dict.fromkeys(r.planned.precision for r in tied):
         group = [r for r in tied if r.planned.precision == precision]
         timed = {r.planned.key: r.host_timing.p50_ms for r in group if r.host_timing is not None}
         if len(group) < 2 or len(timed) < len(group) or len({r.planned.format for r in group}) < 2:
             kept += group
             continue
-        quickest = min(group, key=lambda r: timed[r.planned.key])
-        slower = [r for r in group if timed[r.planned.key] > timed[quickest.planned.key] * TIE]
+        compared = group
+        if foreign:
+            for r in group:
+                why = _host_runtime(r).foreign_host_timing
+                if why:
+                    unrepresentative[r.planned.key] = why
+            compared = [r for r in group if r.planned.key not in unrepresentative]
+            if len({r.planned.format for r in compared}) < 2:
+                kept += group
+                continue
+        quickest = min(compared, key=lambda r: timed[r.planned.key])
+        ratio = {r.planned.key: timed[r.planned.key] / timed[quickest.planned.key] for r in compared}
+        slower = [r for r in compared if ratio[r.planned.key] > gap]
         kept += [r for r in group if r not in slower]
-        said += [f"{r.planned.key} ran the same graph {timed[r.planned.key] / timed[quickest.planned.key]:.1f}x "
-                 f"slower than {quickest.planned.key} on this host" for r in slower]
-    return kept, (f"; tied by the roofline, settled by this host's runtimes: {'; '.join(said)}" if said else "")
+        said += [f"{r.planned.key} ran the same graph {ratio[r.planned.key]:.1f}x slower than "
+                 f"{quickest.planned.key} on this host" for r in slower]
+        unsettled += [f"{r.planned.key} {ratio[r.planned.key]:.2f}x {quickest.planned.key}'s time" for r in compared
+                      if TIE < ratio[r.planned.key] <= gap]
+    return kept, _settled_text(profile, host, foreign, said, unsettled, unrepresentative)
+
+
+def _settled_text(profile: DeviceProfile, host: str, foreign: bool, said: List[str], unsettled: List[str],
+                  unrepresentative: Mapping[str, str]) -> str:
+    text = ""
+    if said and not foreign:
+        text += f"; tied by the roofline, settled by this host's runtimes: {'; '.join(said)}"
+    elif said:
+        text += (f"; tied by the roofline, settled by this {host} host's runtimes although {profile.name} is "
+                 f"{profile.cpu.arch}, since the gap is structural (at least {FOREIGN_ARCH_GAP:g}x): {'; '.join(said)}")
+    if unsettled:
+        text += (f"; this {host} host's gap between runtimes left to {profile.name}'s order, too small to carry over "
+                 f"to {profile.cpu.arch} (under {FOREIGN_ARCH_GAP:g}x): {', '.join(unsettled)}")
+    if unrepresentative:
+        text += (f"; kept without regard to this host's timing, which does not represent {profile.cpu.arch}: "
+                 + "; ".join(f"{key} ({why})" for key, why in unrepresentative.items()))
+    return text
+
+
+def _host_runtime(record) -> runtimes.Runtime:
+    """The runtime that ran `record`'s artifact on this host (its format's default)."""
+    return runtimes.BY_NAME[runtimes.FORMAT_RUNTIMES[record.planned.format][0]]
 
 
 def _precision_rank(profile: DeviceProfile) -> List[str]:
