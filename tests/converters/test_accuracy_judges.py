@@ -180,6 +180,39 @@ def test_a_detection_that_only_crosses_the_score_threshold_is_kept_but_counted_a
     assert (strict.found, strict.spurious) == (0, 1)
 
 
+def _near_threshold_head(rng, objects=400):
+    """One object per sample, FP32 scores spread over [0.20, 0.32]: many sit near the 0.25 line."""
+    head = np.zeros((objects, 6, 100), np.float32)
+    head[:, :4, 0] = [100, 100, 20, 20]
+    head[:, 4, 0] = rng.uniform(0.20, 0.32, objects)
+    return head
+
+
+def test_a_systematic_score_drop_below_the_threshold_counts_as_missed():
+    """An INT8 that lowers every score by 0.03: the band keeps each such box 'found', but a fixed threshold
+    loses all that cross it, and none rise to make up: the surplus is a loss (rpi4's S8S8 detector lost 8
+    of 505 faces this way)."""
+    head = _near_threshold_head(np.random.default_rng(3))
+    lowered = head.copy()
+    lowered[:, 4, 0] -= 0.03
+    found = match(head, lowered)
+    assert found.found == found.reference and found.crossed_down > 40 and found.crossed_up == 0
+    judged = compare([head], [lowered], names=["output0"]).outputs[0]
+    assert judged.verdict == "failed" and judged.figures["systematic_drop"] == found.crossed_down
+    assert "a systematic score drop" in judged.reason
+
+
+def test_scores_jittered_both_ways_across_the_threshold_are_noise_not_loss():
+    rng = np.random.default_rng(4)
+    head = _near_threshold_head(rng)
+    jittered = head.copy()
+    jittered[:, 4, 0] += rng.normal(0, 0.004, len(head)).astype(np.float32)
+    found = match(head, jittered)
+    assert found.crossed_down > 0 and found.crossed_up > 0
+    judged = compare([head], [jittered], names=["output0"]).outputs[0]
+    assert judged.figures["systematic_drop"] == 0 and judged.verdict == "ok"
+
+
 def test_detection_without_objects_in_the_data_is_unresolved():
     head = np.zeros((4, 6, 100), np.float32)
     judged = compare([head], [head], names=["output0"], kinds=decide_kinds(["output0"], [head], {"output0": "detection"})).outputs[0]
@@ -195,6 +228,17 @@ def test_embeddings_are_judged_by_cosine_never_argmax():
     assert judged.figures["cosine_similarity"] == pytest.approx(0.37, abs=0.05)
     good = compare([ref], [noisy(ref, 0.05)], names=["sentence_embedding"]).outputs[0]
     assert good.verdict == "ok" and good.figures["worst_cosine"] > 0.99
+
+
+def test_one_broken_embedding_fails_the_worst_sample_limit_a_good_mean_hides():
+    ref = RNG.standard_normal((64, 384)).astype(np.float32)
+    cand = noisy(ref, 0.02)
+    cand[7] = RNG.standard_normal(384)  # one sample unrelated to FP32's
+    judged = compare([ref], [cand], names=["sentence_embedding"]).outputs[0]
+    tol = Tolerances()
+    assert judged.figures["cosine_similarity"] >= tol.min_embedding_cosine
+    assert judged.figures["worst_cosine"] < tol.min_worst_embedding_cosine
+    assert judged.verdict == "failed" and "worst" in judged.reason
 
 
 def test_probabilities_judge_flipped_decisions_and_error():

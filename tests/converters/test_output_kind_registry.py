@@ -110,6 +110,28 @@ def test_smooth_salience_is_bins_by_its_values_and_by_its_name():
     assert kind_of("output_0", one_hot).kind == "classes"  # peaky softmax: rows sum to 1, no smooth neighbours
 
 
+def test_a_saturated_ordinal_softmax_is_bins_by_where_its_runner_up_sits():
+    """PESTO: a softmax over 384 pitch bins so confident that its rows are near one-hot (and of unit
+    length): no visible fall-off, but the runner-up is the peak's neighbour; a confident classifier's
+    runner-up is not, and neither is taken for an embedding."""
+    pitch = RNG.integers(20, 360, 128) + RNG.uniform(-0.2, 0.2, 128)
+    index = np.arange(384)[None, :]
+    ordinal = softmax(-12.0 * np.abs(index - pitch[:, None]))
+    assert np.allclose(np.linalg.norm(ordinal, axis=1), 1.0, atol=0.05)
+    kind = kind_of("activations", ordinal, producer="Softmax")
+    assert kind.kind == "bins" and "runner-up is within 2 bins of the peak" in kind.why
+    confident = softmax(RNG.standard_normal((128, 384)) * 30)
+    assert kind_of("activations", confident, producer="Softmax").kind == "classes"
+    assert kind_of("activations", confident).kind == "classes"
+
+
+def test_a_map_one_activation_made_is_not_a_detection_head():
+    """PicoDet's per-class score maps [N, anchors, 10]: every channel a sigmoid, none of them a box."""
+    scores = 1 / (1 + np.exp(-RNG.standard_normal((4, 1900, 10)) * 3 + 4))
+    assert kind_of("transpose_0.tmp_0", scores, producer="Sigmoid").kind == "probability"
+    assert kind_of("transpose_0.tmp_0", scores).kind == "detection"  # without the graph, the layout reads as one
+
+
 def test_bins_accept_a_wobble_that_changes_top1_but_not_the_decoded_pitch():
     """The pitch tracker refused for "top-1 changed 2.67 points": frames half-way between two bins flip
     their argmax under INT8 noise, while the decoded pitch moves a small fraction of a bin."""

@@ -9,7 +9,9 @@ bin then, so the judge counts rows whose decoded value moves by more than
 
 Evidence besides a name: around the argmax the FP32 activations fall off smoothly on both sides
 (neighbouring bins share the peak's evidence), which class scores, whose neighbours are unrelated
-classes, do not.
+classes, do not. A saturated softmax (PESTO's) leaves a near one-hot row with no visible fall-off; its
+runner-up is still a neighbour of the peak, where a classifier's runner-up lands next to it by chance
+(ADJACENT bins of B).
 """
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ SMOOTH_SLACK = 0.05  # of the peak's height above the row's minimum: noise a fal
 NEIGHBOUR_SHARE = 0.3  # the argmax's neighbours keep at least this share of the peak's height
 SMOOTH_ROWS = 0.7  # share of rows with a peak that must be smooth
 CONFIDENT = 0.5  # a sigmoid head's peak at or above this is a confident row (CREPE's voicing decision)
+ADJACENT = 2  # bins from the peak a saturated row's runner-up sits in
+MIN_RUNNER_UP_ROWS = 32  # rows whose runner-up is above zero needed before its place is evidence
 
 
 def rows(array: np.ndarray) -> np.ndarray:
@@ -56,6 +60,18 @@ def smooth_share(ref: np.ndarray) -> Tuple[float, int]:
     return (smooth / peaked if peaked else 0.0), peaked
 
 
+def runner_up_share(ref: np.ndarray) -> Tuple[float, int]:
+    """(share of rows whose second-highest bin is within ADJACENT bins of the highest, rows whose
+    second-highest activation is above the row's minimum)."""
+    data = rows(ref)
+    order = np.argsort(-data, axis=1, kind="stable")[:, :2]
+    index = np.arange(len(data))
+    counted = data[index, order[:, 1]] > data.min(axis=1)
+    near = np.abs(order[:, 0] - order[:, 1]) <= ADJACENT
+    total = int(counted.sum())
+    return (float((near & counted).sum() / total) if total else 0.0), total
+
+
 def bins_evidence(name: str, ref: np.ndarray) -> Optional[Evidence]:
     if ref.ndim not in (2, 3) or ref.shape[-1] < MIN_BINS or not ref.size or not np.isfinite(ref).all():
         return None
@@ -66,6 +82,10 @@ def bins_evidence(name: str, ref: np.ndarray) -> Optional[Evidence]:
     if peaked and share >= SMOOTH_ROWS:
         return Evidence(f"{ref.shape[-1]} bins whose FP32 activations fall off smoothly on both sides of the peak in "
                         f"{share:.0%} of {peaked} rows: ordinal bins, not class scores")
+    share, counted = runner_up_share(ref)
+    if counted >= MIN_RUNNER_UP_ROWS and share >= SMOOTH_ROWS:
+        return Evidence(f"{ref.shape[-1]} bins whose FP32 runner-up is within {ADJACENT} bins of the peak in {share:.0%} "
+                        f"of {counted} rows (a saturated peak): ordinal bins, not class scores")
     return None
 
 

@@ -8,10 +8,15 @@ A detection FP32 scores just above the threshold is found when the candidate has
 score up to SCORE_BAND below it (and a candidate's detection is spurious only when FP32 has nothing
 there even down to the band): on the corpus detector, input noise below one grey level moves 3 of
 505 detections across the hard threshold, so at that sample size a hard line counts noise as loss.
-Detections that only cross the line are reported apart (`strict_found`).
+Detections that only cross the line are reported apart (`strict_found`). Noise moves detections
+across the line both ways; a quantization that lowers scores moves them one way only, and a user's
+fixed threshold then loses them: when those that fell below it outnumber those that rose above it
+(`crossed_up`) beyond chance (one-sided sign test at SYSTEMATIC_P), the surplus counts as missed
+(`systematic_drop`).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import List, Tuple
 
@@ -24,6 +29,7 @@ SCORE_BAND = 0.05  # below the threshold, a candidate's score still keeps FP32's
 MATCH_IOU = 0.5
 NMS_IOU = 0.5
 MAX_DETECTIONS = 300
+SYSTEMATIC_P = 0.05  # one-sided sign test on threshold crossings (module doc)
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,25 @@ class DetectionMatch:
     score_max_abs_error: float
     box_max_abs_error: float
     strict_found: int = 0  # found with the candidate's score at or above the threshold itself
+    crossed_up: int = 0  # the candidate's detections at the threshold where FP32's same box is only within the band
+
+    @property
+    def crossed_down(self) -> int:
+        """FP32's detections the candidate finds only within the band below the threshold."""
+        return self.found - self.strict_found
+
+
+def sign_test_p(down: int, up: int) -> float:
+    """One-sided: the chance of `down` or more of `down + up` crossings going down if either way were as likely."""
+    n = down + up
+    return sum(math.comb(n, k) for k in range(down, n + 1)) / 2 ** n if n else 1.0
+
+
+def systematic_drop(found: DetectionMatch) -> Tuple[int, float]:
+    """(detections a systematic score drop takes below the threshold, the sign test's p): the surplus of
+    downward over upward crossings where chance does not explain it, else 0."""
+    p = sign_test_p(found.crossed_down, found.crossed_up)
+    return (found.crossed_down - found.crossed_up if p < SYSTEMATIC_P else 0), p
 
 
 def split_head(output: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -90,7 +115,7 @@ def match(reference: np.ndarray, candidate: np.ndarray, threshold: float = SCORE
 def match_decoded(ref_boxes: np.ndarray, ref_scores: np.ndarray, cand_boxes: np.ndarray, cand_scores: np.ndarray,
                   threshold: float = SCORE_THRESHOLD, band: float = SCORE_BAND) -> DetectionMatch:
     """As `match`, from boxes [N, A, 4] (xywh) and per-class scores [N, A, C] already taken out of a head."""
-    total = found = strict = candidates = spurious = 0
+    total = found = strict = candidates = spurious = crossed_up = 0
     ious: List[float] = []
     for i in range(len(ref_boxes)):
         # Greedy NMS keeps boxes best first, so FP32's detections at the threshold are the start of those
@@ -114,6 +139,7 @@ def match_decoded(ref_boxes: np.ndarray, ref_scores: np.ndarray, cand_boxes: np.
                 best, _ = _best_match(cls, box, near, taken)
                 if best >= 0:
                     taken[best] = True
+                    crossed_up += near[best][1] < threshold
                 else:
                     spurious += 1
     return DetectionMatch(
@@ -121,7 +147,7 @@ def match_decoded(ref_boxes: np.ndarray, ref_scores: np.ndarray, cand_boxes: np.
         mean_iou=float(np.mean(ious)) if ious else 0.0,
         score_max_abs_error=float(np.abs(ref_scores - cand_scores).max()) if ref_scores.size else 0.0,
         box_max_abs_error=float(np.abs(ref_boxes - cand_boxes).max()) if ref_boxes.size else 0.0,
-        strict_found=strict,
+        strict_found=strict, crossed_up=crossed_up,
     )
 
 

@@ -24,6 +24,7 @@ from .value_judges import judge_coordinates, judge_tensor
 MIN_EMBEDDING = 16
 MASK_SIDE = 8
 SOFTMAX_OPS = ("Softmax", "LogSoftmax")
+ACTIVATION_OPS = SOFTMAX_OPS + ("Sigmoid", "HardSigmoid")
 
 
 def _softmax_rows(ref: np.ndarray, axis: int = -1) -> bool:
@@ -87,7 +88,8 @@ class Detection(Kind):
 
     def evidence(self, name, reference, hints):
         layout = detection_layout(reference.shape)
-        if layout is None or _softmax_rows(reference):
+        # One activation over the whole tensor (PicoDet's per-class score maps) leaves no channel a box.
+        if layout is None or _softmax_rows(reference) or hints.producer in ACTIVATION_OPS:
             return None
         scores = reference[:, 4:, :] if layout == "channels_first" else reference[:, :, 4:]
         where = layout.replace("_", " ")
@@ -189,6 +191,9 @@ class Embedding(Kind):
             return named
         if hints.producer == "LpNormalization":
             return Evidence("produced by LpNormalization: normalised vectors")
+        # A confident softmax's rows are near one-hot, so of unit length too: a distribution is no embedding.
+        if hints.producer in SOFTMAX_OPS or _softmax_rows(reference):
+            return None
         if unit_norm_rows(reference):
             return Evidence(f"[N, {shape[0]}] rows of unit length")
         return None
