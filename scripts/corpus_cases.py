@@ -211,7 +211,8 @@ def mel_frames(wav: np.ndarray, sr: int = SAMPLE_RATE) -> np.ndarray:
 
 
 SPEAKER_KEEPS = ("same/different-clip decisions (at FP32's threshold) right not less often than FP32's at 95 % "
-                 "one-sided (exact McNemar, per pair; pairs share partials, so the test is strict)")
+                 "one-sided (exact McNemar, per pair; pairs share partials, which overstates the evidence of a "
+                 "loss, not of keeping)")
 
 
 def speaker(work: Path) -> Case:

@@ -124,8 +124,9 @@ def _by_measurement(usable, profile: DeviceProfile) -> Tuple[str, str]:
 def _roofline_estimates(usable, predicted_ms: Mapping[str, float]) -> Dict[str, Tuple[float, str]]:
     """Predicted ms per usable artifact; a format whose row says roofline "onnx" (TFLite, ncnn, ExecuTorch)
     takes its precision's ONNX graph's (the same arithmetic)."""
-    by_precision = {r.planned.precision: predicted_ms[r.planned.key] for r in usable
-                    if r.planned.format == "onnx" and r.planned.key in predicted_ms}
+    onnx = sorted((r for r in usable if r.planned.format == "onnx" and r.planned.key in predicted_ms),
+                  key=lambda r: r.planned.key == f"onnx-{r.planned.precision}")  # the plain one (static INT8) last: it wins
+    by_precision = {r.planned.precision: predicted_ms[r.planned.key] for r in onnx}
     estimates = {}
     for r in usable:
         if r.planned.key in predicted_ms:

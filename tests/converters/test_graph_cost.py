@@ -259,3 +259,19 @@ def test_a_weight_only_matmul_costs_its_product_in_float_and_reads_its_packed_we
     assert cost.role == "compute" and cost.precision == "fp32"
     assert cost.ops == 2.0 * 4 * k * n
     assert cost.weight_bytes == pytest.approx(n * k + n * (k // block) * 4, rel=0.01)
+
+
+def test_control_flow_with_a_constant_condition_is_not_folded_nor_what_follows():
+    """An If whose condition is a weight still runs its branch on the outer graph's tensors (Silero VAD's
+    If(sr == 16000) once sr is baked in): neither it nor the MatMul after it is computed once at load."""
+    branch = helper.make_graph([helper.make_node("Relu", ["x"], ["r"])], "then", [],
+                               [helper.make_tensor_value_info("r", F, [1, 64])])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["n"])], "else", [],
+                              [helper.make_tensor_value_info("n", F, [1, 64])])
+    nodes = [helper.make_node("If", ["c"], ["h"], name="if", then_branch=branch, else_branch=other),
+             helper.make_node("MatMul", ["h", "W"], ["y"], name="mm")]
+    cond = numpy_helper.from_array(np.array(True), "c")
+    model = _model(nodes, [("x", F, [1, 64])], [cond, _weights("W", (64, 32))])
+    cost = analyze_onnx(model)
+    assert _node(cost, "if").role != "folded"
+    assert _node(cost, "mm").role == "compute" and _node(cost, "mm").ops == 2.0 * 64 * 32

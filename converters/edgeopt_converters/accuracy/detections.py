@@ -51,7 +51,9 @@ class DetectionMatch:
 
 
 def sign_test_p(down: int, up: int) -> float:
-    """One-sided: the chance of `down` or more of `down + up` crossings going down if either way were as likely."""
+    """One-sided: the chance of `down` or more of `down + up` crossings going down if either way were as
+    likely. Conservative for a detector: its scores are usually denser just below the threshold than
+    just above, so noise alone tends to cross upward more often."""
     n = down + up
     return sum(math.comb(n, k) for k in range(down, n + 1)) / 2 ** n if n else 1.0
 

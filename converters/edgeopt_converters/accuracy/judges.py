@@ -334,11 +334,13 @@ def judge_found(name, kind, figures, found: DetectionMatch, tol: Tolerances) -> 
                    spurious_detections=found.spurious, mean_box_iou=found.mean_iou,
                    score_max_abs_error=found.score_max_abs_error, box_max_abs_error=found.box_max_abs_error,
                    recall_pct=found.found / found.reference * 100 if found.reference else None)
+    dropped, p = systematic_drop(found)
+    if found.reference:  # a systematic drop under the threshold is recall lost too
+        figures["recall_pct"] = (found.found - dropped) / found.reference * 100
     if found.reference == 0:
         return Judgement(name, kind, UNRESOLVED, f"FP32 finds no detection above score {SCORE_THRESHOLD} in the "
                          f"evaluation data, so nothing shows whether the artifact would; give --eval-data with "
                          f"objects in it", figures)
-    dropped, p = systematic_drop(found)
     figures.update(crossed_down=found.crossed_down, crossed_up=found.crossed_up, systematic_drop=dropped)
     what = "FP32 detections missed"
     if dropped:

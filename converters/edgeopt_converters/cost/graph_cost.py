@@ -223,7 +223,8 @@ def _constant_folded(graph, tensors: Mapping[str, "_Tensor"], weights: set) -> s
     folded = set()
     for index, node in enumerate(graph.node):
         inputs = [i for i in node.input if i]
-        if node.op_type in ("QuantizeLinear", "DequantizeLinear", "Constant"):
+        # Control flow reads outer tensors its inputs do not list: never computed once.
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear", "Constant", "If", "Loop", "Scan"):
             continue
         static_shape = node.op_type in ("Shape", "Size") and inputs and tensors.get(inputs[0]) is not None \
             and tensors[inputs[0]].shape is not None
@@ -503,7 +504,9 @@ class _Graph:
             k = a[-2] if op == "FusedMatMul" and _attribute(node, "transA", 0) else a[-1]
             return 2.0 * out.elements * k, "compute"
         if op == "MatMulNBits":  # weights packed in 4/8-bit blocks; K and N are attributes
-            return 2.0 * out.elements * int(_attribute(node, "K", 0)), "compute"
+            a = shape(0)
+            k = int(_attribute(node, "K", 0)) or (a[-1] if a else 0)
+            return 2.0 * out.elements * k, "compute"
         if op in ("Gemm", "FusedGemm", "QGemm"):
             a = shape(0)
             if a is None:
