@@ -158,3 +158,27 @@ def save_conv_outdir(out, model_sha256):
                                                    "artifacts": artifacts}))
     return out
 
+
+
+def save_double_softmax_onnx(path):
+    """x [batch, 8] -> MatMul -> Relu -> Softmax computed in float64 -> MatMul -> y [batch, 4]. onnxruntime's
+    quantize_static crashes on it (`Only an existing tensor can be modified, 'p64' is not.`): it calibrates
+    float tensors only, then sets the range of every Softmax output it quantizes."""
+    onnx = pytest.importorskip("onnx", reason="building test models needs the onnx package")
+    from onnx import TensorProto as T, helper as h, numpy_helper as nh
+
+    rng = np.random.default_rng(11)
+    nodes = [h.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"), h.make_node("Relu", ["h"], ["r"], name="relu"),
+             h.make_node("Cast", ["r"], ["r64"], to=T.DOUBLE, name="to64"),
+             h.make_node("Softmax", ["r64"], ["p64"], axis=-1, name="softmax64"),
+             h.make_node("Cast", ["p64"], ["p"], to=T.FLOAT, name="to32"),
+             h.make_node("MatMul", ["p", "w2"], ["y"], name="mm2")]
+    graph = h.make_graph(nodes, "double_softmax", [h.make_tensor_value_info("x", T.FLOAT, ["batch", 8])],
+                         [h.make_tensor_value_info("y", T.FLOAT, ["batch", 4])],
+                         [nh.from_array(rng.standard_normal((8, 64)).astype(np.float32), "w1"),
+                          nh.from_array(rng.standard_normal((64, 4)).astype(np.float32), "w2")])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path

@@ -27,7 +27,11 @@ def build_artifact(ctx: ConversionContext, item: PlannedArtifact, target: Path, 
             continue
         output = target if index == last_here else ctx.work / ".steps" / f"{item.key}.{index}.{call.name}.onnx"
         output.parent.mkdir(exist_ok=True)
-        result = call.build().run(step_ctx, current, output)
+        try:
+            result = call.build().run(step_ctx, current, output)
+        except Exception as exc:
+            exc.step = call.name  # which step failed: repairs and listings read it
+            raise
         info.setdefault("inputs_of", {})[call.name] = current
         for key, value in result.info.items():
             info[key] = info[key] + value if isinstance(value, list) and isinstance(info.get(key), list) else value

@@ -14,8 +14,10 @@ from edgeopt_agent.profiles import DeviceProfile
 
 from . import accuracy as acc
 from .accuracy.user_metric import UserMetric
+from .host_work import AccuracyRuns
 from .options import ConvertOptions
 from .passes.base import StepContext
+from .phase_clock import SEARCH, PhaseClock
 from .recipe import Plan
 from .source.data import shape_sets
 from .source.source_model import SourceModel
@@ -54,16 +56,23 @@ class ConversionContext:
     streamed_reference: Dict[str, List[np.ndarray]] = field(default_factory=dict)  # filled on first use
     judging: Optional[Judging] = None  # decided from the reference and the first artifact's names
     built: Dict[str, Path] = field(default_factory=dict)  # artifact key -> its file in `work`
+    prebuilt: Dict[str, Tuple[Path, Dict[str, Any]]] = field(default_factory=dict)  # key -> (file, facts) a repair built
+    refusals: Dict[str, int] = field(default_factory=dict)  # key -> times a runtime refused it and it was rebuilt
     dynamic_batch: bool = False  # the ONNX export kept the batch dim dynamic
     started: float = field(default_factory=time.monotonic)
+    clock: PhaseClock = field(default_factory=PhaseClock)
+    # threads and samples per run for the reference, calibration and validation (set with the reference)
+    accuracy_runs: AccuracyRuns = field(default_factory=lambda: AccuracyRuns(1, 1))
 
     def seconds_left(self) -> float:
-        """Of --time-budget (infinite without one)."""
+        """Of --time-budget, which the search and repairs spend (infinite without one): exports, the
+        reference and the first verdicts do not count against it."""
         budget = self.options.time_budget
-        return budget - (time.monotonic() - self.started) if budget else math.inf
+        return budget - self.clock.seconds(SEARCH) if budget else math.inf
 
     @property
     def batch(self) -> int:
+        """Samples in one feed as the model takes it (its own batch size)."""
         return feed_batch(self.specs)
 
     def shape_sets(self) -> List[Dict[str, Tuple[int, ...]]]:
@@ -89,7 +98,8 @@ class ConversionContext:
         """What a conversion step may use of this conversion."""
         return StepContext(self.source, self.specs, self.calibration, self.batch, advance,
                            example=self.calibration.first_feed(self.batch), fix_dims=not self.varying_axes(),
-                           calibration_cache=calibration_cache)
+                           calibration_cache=calibration_cache, threads=self.accuracy_runs.threads,
+                           run_batch=self.accuracy_runs.batch)
 
     def float_artifact(self, fmt: str) -> Optional[Path]:
         """The built FP32 artifact of a format: what that format's other artifacts are compared with."""

@@ -4,10 +4,13 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
+import time
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+
+import numpy as np
 
 from edgeopt_agent.errors import UserError
 from edgeopt_agent.files import sha256_file
@@ -62,11 +65,30 @@ def fed_shapes_by_artifact(ctx: "ConversionContext", records) -> Dict[str, Dict[
             for r in records}
 
 
+def data_facts(data) -> Dict[str, Dict[str, Any]]:
+    """What the evaluation data fed each input, for a board to feed alike: `value` where every sample held
+    one value (a sample rate, a zero initial state), else a float input's `data_range` [low, high]."""
+    parts = getattr(data, "parts", None) or [data]
+    facts: Dict[str, Dict[str, Any]] = {}
+    for name in parts[0].arrays:
+        arrays = [np.asarray(p.arrays[name]) for p in parts if name in p.arrays]
+        if not all(a.size for a in arrays):
+            continue
+        first = arrays[0].flat[0]
+        if arrays[0].dtype.kind in "biuf" and all(np.all(a == first) for a in arrays):
+            facts[name] = {"value": first.item()}
+        elif arrays[0].dtype.kind == "f" and all(np.isfinite(a).all() for a in arrays):
+            facts[name] = {"data_range": [float(min(a.min() for a in arrays)), float(max(a.max() for a in arrays))]}
+    return facts
+
+
 def described_inputs(io_inputs: List[dict], specs, shapes: Dict[str, tuple],
-                     ranges: Optional[Dict[str, Tuple[tuple, tuple]]] = None) -> List[dict]:
+                     ranges: Optional[Dict[str, Tuple[tuple, tuple]]] = None,
+                     facts: Optional[Dict[str, Dict[str, Any]]] = None) -> List[dict]:
     """The artifact's inputs with what feeding them takes: the model's name for each
     (`model_input`), the shape validated (`example_shape`), the smallest and largest shapes the
-    data held where they differ from it (`min_shape`, `max_shape`) and a constant's `value`."""
+    data held where they differ from it (`min_shape`, `max_shape`), a constant's `value` (given, or
+    the one value the data held: `value_from` "data") and a float input's `data_range`."""
     by_name = {s.name: s for s in specs}
     mapping = match_inputs([i["name"] for i in io_inputs], [s.name for s in specs])
     described = []
@@ -81,13 +103,18 @@ def described_inputs(io_inputs: List[dict], specs, shapes: Dict[str, tuple],
                 entry["min_shape"], entry["max_shape"] = list(low), list(high)
             if spec.is_constant:
                 entry["value"] = spec.value
+            elif "value" in (facts or {}).get(spec.name, {}):
+                entry.update(value=facts[spec.name]["value"], value_from="data")
+            elif "data_range" in (facts or {}).get(spec.name, {}):
+                entry["data_range"] = facts[spec.name]["data_range"]
         described.append(entry)
     return described
 
 
 def _artifact_entry(record: ArtifactRecord, work: Path, fp32_p50: Dict[str, float], recommended: Optional[str],
                     specs=(), shapes: Optional[Dict[str, tuple]] = None,
-                    ranges: Optional[Dict[str, Tuple[tuple, tuple]]] = None, profile=None) -> Dict[str, Any]:
+                    ranges: Optional[Dict[str, Tuple[tuple, tuple]]] = None, profile=None,
+                    facts: Optional[Dict[str, Dict[str, Any]]] = None) -> Dict[str, Any]:
     path = work / record.path
     item = record.planned
     entry: Dict[str, Any] = {
@@ -102,12 +129,13 @@ def _artifact_entry(record: ArtifactRecord, work: Path, fp32_p50: Dict[str, floa
         "preprocess": record.info.get("preprocess", []),
         "float_nodes": record.info.get("float_nodes", []),
         "mixed_precision": record.info.get("mixed_precision"),
+        "quantizer_repair": record.info.get("quantizer_repair"),
         "weights": record.info.get("weights"),
         "fp16_sensitive_nodes": record.info.get("fp16_sensitive_nodes"),
         "not_quantized": record.not_quantized,
         "sha256": sha256_file(path),
         "size_bytes": path.stat().st_size,
-        "inputs": described_inputs(record.io["inputs"], specs, shapes or {}, ranges),
+        "inputs": described_inputs(record.io["inputs"], specs, shapes or {}, ranges, facts),
         "outputs": record.io["outputs"],
         "dynamic_batch": record.dynamic_batch,
         "accuracy": record.accuracy.to_dict(),
@@ -162,6 +190,7 @@ def build_manifest(ctx: ConversionContext, records: List[ArtifactRecord], recomm
     validated = ctx.evaluation.feed_shapes(feed_batch(ctx.specs))
     predicted = predicted_entries([(r.planned.key, r.planned.format, r.planned.precision) for r in records],
                                   predicted_ms or {})
+    facts = {} if ctx.evaluation.is_random else data_facts(ctx.evaluation)
     return {
         "schema": manifest.SCHEMA,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -217,10 +246,12 @@ def build_manifest(ctx: ConversionContext, records: List[ArtifactRecord], recomm
         "recommendation": recommendation.to_dict(),
         "notes": list(ctx.notes),
         "warnings": list(ctx.warnings),
-        "failed_artifacts": list(ctx.failed),  # {key, format, precision, cause}: built or run, they failed
+        "failed_artifacts": list(ctx.failed),  # {key, format, precision, cause[, step, repaired]}: built or run, they failed
+        "phases": ctx.clock.totals(),  # seconds per phase; --time-budget limits "search"
+        "seconds": round(time.monotonic() - ctx.started, 1),
         "artifacts": [dict(_artifact_entry(r, ctx.work, fp32_p50, recommendation.key, ctx.specs, validated,
                                            shape_ranges(ctx.calibration.shapes(feed_batch(ctx.specs)) + [validated]),
-                                           profile), predicted=predicted[r.planned.key])
+                                           profile, facts), predicted=predicted[r.planned.key])
                       for r in records],
     }
 

@@ -16,15 +16,18 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+import numpy as np
+
 from edgeopt_agent.errors import UserError, require
 from edgeopt_agent.profiles import DeviceProfile, load_profile
 
 from . import accuracy as acc
 from .accuracy.board_reference import record_reference_figures
-from .accuracy.gates import check_budget, unresolved_warnings
+from .accuracy.gates import apply_gates, unresolved_warnings
 from .accuracy.user_metric import UserMetric, load_metric
 from .build import build_artifact, with_dynamic_axes
 from .context import ConversionContext
+from .host_work import AccuracyRuns, batch_for, choose_threads, same_per_sample
 from .cost.roofline import predict_artifacts
 from .cost.time_artifacts import time_artifacts
 from .manifest_build import ArtifactRecord, build_manifest, fed_shapes_by_artifact, publish
@@ -91,17 +94,20 @@ def _convert(source: SourceModel, profile: DeviceProfile, metric: Optional[UserM
                                 tolerances=acc.Tolerances(budget_points=_budget(opts)),
                                 metric=metric, started=started)
         _reference(ctx, progress)
-        records = _build_all(ctx, progress)
+        records = apply_gates(_build_all(ctx, progress), opts, ctx.failed, ctx.warnings)
         if opts.time_on_host:
-            time_artifacts(ctx, records, progress)
-        check_budget(records, opts)
+            with ctx.clock.phase("timing"):
+                time_artifacts(ctx, records, progress)
         ctx.warnings.extend(unresolved_warnings(records))
         measured, why_not = _measured_on_host(profile, opts.time_on_host)
-        predicted = {} if measured else predict_artifacts(profile, {r.planned.key: work / r.path for r in records},
-                                                          fed_shapes_by_artifact(ctx, records))
+        with ctx.clock.phase("prediction"):
+            predicted = {} if measured else predict_artifacts(profile, {r.planned.key: work / r.path for r in records},
+                                                              fed_shapes_by_artifact(ctx, records))
         rec = recommend(records, profile, measured=measured, why_predicted=why_not, predicted_ms=predicted)
         manifest = build_manifest(ctx, records, rec, stands_for_target=(measured, why_not), predicted_ms=predicted)
-        record_reference_figures(work, manifest)
+        with ctx.clock.phase("board reference"):
+            record_reference_figures(work, manifest)  # never fails the conversion: a warning per artifact it misses
+        manifest["phases"] = ctx.clock.totals()
         publish(out, work, [r.path for r in records], manifest)
         done = True
         return manifest
@@ -112,11 +118,40 @@ def _convert(source: SourceModel, profile: DeviceProfile, metric: Optional[UserM
 
 
 def _reference(ctx: ConversionContext, progress: ProgressReporter) -> None:
-    """The FP32 source model's outputs on the evaluation data, which every artifact is judged against."""
-    ctx.reference_predict = reference_predictor(ctx.source, ctx.specs)
-    ctx.evaluation = fit_outputs_in_memory(ctx.evaluation, ctx.reference_predict, ctx.batch, ctx.notes)
-    with progress.step("FP32 reference", ctx.evaluation.size) as advance:
-        ctx.reference = acc.collect_outputs(ctx.reference_predict, ctx.evaluation, ctx.batch, advance)
+    """The FP32 source model's outputs on the evaluation data, which every artifact is judged against,
+    computed with the threads and samples per run that suit this host (`host_work`)."""
+    with ctx.clock.phase("reference"):
+        ctx.accuracy_runs = _accuracy_runs(ctx)
+        ctx.notes.append(ctx.accuracy_runs.describe())
+        ctx.reference_predict = reference_predictor(ctx.source, ctx.specs, ctx.accuracy_runs.threads)
+        ctx.evaluation = fit_outputs_in_memory(ctx.evaluation, ctx.reference_predict, ctx.batch, ctx.notes)
+        with progress.step("FP32 reference", ctx.evaluation.size) as advance:
+            ctx.reference = acc.collect_outputs(ctx.reference_predict, ctx.evaluation,
+                                                ctx.batch * ctx.accuracy_runs.batch, advance)
+
+
+def _accuracy_runs(ctx: ConversionContext) -> AccuracyRuns:
+    """Threads measured on the source model's first feed; samples per run by input size, kept only where
+    the model gives each sample of a batch what it gives it alone."""
+    feed = ctx.evaluation.first_feed(ctx.batch)
+
+    def run_with(threads: int):
+        predict = reference_predictor(ctx.source, ctx.specs, threads)
+        return lambda: predict(feed)
+
+    threads, why = choose_threads(run_with)
+    batch = 1
+    if ctx.batch == 1 and not ctx.evaluation.whole and ctx.evaluation.size > 1:
+        batch = min(batch_for(sum(int(np.prod(v.shape[1:])) for v in feed.values())), ctx.evaluation.size)
+    if batch > 1:
+        batched, _ = next(ctx.evaluation.batches(batch))
+        try:
+            same = same_per_sample(reference_predictor(ctx.source, ctx.specs, threads), batched, batch, ctx.batch)
+        except UserError:  # the model takes one sample at a time
+            same = False
+        if not same:
+            batch, why = 1, why + ("; " if why else "") + "the model does not take several samples per run alike"
+    return AccuracyRuns(threads, batch, why)
 
 
 def _build_all(ctx: ConversionContext, progress: ProgressReporter) -> List[ArtifactRecord]:
@@ -152,26 +187,46 @@ def _build_all(ctx: ConversionContext, progress: ProgressReporter) -> List[Artif
 
 def _build_and_judge(ctx: ConversionContext, item: PlannedArtifact, validate,
                      progress: ProgressReporter) -> Tuple[Optional[ArtifactRecord], List[PlannedArtifact]]:
-    from .passes.errors import StepFailed
-
+    """Build `item` (or take the file a repair already built for it), judge it, and follow up on the
+    verdict. A step that cannot make the artifact raises: the caller repairs or lists it."""
     target = ctx.work / item.filename
-    total = ctx.calibration.size if item.calibrates else 1
-    try:
-        with progress.step(item.label, total) as advance:
-            info = build_artifact(ctx, item, target, advance)
-            if total == 1:
-                advance()
-    except StepFailed as exc:
-        ctx.warnings.append(f"{item.key} not built: {exc}")
-        return None, []
+    prebuilt = ctx.prebuilt.pop(item.key, None)
+    if prebuilt is not None:
+        path, info = prebuilt
+        os.replace(path, target)
+        info = dict(info, steps=[c.name for c in item.steps])
+    else:
+        info = _build(ctx, item, target, progress)
     ctx.built[item.key] = target
     if "dynamic_batch" in info:
         ctx.dynamic_batch = bool(info["dynamic_batch"])
-    with progress.step(f"validate {item.key}", ctx.evaluation.size) as advance:
+    with ctx.clock.phase("validate"), progress.step(f"validate {item.key}", ctx.evaluation.size) as advance:
         accuracy, io = validate(item, target, advance)
     record = ArtifactRecord(item, item.filename, accuracy, io,
                             dynamic_batch=ctx.dynamic_batch if item.format == "onnx" else False, info=info)
     return follow_up(ctx, record, validate, progress)
+
+
+def _build(ctx: ConversionContext, item: PlannedArtifact, target: Path, progress: ProgressReporter) -> Dict[str, Any]:
+    _same_exporter_failed(ctx, item)
+    total = ctx.calibration.size if item.calibrates else 1
+    with ctx.clock.phase("calibrate" if item.calibrates else "export"), progress.step(item.label, total) as advance:
+        info = build_artifact(ctx, item, target, advance)
+        if total == 1:
+            advance()
+    return info
+
+
+def _same_exporter_failed(ctx: ConversionContext, item: PlannedArtifact) -> None:
+    """An artifact whose format's FP32 export already failed in the same exporter step is not built (nor
+    calibrated for minutes first): it would fail the same way."""
+    from .passes.errors import StepFailed
+
+    first = item.steps[0].name if item.steps else ""
+    failed = next((f for f in ctx.failed if f["format"] == item.format and f["precision"] == "fp32"
+                   and f.get("step") == first), None)
+    if failed is not None and item.precision != "fp32":
+        raise StepFailed(f"not built: the {item.format} FP32 export failed in the same step ({failed['cause'][:160]})")
 
 
 def _budget(opts: ConvertOptions) -> float:

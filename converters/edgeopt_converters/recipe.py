@@ -21,6 +21,7 @@ from .passes.fp16_onnx import OnnxFp16Options
 from .passes.preprocess_onnx import PreprocessOptions
 from .passes.quantize_dynamic import RECURRENT_OPS, TRANSFORMER_OPS, OnnxDynamicOptions
 from .passes.quantize_onnx import OnnxInt8Options
+from .passes.quantize_weight_only import WeightOnlyOptions
 from .passes.tensorrt import BuildTensorrtEngine
 
 
@@ -50,6 +51,11 @@ class PlannedArtifact:
     @property
     def calibrates(self) -> bool:
         return any(c.build().calibrates for c in self.steps if not c.on_target)
+
+    @property
+    def scales_per_run(self) -> bool:
+        """Its activations are quantized with scales from each run (dynamic INT8)."""
+        return any(step_class(c.name).scales_per_run for c in self.steps)
 
     @property
     def key(self) -> str:
@@ -292,6 +298,19 @@ def with_int8(item: PlannedArtifact, int8: OnnxInt8Options) -> PlannedArtifact:
     steps = tuple(StepCall(c.name, int8) if c.name == "quantize-onnx-static" else c for c in item.steps
                   if int8.symmetric_activations or c.name != BuildTensorrtEngine.name)  # TensorRT takes only its layout
     return replace(item, steps=steps)
+
+
+def without_preprocessing(item: PlannedArtifact) -> PlannedArtifact:
+    """The static INT8 quantized from the FP32 export as it is (its preprocessing failed)."""
+    return replace(item, steps=tuple(c for c in item.steps if c.name != "preprocess-onnx"))
+
+
+def repair_weight_only_variant(dynamic: PlannedArtifact, cause: str) -> PlannedArtifact:
+    """INT8 weights of the matrix products only: what edgeopt tries when neither static nor dynamic
+    INT8 can be built."""
+    return PlannedArtifact("onnx", "int8", f"neither static nor dynamic INT8 could be built ({cause}): "
+                           f"INT8 weights of the MatMuls only (MatMulNBits)", variant="weight-only", base="onnx-fp32",
+                           steps=(StepCall("quantize-onnx-weight-only", WeightOnlyOptions()),))
 
 
 def repair_dynamic_variant(static: PlannedArtifact, cause: str) -> PlannedArtifact:

@@ -3,7 +3,10 @@
 Only an artifact judged ok is recommended, or one judged unresolved (the evaluation data cannot
 decide) whose every continuous figure is excellent, and the reason says so. On the host's own
 architecture the choice rests on measured speed-ups with their intervals: a lower precision must be
-shown faster than FP32 of its format (the whole interval at or above MIN_SPEEDUP). For other
+shown faster than FP32 of its format (the whole interval at or above MIN_SPEEDUP), and the fastest
+artifact is chosen over another only where the 95 % interval of their ratio, over the rounds they were
+timed in together, lies above 1; artifacts it cannot tell apart go to the profile's order of runtimes and
+precisions, and the reason says so. For other
 boards nothing here can be measured: the choice is a prediction, and says so: the roofline
 latency of each artifact's graph on the board (`roofline.predict_artifacts`) where the profile
 states peak figures and bandwidth, else the profile's peak throughput per precision.
@@ -18,6 +21,7 @@ from edgeopt_agent import runtimes
 from edgeopt_agent.profiles import DeviceProfile
 
 from .accuracy import OK, UNRESOLVED
+from .cost.host_timing import ratio_interval
 
 MIN_SPEEDUP = 1.05  # a lower precision must be shown at least this much faster than FP32 to be chosen
 NOTHING_QUANTIZED = 0.9  # an "INT8" artifact whose weights take this share of FP32's is not offered at all
@@ -109,16 +113,34 @@ def _by_measurement(usable, profile: DeviceProfile) -> Tuple[str, str]:
             eligible.append(r)
     if not eligible:
         eligible = usable
-    fastest = min(r.host_timing.p50_ms for r in eligible)
-    best = min((r for r in eligible if r.host_timing.p50_ms <= fastest * TIE), key=lambda r: _preference(profile, r))
+    fastest = min(eligible, key=lambda r: r.host_timing.p50_ms)
+    undecided = [(r, _against(r, fastest)) for r in eligible if r is not fastest]
+    tied = [fastest] + [r for r, (decided, _) in undecided if not decided]
+    best = min(tied, key=lambda r: _preference(profile, r))
     timing = best.host_timing
     shown = f"p50 {timing.p50_ms:.3f} ms over {timing.rounds} interleaved rounds"
     if timing.speedup:
         shown += f", {timing.speedup.estimate:.2f}x FP32 (95% {timing.speedup.low:.2f}-{timing.speedup.high:.2f})"
     reason = f"fastest measured on this {profile.cpu.arch} host among artifacts that pass their accuracy verdict: {shown}"
+    if len(tied) > 1:
+        open_ = [text for r, (decided, text) in undecided if not decided]
+        reason += (f"; the timing does not decide between {', '.join(r.planned.key for r in tied)} ({'; '.join(open_)}), "
+                   f"so {profile.name}'s order of runtimes and precisions picks {best.planned.key}")
     if slow:
         reason += f"; not shown at least {MIN_SPEEDUP:g}x faster than FP32: " + ", ".join(slow)
     return best.planned.key, reason
+
+
+def _against(record, fastest) -> Tuple[bool, str]:
+    """(whether `fastest` is shown faster than `record`, the comparison in words): by the 95 % interval of
+    their ratio over the rounds they were timed in together; by TIE on the medians where there are none."""
+    mine, theirs = record.host_timing, fastest.host_timing
+    if len(mine.round_ms) >= 2 and len(mine.round_ms) == len(theirs.round_ms):
+        ratio = ratio_interval(list(mine.round_ms), list(theirs.round_ms))  # > 1: `fastest` takes less time
+        return ratio.low > 1.0, (f"{fastest.planned.key} {ratio.estimate:.2f}x as fast as {record.planned.key}, "
+                                 f"95% {ratio.low:.2f}-{ratio.high:.2f}")
+    gap = mine.p50_ms / theirs.p50_ms if theirs.p50_ms > 0 else float("inf")
+    return gap > TIE, f"{fastest.planned.key} {gap:.2f}x as fast as {record.planned.key} by their medians"
 
 
 def _roofline_estimates(usable, predicted_ms: Mapping[str, float]) -> Dict[str, Tuple[float, str]]:

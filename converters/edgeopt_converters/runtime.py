@@ -88,10 +88,22 @@ def _cause(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
-def reference_predictor(source: SourceModel, specs: Sequence[InputSpec]):
-    """FP32 outputs of the source model itself: PyTorch eager, or ONNX Runtime for an ONNX source."""
+NO_SPINNING = {"session.intra_op.allow_spinning": "0"}  # idle pool threads yield the cores to other work
+
+
+def accuracy_predictor(path: Path, threads: Optional[int], session_config: Optional[Mapping[str, str]] = None
+                       ) -> Predictor:
+    """An artifact loaded for accuracy work (validation, reference): onnxruntime's pool threads do not
+    spin between runs, which on a busy host only takes cores from the work itself."""
+    config = dict(NO_SPINNING, **(session_config or {})) if Path(path).suffix == ".onnx" else session_config
+    return open_predictor(path, threads, config)
+
+
+def reference_predictor(source: SourceModel, specs: Sequence[InputSpec], threads: Optional[int] = None):
+    """FP32 outputs of the source model itself: PyTorch eager, or ONNX Runtime for an ONNX source;
+    `threads` for its runs (None: the library's default)."""
     if source.kind == "onnx":
-        run = Predictor(source.onnx_path, threads=None).predict
+        run = accuracy_predictor(source.onnx_path, threads).predict
 
         def predict_onnx(feeds: Mapping[str, np.ndarray]) -> List[np.ndarray]:
             try:
@@ -106,6 +118,8 @@ def reference_predictor(source: SourceModel, specs: Sequence[InputSpec]):
 
     def predict(feeds: Mapping[str, np.ndarray]) -> List[np.ndarray]:
         args = [torch.from_numpy(np.ascontiguousarray(feeds[s.name])) for s in specs]
+        if threads and torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
         try:
             with torch.no_grad():
                 return flatten_outputs(source.module(*args))

@@ -14,7 +14,7 @@ from .context import ConversionContext, Judging
 from .passes._quiet import captured_output
 from .precision.host_int8 import validation_session_config
 from .recipe import PlannedArtifact
-from .runtime import open_predictor
+from .runtime import accuracy_predictor
 
 Io = Dict[str, List[dict]]
 
@@ -23,9 +23,10 @@ def validate(ctx: ConversionContext, item: PlannedArtifact, target: Path, advanc
     """The artifact's accuracy verdict against FP32 and its inputs/outputs as the runtime reports them."""
     session_config = _exact_int8_config(ctx, item)
     with captured_output(f"load {item.key}"):  # runtimes announce delegates on fd 2
-        predictor = open_predictor(target, ctx.threads, session_config)
+        predictor = accuracy_predictor(target, ctx.accuracy_runs.threads, session_config)
     try:
-        outputs = acc.collect_outputs(predictor.predict, ctx.evaluation, ctx.batch, advance)
+        outputs = acc.collect_outputs(predictor.predict, ctx.evaluation, _samples_per_run(ctx, item, predictor),
+                                      advance)
         io = predictor.io()
         ctx.judging = ctx.judging or _decide_judging(ctx, item, io)
         judging = ctx.judging
@@ -36,6 +37,17 @@ def validate(ctx: ConversionContext, item: PlannedArtifact, target: Path, advanc
     finally:
         predictor.close()
     return accuracy, io
+
+
+def _samples_per_run(ctx: ConversionContext, item: PlannedArtifact, predictor) -> int:
+    """The reference's samples per run where the artifact takes any batch size and computes each sample
+    alone (not an INT8 whose activation scales come from the whole run); else the model's own batch."""
+    runs = ctx.accuracy_runs.batch
+    if runs == 1 or item.scales_per_run:
+        return ctx.batch
+    takes_any = all(i.get("shape") and not (isinstance(i["shape"][0], int) and i["shape"][0] >= 0)
+                    for i in predictor.io()["inputs"])
+    return ctx.batch * runs if takes_any else ctx.batch
 
 
 def _exact_int8_config(ctx: ConversionContext, item: PlannedArtifact) -> Dict[str, str]:

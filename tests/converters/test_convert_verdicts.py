@@ -37,13 +37,25 @@ def test_int8_detector_with_zeroed_scores_fails_and_is_not_recommended(tmp_path,
     assert "onnx-int8 failed" in manifest["recommendation"]["reason"]
 
 
-def test_budget_gate_names_the_failed_output(tmp_path, nets_path, detector_data):
+def test_budget_gate_leaves_out_and_lists_what_fails_it(tmp_path, nets_path, detector_data):
+    """--max-accuracy-drop leaves out the artifact that fails it, names it and the output in the manifest,
+    and keeps the rest: the conversion fails only when nothing usable is left (or at once, with --strict)."""
+    manifest = edgeopt.convert(f"{nets_path}:tiny_detector", device="x86-64", output_dir=tmp_path / "out",
+                               input_shape="1,3,16,16", calibration=detector_data, formats=["onnx"],
+                               max_accuracy_drop=1.0, time_on_host=False, mixed_precision=False)
+    assert "onnx-int8" not in by_key(manifest) and "onnx-fp32" in by_key(manifest)
+    (failed,) = [f for f in manifest["failed_artifacts"] if f["key"] == "onnx-int8"]
+    assert failed["cause"].startswith("fails --max-accuracy-drop 1: lost 100.00 points (")
+    assert "detection" in failed["cause"] and "missed" in failed["cause"]
+    assert not (tmp_path / "out" / "model.int8.onnx").exists()
+    assert any(w.startswith("onnx-int8 is left out: it fails --max-accuracy-drop 1") for w in manifest["warnings"])
+
     with pytest.raises(UserError, match=r"onnx-int8 lost 100\.00 points \(.*detection.*missed") as err:
-        edgeopt.convert(f"{nets_path}:tiny_detector", device="x86-64", output_dir=tmp_path / "out",
+        edgeopt.convert(f"{nets_path}:tiny_detector", device="x86-64", output_dir=tmp_path / "strict",
                         input_shape="1,3,16,16", calibration=detector_data, formats=["onnx"],
-                        max_accuracy_drop=1.0, time_on_host=False, mixed_precision=False)
-    assert "--max-accuracy-drop 1.0" in str(err.value)
-    assert not (tmp_path / "out").exists()
+                        max_accuracy_drop=1.0, time_on_host=False, mixed_precision=False, strict=True)
+    assert "--max-accuracy-drop 1" in str(err.value) and "--strict" in str(err.value)
+    assert not (tmp_path / "strict").exists()
 
 
 def test_embeddings_are_judged_by_cosine_and_kinds_can_be_given(tmp_path, nets_path, capsys):
@@ -113,11 +125,17 @@ def test_user_metric_gates_the_conversion(tmp_path, nets_path, detector_data):
                                metric=f"{plugin}:confident", time_on_host=False, mixed_precision=False)
     metric = by_key(manifest)["onnx-int8"]["accuracy"]["metric"]
     assert metric["reference"] > 0 and metric["candidate"] == 0 and metric["verdict"] == "ok"  # no limit given
-    with pytest.raises(UserError, match="--max-metric-drop 1.0"):
-        edgeopt.convert(f"{nets_path}:tiny_detector", device="x86-64", output_dir=tmp_path / "gated",
+    gated = edgeopt.convert(f"{nets_path}:tiny_detector", device="x86-64", output_dir=tmp_path / "gated",
+                            input_shape="1,3,16,16", calibration=detector_data, formats=["onnx"],
+                            metric=f"{plugin}:confident", max_metric_drop=1.0, time_on_host=False,
+                            mixed_precision=False)
+    assert "onnx-int8" not in by_key(gated)
+    assert any(f["key"] == "onnx-int8" and "--max-metric-drop 1" in f["cause"] for f in gated["failed_artifacts"])
+    with pytest.raises(UserError, match="--max-metric-drop 1"):
+        edgeopt.convert(f"{nets_path}:tiny_detector", device="x86-64", output_dir=tmp_path / "strict",
                         input_shape="1,3,16,16", calibration=detector_data, formats=["onnx"],
                         metric=f"{plugin}:confident", max_metric_drop=1.0, time_on_host=False,
-                        mixed_precision=False)
+                        mixed_precision=False, strict=True)
 
 
 @pytest.mark.slow

@@ -181,8 +181,8 @@ def test_calibration_hands_samples_over_in_chunks_and_gets_the_same_ranges(tmp_p
     model = masked_attention(tmp_path / "attn.onnx")
     data = _attention_data(n=12)
 
-    def batches():
-        return ({k: v[i:i + 1] for k, v in data.items()} for i in range(12))
+    def batches(samples_per_run=1):
+        return ({k: v[i:i + samples_per_run] for k, v in data.items()} for i in range(0, 12, samples_per_run))
 
     def ranges(name):
         calibration.calibrate(model, batches, method, None, False, tmp_path / name)

@@ -1,5 +1,6 @@
 """--time-budget bounds the mixed-precision search: an attempt that would end past it is not started,
-the search keeps its best split so far and says why it stopped."""
+the search keeps its best split so far and says why it stopped. The budget is the search's: exports, the
+reference and the first verdicts before it do not spend it."""
 from types import SimpleNamespace
 
 from edgeopt_converters.options import ConvertOptions
@@ -60,7 +61,7 @@ def test_a_search_the_budget_stopped_says_what_it_tried_not_every_calibrator(tmp
     text = mixed_precision.no_split_found(search, 10)
     assert "every calibrator" not in text
     assert ("no split found: in 3 judged attempts (the whole graph's included), with up to 1 of 10 quantized nodes "
-            "in float and minmax and percentile calibration only (not entropy), the verdict stayed failed") in text
+            "in float and minmax and percentile calibration only (not entropy), no verdict was ok (the best: failed)") in text
     assert text.endswith("; --time-budget 60 s stopped the search before its calibrator entropy attempt, "
                          "so nothing after it was tried")
 
@@ -73,5 +74,26 @@ def test_a_search_that_ran_its_course_names_every_calibrator_it_judged(tmp_path)
     _judged(search, 4, "calibrator entropy", "entropy")
     text = mixed_precision.no_split_found(search, 10)
     assert ("in 3 judged attempts (the whole graph's included), with up to 4 of 10 quantized nodes in float and "
-            "every calibrator (minmax, percentile, entropy), the verdict stayed failed") in text
+            "every calibrator (minmax, percentile, entropy), no verdict was ok (the best: failed)") in text
     assert "time-budget" not in text
+
+
+def test_the_budget_counts_the_search_not_what_came_before_it(monkeypatch):
+    from edgeopt_converters import phase_clock
+    from edgeopt_converters.context import ConversionContext
+
+    now = [1000.0]
+    monkeypatch.setattr(phase_clock.time, "monotonic", lambda: now[0])
+    ctx = ConversionContext.__new__(ConversionContext)
+    ctx.options = ConvertOptions(device="x86-64", time_budget=600)
+    ctx.clock = phase_clock.PhaseClock()
+    with ctx.clock.phase("export"):
+        now[0] += 2000  # a long export and reference: 2000 s, more than the whole budget
+    assert ctx.seconds_left() == 600
+    with ctx.clock.phase(phase_clock.SEARCH):
+        now[0] += 100
+        with ctx.clock.phase("validate"):  # a search's own validation is search time
+            now[0] += 50
+        assert ctx.seconds_left() == 450, "an open search phase counts as it runs"
+    assert ctx.seconds_left() == 450
+    assert ctx.clock.totals() == {"export": 2000.0, "search": 150.0}

@@ -62,6 +62,7 @@ class HostTiming:
     rounds: int = 0
     speedup: Optional[Speedup] = None  # against its baseline; None for a baseline itself
     load: Optional[Tuple[float, float]] = None  # the host's 1-minute load average before and after timing
+    round_ms: Tuple[float, ...] = ()  # its median in each round: any two artifacts timed together pair up by round
 
     def to_dict(self) -> dict:
         out = {"p50_ms": round(self.p50_ms, 4), "p90_ms": round(self.p90_ms, 4), "runs": self.runs,
@@ -129,8 +130,10 @@ def _known(speedup: Speedup, margin: float) -> bool:
 def time_interleaved(runs: Mapping[str, Run], baselines: Optional[Mapping[str, str]] = None,
                      min_rounds: int = 5, max_rounds: int = 40, max_seconds: float = 60.0,
                      margin: float = 0.05, min_round_s: float = 0.05, warmup: int = 3,
-                     on_round: Optional[Callable[[], None]] = None) -> Dict[str, HostTiming]:
-    """Time every run in turn, round after round. `baselines` maps a key to the key it is compared with."""
+                     on_round: Optional[Callable[[], None]] = None, rank_fastest: bool = False) -> Dict[str, HostTiming]:
+    """Time every run in turn, round after round. `baselines` maps a key to the key it is compared with.
+    With `rank_fastest`, the two fastest runs so far must also be known apart within `margin` before the
+    rounds stop (a choice between them then rests on an interval, not on two medians)."""
     baselines = {k: b for k, b in (baselines or {}).items() if b in runs and b != k}
     keys = list(runs)
     samples: Dict[str, List[float]] = {key: [] for key in runs}
@@ -158,9 +161,13 @@ def time_interleaved(runs: Mapping[str, Run], baselines: Optional[Mapping[str, s
         rounds += 1
         if on_round:
             on_round()
+        pairs = dict(baselines)
+        if rank_fastest and len(keys) > 1:
+            first, second = sorted(keys, key=lambda k: statistics.median(medians[k]))[:2]
+            pairs.setdefault(second, first)
         if rounds >= min_rounds and (time.perf_counter() - started >= max_seconds or all(
                 _known(ratio_interval(medians[b], medians[k]), margin) and not _drifting(medians[b], medians[k], margin)
-                for k, b in baselines.items())):
+                for k, b in pairs.items())):
             break
     load_after = _load()
     load = (load_before, load_after) if load_before is not None and load_after is not None else None
@@ -172,7 +179,7 @@ def time_interleaved(runs: Mapping[str, Run], baselines: Optional[Mapping[str, s
             speedup = Speedup(measured.estimate, measured.low, measured.high, baselines[key],
                               drift(medians[baselines[key]], medians[key]))
         result[key] = HostTiming(statistics.median(values), float(np.percentile(values, 90, method="inverted_cdf")),
-                                 len(values), rounds, speedup, load)
+                                 len(values), rounds, speedup, load, tuple(medians[key]))
     return result
 
 

@@ -22,7 +22,7 @@ def time_artifacts(ctx: ConversionContext, records: List, progress: ProgressRepo
     try:
         runs = {key: p.bound_call(feed) for key, p in predictors.items()}
         with progress.step(f"time on host (batch {ctx.batch}, {ctx.threads} threads)", max_rounds) as advance:
-            timings = time_interleaved(runs, baselines, max_rounds=max_rounds, on_round=advance)
+            timings = time_interleaved(runs, baselines, max_rounds=max_rounds, on_round=advance, rank_fastest=True)
     finally:
         for p in predictors.values():
             p.close()

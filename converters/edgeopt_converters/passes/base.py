@@ -44,6 +44,8 @@ class StepContext:
     example: Optional[Mapping[str, Any]] = None  # one real feed to trace an export with
     fix_dims: bool = True  # the data has one shape per input, so dynamic non-batch dims may be fixed
     calibration_cache: Optional[Path] = None  # activation ranges measured before (read), or where to keep them
+    threads: Optional[int] = None  # for the runs a step makes (calibration); None: the runtime's default
+    run_batch: int = 1  # samples per calibration run where the model takes any batch size
 
     def advance(self, count: int) -> None:
         if self.on_batch:
@@ -63,6 +65,8 @@ class Step:
     Options: ClassVar[type] = NoOptions
     on_target: ClassVar[bool] = False
     from_source: ClassVar[bool] = False  # reads ctx.source instead of a model file (exports)
+    # quantizes activations with scales taken from each run: a sample's output depends on the others run with it
+    scales_per_run: ClassVar[bool] = False
     # (module, extra) pairs the step needs; a format the profile plans is skipped with a note where one is missing
     requires: ClassVar[Tuple[Tuple[str, str], ...]] = ()
     registry: ClassVar[Dict[str, Type["Step"]]] = {}
@@ -124,7 +128,7 @@ def _load_builtin_steps() -> None:
     """Importing the step modules registers them."""
     from . import (  # noqa: F401
         export_executorch, export_ncnn, export_onnx, export_tflite, fp16_onnx, preprocess_onnx, quantize_dynamic,
-        quantize_onnx, tensorrt,
+        quantize_onnx, quantize_weight_only, tensorrt,
     )
 
 

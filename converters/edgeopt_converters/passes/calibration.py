@@ -49,14 +49,19 @@ def _flat(low: float, high: float, bins: int = HISTOGRAM_BINS) -> bool:
     return float(np.spacing(np.float32(magnitude))) * bins * 4 >= width
 
 
-def calibrate(model: Path, batches: Callable[[], Iterable[Dict[str, np.ndarray]]], method: str,
-              op_types: Optional[Sequence[str]], symmetric: bool, cache: Path) -> Calibration:
+def calibrate(model: Path, batches: Callable[[int], Iterable[Dict[str, np.ndarray]]], method: str,
+              op_types: Optional[Sequence[str]], symmetric: bool, cache: Path, threads: Optional[int] = None,
+              run_batch: int = 1) -> Calibration:
+    """Ranges of `model`'s tensors over `batches(samples per run)`: `run_batch` samples per run where the
+    model takes any batch size (ranges and histograms do not depend on how samples are grouped), else 1;
+    `threads` for the runs (None: onnxruntime's default)."""
     from onnxruntime.quantization import calibrate as cal
     from onnxruntime.quantization.calibrate import CalibrationMethod, TensorData, TensorsData, save_tensors_data
 
     methods = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
                "percentile": CalibrationMethod.Percentile}
-    minmax = _collect(cal, model, batches, CalibrationMethod.MinMax, op_types, {"symmetric": symmetric})
+    runs = _Runs(batches, threads, run_batch)
+    minmax = _collect(cal, model, runs, CalibrationMethod.MinMax, op_types, {"symmetric": symmetric})
     ranges: Dict[str, Tuple[float, float]] = {
         name: (float(np.asarray(d.range_value[0]).min()), float(np.asarray(d.range_value[1]).max()))
         for name, d in minmax.items()}
@@ -67,7 +72,7 @@ def calibrate(model: Path, batches: Callable[[], Iterable[Dict[str, np.ndarray]]
     if method != "minmax":
         flat = frozenset(n for n, (lo, hi) in ranges.items() if n not in unquantizable and _flat(lo, hi))
         skip = unquantizable | flat
-        histogram = _collect(cal, model, batches, methods[method], op_types,
+        histogram = _collect(cal, model, runs, methods[method], op_types,
                              {"symmetric": symmetric, "num_bins": HISTOGRAM_BINS} if method == "percentile" else
                              {"symmetric": symmetric}, skip=skip, ranges=ranges)
         data = dict(histogram.data)
@@ -90,18 +95,49 @@ def load_calibration(cache: Path) -> Calibration:
     return Calibration(sets["method"], cache, frozenset(sets["unquantizable"]), frozenset(sets["flat"]))
 
 
-def _collect(cal, model: Path, batches, method, op_types, options: dict, skip: FrozenSet[str] = frozenset(),
+@dataclass(frozen=True)
+class _Runs:
+    """How the calibrator's session runs: the feeds for a number of samples per run, threads, and how
+    many samples per run where the model takes any batch."""
+
+    batches: Callable[[int], Iterable[Dict[str, np.ndarray]]]
+    threads: Optional[int]
+    run_batch: int
+
+    def session(self, calibrator):
+        """The calibrator's session, remade with `threads` and no spinning (which only takes cores from
+        other work on a busy host) where threads are given."""
+        if not self.threads:
+            return calibrator.infer_session
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL  # as onnxruntime's own
+        options.intra_op_num_threads = self.threads
+        options.inter_op_num_threads = 1
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        calibrator.infer_session = onnxruntime.InferenceSession(
+            calibrator.augmented_model_path, sess_options=options, providers=calibrator.execution_providers)
+        return calibrator.infer_session
+
+    def feeds(self, session) -> Iterable[Dict[str, np.ndarray]]:
+        takes_any_batch = all(not isinstance(i.shape[0], int) for i in session.get_inputs() if i.shape)
+        return self.batches(self.run_batch if takes_any_batch else 1)
+
+
+def _collect(cal, model: Path, runs: _Runs, method, op_types, options: dict, skip: FrozenSet[str] = frozenset(),
              ranges: Optional[Dict[str, Tuple[float, float]]] = None):
     with tempfile.TemporaryDirectory(prefix="edgeopt-calib-") as tmp:
         try:
             with captured_output("calibration"):
                 calibrator = cal.create_calibrator(model, op_types, augmented_model_path=str(Path(tmp) / "augmented.onnx"),
                                                    calibrate_method=method, extra_options=options)
+                session = runs.session(calibrator)
                 if skip:
                     calibrator.tensors_to_calibrate = [t for t in calibrator.tensors_to_calibrate if t not in skip]
                 if ranges is not None:
                     _seed_histograms(cal, calibrator, ranges)
-                for chunk in _chunks(iter(batches()), calibrator.infer_session):
+                for chunk in _chunks(iter(runs.feeds(session)), session):
                     calibrator.collect_data(FeedReader(chunk))
                 return calibrator.compute_data()
         except StepFailed:

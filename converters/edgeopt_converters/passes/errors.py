@@ -5,7 +5,15 @@ from edgeopt_agent.errors import UserError
 
 
 class StepFailed(UserError):
-    """This artifact cannot be built (one line, why); the conversion goes on without it."""
+    """This artifact cannot be built (one line, why); the conversion goes on without it.
+    `step`: the name of the step that failed, set by the build that ran it."""
+
+    step: str = ""
+
+
+class QuantizerCrashed(StepFailed):
+    """The quantizer itself raised after the graph was calibrated: a bug or a layout it does not expect,
+    which keeping what it fails on in float may get around (precision/crash_repair.py)."""
 
 
 def first_line(exc: BaseException) -> str:

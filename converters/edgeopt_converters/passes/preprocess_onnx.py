@@ -57,6 +57,23 @@ def default_opset(model) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 
+def name_nodes(graph) -> int:
+    """Name every unnamed node `<op type>_<index>` (older exporters leave names empty, and a node is kept in
+    float by its name); returns how many were named."""
+    taken = {n.name for n in graph.node if n.name}
+    named = 0
+    for index, node in enumerate(graph.node):
+        if node.name:
+            continue
+        name = f"{node.op_type}_{index}"
+        while name in taken:
+            name += "_"
+        node.name = name
+        taken.add(name)
+        named += 1
+    return named
+
+
 def copy_metadata(source, target) -> None:
     """Metadata props of `source` that `target` lacks (decoders read dictionaries and labels there)."""
     have = {p.key for p in target.metadata_props}
@@ -107,6 +124,9 @@ class PreprocessOnnx(Step):
             notes = _quant_pre_process(staged, output, o.optimize)
         final = onnx.load(str(output))
         copy_metadata(original, final)
+        named = name_nodes(final.graph)
+        if named:
+            done.append(f"{named} unnamed nodes named (so they can be kept in float)")
         onnx.save(final, str(output))
         done += notes
         return StepResult(output, {"preprocess": done})

@@ -40,6 +40,7 @@ class OnnxDynamicOptions:
 class QuantizeOnnxDynamic(Step):
     name = "quantize-onnx-dynamic"
     Options = OnnxDynamicOptions
+    scales_per_run = True
 
     def label(self) -> str:
         return "ONNX INT8 (dynamic)"

@@ -15,7 +15,7 @@ from edgeopt_agent.runners.onnxruntime_import import import_onnxruntime
 from ._quiet import captured_output
 from .base import Step, StepContext, StepResult, option
 from .calibration import Calibration, calibrate, load_calibration
-from .errors import StepFailed, first_line
+from .errors import QuantizerCrashed, first_line
 from .onnx_steps import describe_scheme
 
 CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
@@ -34,6 +34,8 @@ class OnnxInt8Options:
     quantize_outputs: bool = option(True, "Q/DQ on the outputs of quantized ops too")
     quantize_bias: bool = option(True, "INT32 biases; TensorRT's Q/DQ layers take INT8 only")
     keep_activations: bool = option(False, "keep Relu/Clip after Q/DQ for the runtime to fuse")
+    adjust_weights_for_bias: bool = option(True, "widen a weight's scale where its INT32 bias would overflow "
+                                                 "(onnxruntime's optional pass)")
     nodes_to_exclude: Tuple[str, ...] = option((), "nodes kept in float (mixed precision)")
 
     @classmethod
@@ -55,7 +57,8 @@ class OnnxInt8Options:
              (self.symmetric_activations, "symmetric-activations"),
              (not self.quantize_outputs, "input-only (TensorRT layout)"),
              (bool(self.op_types) and self.quantize_outputs, "(" + "/".join(self.op_types or ()) + " only)"),
-             (self.calibrate_method != "minmax", self.calibrate_method)],
+             (self.calibrate_method != "minmax", self.calibrate_method),
+             (not self.adjust_weights_for_bias, "no bias weight-scale adjustment")],
             len(self.nodes_to_exclude),
         )
 
@@ -85,15 +88,16 @@ class QuantizeOnnxStatic(Step):
         o = self.options
         total = {"seen": 0}
 
-        def batches():
-            for feed, real in ctx.calibration.batches(ctx.batch):
+        def batches(runs_of: int):
+            for feed, real in ctx.calibration.batches(ctx.batch * runs_of, pad=runs_of == 1):
                 if total["seen"] < ctx.calibration.size:  # progress counts the first pass only
                     ctx.advance(real)
                     total["seen"] += real
                 yield feed
 
         return calibrate(model, batches, o.calibrate_method, list(o.op_types) if o.op_types else None,
-                         o.symmetric_activations, cache)
+                         o.symmetric_activations, cache, threads=ctx.threads,
+                         run_batch=ctx.run_batch if ctx.batch == 1 else 1)
 
     def run(self, ctx: StepContext, model: Optional[Path], output: Path) -> StepResult:
         import_onnxruntime("convert", "ONNX INT8 quantization")
@@ -129,10 +133,11 @@ class QuantizeOnnxStatic(Step):
                         "OpTypesToExcludeOutputQuantization": [] if o.quantize_outputs else list(o.op_types or ()),
                         "QDQKeepRemovableActivations": o.keep_activations,
                         "QuantizeBias": o.quantize_bias,
+                        "QDQDisableWeightAdjustForInt32Bias": not o.adjust_weights_for_bias,
                     },
                 )
         except Exception as exc:
-            raise StepFailed(f"onnxruntime quantize_static failed: {first_line(exc)}") from exc
+            raise QuantizerCrashed(f"onnxruntime quantize_static failed: {first_line(exc)}") from exc
         info: Dict[str, object] = {"scheme": o.scheme, "float_nodes": list(excluded)}
         if calibration.unquantizable:
             info["unquantizable_tensors"] = sorted(calibration.unquantizable)

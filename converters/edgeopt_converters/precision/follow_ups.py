@@ -13,6 +13,7 @@ from ..manifest_build import ArtifactRecord
 from ..progress import ProgressReporter
 from ..recipe import PlannedArtifact, architecture_variants, tflite_dynamic_variant
 from .architecture import classify
+from ..phase_clock import SEARCH
 from .mixed_precision import search_mixed_precision
 from .quant_check import check_weights
 from .sensitivity import node_sensitivity
@@ -40,10 +41,11 @@ def _variants_for_architecture(ctx: ConversionContext, record: ArtifactRecord, v
 
 def _check_int8(ctx: ConversionContext, record: ArtifactRecord, validate: Validate,
                 progress: ProgressReporter) -> Tuple[ArtifactRecord, List[PlannedArtifact]]:
-    """Weights really INT8? Verdict failed? Then keep the most sensitive nodes in float until it passes."""
-    if ctx.options.mixed_precision and record.accuracy.verdict == acc.FAILED and record.planned.int8 is not None:
+    """Weights really INT8? Verdict not ok (failed or unresolved)? Then search for a split judged ok."""
+    if ctx.options.mixed_precision and record.planned.int8 is not None and _can_improve(ctx, record):
         prepared = record.info["inputs_of"]["quantize-onnx-static"]
-        with progress.step(f"mixed precision for {record.planned.key}", 1) as advance:
+        with ctx.clock.phase(SEARCH), progress.step(f"mixed precision for {record.planned.key} "
+                                                    f"({record.accuracy.verdict})", 1) as advance:
             record = search_mixed_precision(ctx, record, prepared, validate)
             advance()
     weights = check_weights(ctx.float_artifact("onnx"), ctx.work / record.path)
@@ -57,6 +59,23 @@ def _check_int8(ctx: ConversionContext, record: ArtifactRecord, validate: Valida
     return record, []
 
 
+def _can_improve(ctx: ConversionContext, record: ArtifactRecord) -> bool:
+    """Whether a search can turn the verdict ok: it is failed, or unresolved with decisions lost that
+    keeping nodes in float may win back. Unresolved with none lost is the data's doing (too few samples),
+    which no split changes: said, and no time spent."""
+    a = record.accuracy
+    if a.verdict == acc.OK:
+        return False
+    open_ = [j for j in a.judgements if j.verdict != acc.OK]
+    if a.verdict == acc.UNRESOLVED and a.metric is None and open_ and all(
+            j.loss_points is not None and j.loss_points.estimate <= 0 for j in open_):
+        needed = max((j.samples_needed or 0) for j in open_)
+        ctx.notes.append(f"{record.planned.key}: unresolved with no decision lost on {a.samples} samples: no split "
+                         f"can change that" + (f"; about {needed} evaluation samples would decide it" if needed else ""))
+        return False
+    return True
+
+
 def _blame_fp16(ctx: ConversionContext, record: ArtifactRecord, validate: Validate,
                 progress: ProgressReporter) -> Tuple[ArtifactRecord, List[PlannedArtifact]]:
     """A failed FP16 names the nodes whose outputs lose the most against FP32."""
@@ -64,7 +83,7 @@ def _blame_fp16(ctx: ConversionContext, record: ArtifactRecord, validate: Valida
         return record, []
     feeds = [feed for feed, _ in ctx.evaluation.batches(ctx.batch)][:4]
     try:
-        ranked = [s for s in node_sensitivity(ctx.float_artifact("onnx"), ctx.work / record.path, feeds, ctx.threads)
+        ranked = [s for s in node_sensitivity(ctx.float_artifact("onnx"), ctx.work / record.path, feeds, ctx.accuracy_runs.threads)
                   if s.drop_db > 1.0][:5]
     except Exception as exc:  # the verdict stands; only the diagnosis is missing
         ctx.warnings.append(f"{record.planned.key}: could not measure which ops lose precision ({exc})")
@@ -83,7 +102,7 @@ def _check_tflite_int8(ctx: ConversionContext, record: ArtifactRecord, validate:
     if options.precision != "int8":
         return record, []
     extra = []
-    if record.accuracy.verdict == acc.FAILED and ctx.options.mixed_precision and not options.dynamic:
+    if record.accuracy.verdict != acc.OK and ctx.options.mixed_precision and not options.dynamic:
         extra.append(tflite_dynamic_variant(record.planned))
     _check_tflite_size(ctx, record, ctx.float_artifact("tflite"), ctx.work / record.path)
     return record, extra
@@ -107,6 +126,7 @@ FOLLOW_UPS: Dict[str, FollowUp] = {
     "export-onnx": _variants_for_architecture,
     "quantize-onnx-static": _check_int8,
     "quantize-onnx-dynamic": _check_int8,
+    "quantize-onnx-weight-only": _check_int8,
     "convert-onnx-fp16": _blame_fp16,
     "export-tflite": _check_tflite_int8,
 }

@@ -1,8 +1,10 @@
-"""Accuracy-aware mixed precision: when static INT8 fails its verdict, search for what makes it pass.
+"""Accuracy-aware mixed precision: when static INT8 is not ok (failed, or unresolved: the data cannot
+tell whether it keeps the budget), search for what makes it ok.
 
 Every attempt is re-quantized and judged by the same per-output verdicts as every artifact; the
 best attempt so far (by verdict, then decisions lost, then cosine) is the base of the next stage,
-and the search ends at the first attempt that no longer fails. The stages, cheapest first:
+and the search ends at the first attempt judged ok. Its time is --time-budget's, counted from the
+first search (phase_clock.SEARCH), not from the start of the conversion. The stages, cheapest first:
 
 1. Structure: the post-processing tail (graph_regions.py: nodes after the last heavy compute on
    every path to an output, such as a detector's box decoding and box/score concatenation) in
@@ -84,7 +86,8 @@ class _Search:
 
     @property
     def failed(self) -> bool:
-        return self.best.accuracy.verdict == acc.FAILED
+        """The best attempt so far is not ok yet: the search goes on."""
+        return self.best.accuracy.verdict != acc.OK
 
     @property
     def floats(self) -> List[str]:
@@ -117,6 +120,8 @@ class _Search:
     def _attempt(self, nodes: Sequence[str], stage: str, method: Optional[str], fewer_floats: bool,
                  op_types: Optional[Tuple[str, ...]]) -> Optional[bool]:
         method = method or self.method
+        own = tuple(self.record.planned.int8.nodes_to_exclude)  # what a quantizer repair kept in float stays so
+        nodes = list(dict.fromkeys(own + tuple(nodes)))
         planned = with_exclusions(self.record.planned, nodes, method)
         # `op_types` restricts what is quantized; by default as in the best attempt so far.
         planned = with_int8(planned, restricted(planned.int8, op_types or self.best.planned.int8.op_types))
@@ -132,8 +137,8 @@ class _Search:
         self.tries.append(_summary(accuracy, len(nodes), stage, method))
         if planned.int8.op_types != self.record.planned.int8.op_types:
             self.tries[-1]["op_types"] = list(planned.int8.op_types)
-        self.last_passed = accuracy.verdict != acc.FAILED
-        smaller = (fewer_floats and accuracy.verdict != acc.FAILED and not self.failed and len(nodes) < len(self.floats)
+        self.last_passed = accuracy.verdict == acc.OK
+        smaller = (fewer_floats and accuracy.verdict == acc.OK and not self.failed and len(nodes) < len(self.floats)
                    and SEVERITY[accuracy.verdict] <= SEVERITY[self.best.accuracy.verdict]
                    and (accuracy.drop_points or 0.0) <= self.budget_points)
         if _badness(accuracy) >= _badness(self.best.accuracy) and not smaller:
@@ -157,7 +162,7 @@ def search_mixed_precision(ctx: ConversionContext, record, prepared: Path, valid
     feeds = [feed for feed, _ in ctx.calibration.batches(feed_batch(ctx.specs))][:SENSITIVITY_SAMPLES]
     target = ctx.work / item.filename
     candidates = quantized_nodes(target)
-    ranked = node_sensitivity(prepared, target, feeds, ctx.threads, candidates)
+    ranked = node_sensitivity(prepared, target, feeds, ctx.accuracy_runs.threads, candidates)
     search = _Search(ctx, record, prepared, validate)
     report: Dict[str, Any] = {"whole_graph": search.tries[0], "tries": search.tries,
                               "sensitivity": [s.to_dict() for s in ranked[:10]]}
@@ -188,7 +193,7 @@ def search_mixed_precision(ctx: ConversionContext, record, prepared: Path, valid
     if search.out_of_time:
         report["stopped"] = (f"--time-budget {ctx.options.time_budget:g} s reached after {len(search.seconds)} "
                              f"attempts of about {statistics.median(search.seconds or [0]):.0f} s")
-        may_find = "a passing split" if search.failed else "a split that keeps more in INT8"
+        may_find = "a split judged ok" if search.failed else "a split that keeps more in INT8"
         ctx.warnings.append(f"{item.key}: mixed precision stopped at the time budget ({report['stopped']}); "
                             f"a larger --time-budget may find {may_find}")
     if search.best is not record:
@@ -197,10 +202,11 @@ def search_mixed_precision(ctx: ConversionContext, record, prepared: Path, valid
     floats = search.floats
     report["float_nodes"] = floats
     report["calibrate_method"] = best.planned.int8.calibrate_method
-    if best.accuracy.verdict == acc.FAILED:
+    if best.accuracy.verdict != acc.OK:
         report["result"] = no_split_found(search, len(candidates))
         within = " in the attempts the time budget allowed" if search.out_of_time else ""
-        ctx.warnings.append(f"{item.key}: mixed precision found no passing split{within} ({best.accuracy.reason})")
+        ctx.warnings.append(f"{item.key}: mixed precision found no split judged ok{within}; the best is "
+                            f"{best.accuracy.verdict} ({best.accuracy.reason})")
     else:
         method = best.planned.int8.calibrate_method
         calibrated = f" with {method} calibration" if method != item.int8.calibrate_method else ""
@@ -208,7 +214,7 @@ def search_mixed_precision(ctx: ConversionContext, record, prepared: Path, valid
         if best.planned.int8.op_types != item.int8.op_types:
             how += ", only " + "/".join(best.planned.int8.op_types) + " in INT8"
         report["result"] = f"{best.accuracy.verdict}: {how}"
-        ctx.notes.append(f"{item.key}: whole-graph INT8 failed ({record.accuracy.reason}); {how} make it "
+        ctx.notes.append(f"{item.key}: whole-graph INT8 was {record.accuracy.verdict} ({record.accuracy.reason}); {how} make it "
                          f"{best.accuracy.verdict}" + (f": {', '.join(floats)}" if floats else ""))
     best.info["mixed_precision"] = report
     best.info["float_nodes"] = floats
@@ -228,7 +234,8 @@ def no_split_found(search: _Search, candidates: int) -> str:
         calibrators = f"every calibrator ({', '.join(methods)})"
     most = max((t["float_nodes"] for t in judged), default=0)
     text = (f"no split found: in {len(judged)} judged attempts (the whole graph's included), with up to {most} of "
-            f"{candidates} quantized nodes in float and {calibrators}, the verdict stayed failed")
+            f"{candidates} quantized nodes in float and {calibrators}, no verdict was ok (the best: "
+            f"{search.best.accuracy.verdict})")
     if search.out_of_time:
         stage = next((t["stage"] for t in search.tries if t["verdict"] == NOT_TRIED), "its next")
         text += (f"; --time-budget {search.ctx.options.time_budget:g} s stopped the search before its {stage} "
@@ -280,7 +287,8 @@ def _sensitivity_stage(ctx: ConversionContext, search: _Search, ranked, candidat
     """Keep the most sensitive 1, 2, 4, ... remaining nodes in float on top of the best attempt so far."""
     base = search.floats
     if search.best is not search.record:  # rank what is still lost, measured on the best attempt
-        ranked = node_sensitivity(search.prepared, search.best_path, feeds, ctx.threads, quantized_nodes(search.best_path))
+        ranked = node_sensitivity(search.prepared, search.best_path, feeds, ctx.accuracy_runs.threads,
+                                  quantized_nodes(search.best_path))
         report["sensitivity_after"] = [s.to_dict() for s in ranked[:10]]
     order = [s.name for s in ranked if s.name not in set(base)]
     limit = max(1, int(len(candidates) * MAX_FLOAT_SHARE) - len(base))

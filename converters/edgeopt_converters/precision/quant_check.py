@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Dict, List, Sequence, Tuple
 
 from edgeopt_agent.errors import require
 
@@ -32,17 +33,48 @@ class WeightCheck:
                 "ratio": round(self.ratio, 3), "quantized": self.quantized}
 
 
+LOOKED_UP = {"Gather": 0, "GatherElements": 0, "GatherND": 0}  # op type -> the input it reads rows of
+
+
+def _graphs(graph):
+    """A graph and every subgraph under it (If branches, Loop and Scan bodies)."""
+    yield graph
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.g.node:
+                yield from _graphs(attribute.g)
+            for sub in attribute.graphs:
+                yield from _graphs(sub)
+
+
 def _weight_bytes(path: Path):
+    """(bytes of the weights that feed compute, of those stored in 8 bits or fewer). A table only looked up
+    by a Gather (an embedding), directly or through its DequantizeLinear, is not compute: quantizing the
+    matrix products leaves it as it is."""
     onnx = require("onnx", "convert")
     from onnx import numpy_helper
 
     model = onnx.load(str(path))
-    tensors = list(model.graph.initializer)
-    for node in model.graph.node:  # weights a model keeps in Constant nodes count too
-        if node.op_type == "Constant":
-            tensors += [a.t for a in node.attribute if a.name == "value"]
+    tensors = []  # (the name the graph uses, the tensor)
+    uses: Dict[str, List[Tuple[str, int, Sequence[str]]]] = {}  # name -> (op type, input index, its outputs)
+    for graph in _graphs(model.graph):
+        tensors += [(t.name, t) for t in graph.initializer]
+        for node in graph.node:  # weights a model keeps in Constant nodes count too
+            if node.op_type == "Constant":
+                tensors += [(node.output[0], a.t) for a in node.attribute if a.name == "value"]
+            for index, name in enumerate(node.input):
+                uses.setdefault(name, []).append((node.op_type, index, list(node.output)))
+
+    def looked_up(name: str, depth: int = 0) -> bool:
+        found = uses.get(name)
+        return bool(found) and depth < 4 and all(
+            LOOKED_UP.get(op) == index or (op == "DequantizeLinear" and index == 0 and all(looked_up(o, depth + 1) for o in outs))
+            for op, index, outs in found)
+
     total = small = 0
-    for tensor in tensors:
+    for name, tensor in tensors:
+        if looked_up(name):
+            continue
         array = numpy_helper.to_array(tensor)
         if array.size < 16:  # scales, zero points, shapes
             continue

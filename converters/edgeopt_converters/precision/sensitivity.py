@@ -56,6 +56,7 @@ def _run_all(model, names: Sequence[str], feeds: Sequence[Mapping[str, np.ndarra
     ort = import_onnxruntime("convert", "sensitivity analysis")
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # keep every tensor
     options.log_severity_level = 3
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])

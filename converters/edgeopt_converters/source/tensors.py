@@ -176,10 +176,11 @@ class Dataset:
     def is_random(self) -> bool:
         return self.source == "random"
 
-    def batches(self, batch_size: int):
+    def batches(self, batch_size: int, pad: bool = True):
         """Feeds of exactly `batch_size` rows (models exported at a fixed batch take no other);
-        a short last batch is padded by repeating its final row. Yields (feed, real samples).
-        With whole samples each feed is one sample, whatever `batch_size` says."""
+        a short last batch is padded by repeating its final row, unless `pad` is False (a model that
+        takes any batch). Yields (feed, real samples). With whole samples each feed is one sample,
+        whatever `batch_size` says."""
         if self.whole:
             for i in range(self.size):
                 yield {k: v[i, ...] for k, v in self.arrays.items()}, 1  # [i, ...]: a 0-d array, not a numpy scalar
@@ -187,7 +188,7 @@ class Dataset:
         for start in range(0, self.size, batch_size):
             feed = {k: v[start:start + batch_size] for k, v in self.arrays.items()}
             real = len(next(iter(feed.values())))
-            if real < batch_size:
+            if real < batch_size and pad:
                 feed = {k: np.concatenate([v, np.repeat(v[-1:], batch_size - real, axis=0)]) for k, v in feed.items()}
             yield feed, real
 
@@ -238,9 +239,9 @@ class DatasetParts:
     def whole(self) -> bool:
         return self.parts[0].whole
 
-    def batches(self, batch_size: int):
+    def batches(self, batch_size: int, pad: bool = True):
         for part in self.parts:
-            yield from part.batches(batch_size)
+            yield from part.batches(batch_size, pad)
 
     def first_feed(self, batch_size: int) -> Dict[str, np.ndarray]:
         return self.parts[0].first_feed(batch_size)

@@ -112,6 +112,19 @@ def _speedup(timing: dict) -> str:
     return _fmt(timing.get("speedup_vs_fp32"), "{:.2f}x")
 
 
+def phases_line(manifest: dict) -> str:
+    """Where the conversion's time went: each phase's seconds, the search's against --time-budget."""
+    budget = (manifest.get("options") or {}).get("time_budget")
+    parts = []
+    for phase, seconds in manifest["phases"].items():
+        text = f"{phase} {seconds:.0f} s"
+        if phase == "search" and budget:
+            text += f" (--time-budget {budget:g} s)"
+        parts.append(text)
+    total = f"; {manifest['seconds']:.0f} s in all" if manifest.get("seconds") is not None else ""
+    return ", ".join(parts) + total
+
+
 def print_summary(manifest: dict, output_dir: str) -> None:
     rows = []
     for a in manifest["artifacts"]:
@@ -126,7 +139,8 @@ def print_summary(manifest: dict, output_dir: str) -> None:
             _speedup(timing),
         ])
     for failed in manifest.get("failed_artifacts") or []:
-        rows.append([failed["key"], "-", "failed", _clip(failed["cause"], 40), "-", "-", "-"])
+        rows.append([failed["key"], "-", "repaired" if failed.get("repaired") else "failed", _clip(failed["cause"], 40),
+                     "-", "-", "-"])
     out = console()
     basis = manifest["recommendation"]["basis"]
     where = "measured on this host" if basis == "measured" else f"timings are from this {manifest['host']['machine']} host, not {manifest['device']}"
@@ -144,11 +158,14 @@ def print_summary(manifest: dict, output_dir: str) -> None:
         if a["accuracy"].get("verdict") != "ok":
             out.print(f"{a['key']}: {a['accuracy'].get('verdict')}: {a['accuracy'].get('reason')}", markup=False)
     for failed in manifest.get("failed_artifacts") or []:
-        out.print(f"{failed['key']}: failed: {failed['cause']}", markup=False)
+        repaired = f"; repaired: {failed['repaired']}" if failed.get("repaired") else ""
+        out.print(f"{failed['key']}: failed: {failed['cause']}{repaired}", markup=False)
     for note in manifest["notes"]:
         out.print(f"note: {note}", markup=False)
     for warning in manifest["warnings"]:
         out.print(f"warning: {warning}", markup=False)
+    if manifest.get("phases"):
+        out.print(f"time: {phases_line(manifest)}", markup=False)
     rec = manifest["recommendation"]
     out.print(f"recommended: {rec['key'] or 'none'} ({rec['basis']}) — {rec['reason']}", markup=False)
     out.print(f"manifest: {output_dir}/manifest.json", markup=False)
