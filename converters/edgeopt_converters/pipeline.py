@@ -36,7 +36,7 @@ from .passes._quiet import quiet_libraries
 from .precision.follow_ups import follow_up
 from .progress import ProgressReporter
 from .recipe import PlannedArtifact, make_plan, one_shape_per_input
-from .recommend import recommend
+from .recommend import MIN_SPEEDUP, recommend
 from .repair import after_failure
 from .runtime import reference_predictor
 from .source.data import choose_datasets, data_shapes, fit_outputs_in_memory, labelled_shapes, shape_sets
@@ -97,7 +97,7 @@ def _convert(source: SourceModel, profile: DeviceProfile, metric: Optional[UserM
         records = apply_gates(_build_all(ctx, progress), opts, ctx.failed, ctx.warnings)
         if opts.time_on_host:
             with ctx.clock.phase("timing"):
-                time_artifacts(ctx, records, progress)
+                time_artifacts(ctx, records, progress, decide_at=MIN_SPEEDUP)
         ctx.warnings.extend(unresolved_warnings(records))
         measured, why_not = _measured_on_host(profile, opts.time_on_host)
         with ctx.clock.phase("prediction"):

@@ -130,10 +130,13 @@ def _known(speedup: Speedup, margin: float) -> bool:
 def time_interleaved(runs: Mapping[str, Run], baselines: Optional[Mapping[str, str]] = None,
                      min_rounds: int = 5, max_rounds: int = 40, max_seconds: float = 60.0,
                      margin: float = 0.05, min_round_s: float = 0.05, warmup: int = 3,
-                     on_round: Optional[Callable[[], None]] = None, rank_fastest: bool = False) -> Dict[str, HostTiming]:
+                     on_round: Optional[Callable[[], None]] = None, rank_fastest: bool = False,
+                     decide_at: Optional[float] = None, extra_seconds: float = 0.0) -> Dict[str, HostTiming]:
     """Time every run in turn, round after round. `baselines` maps a key to the key it is compared with.
     With `rank_fastest`, the two fastest runs so far must also be known apart within `margin` before the
-    rounds stop (a choice between them then rests on an interval, not on two medians)."""
+    rounds stop (a choice between them then rests on an interval, not on two medians). With `decide_at`, a
+    speed-up whose interval still holds that value while its estimate is past it (more rounds may show it)
+    keeps the rounds going for up to `extra_seconds` (and as many rounds again) past the caps."""
     baselines = {k: b for k, b in (baselines or {}).items() if b in runs and b != k}
     keys = list(runs)
     samples: Dict[str, List[float]] = {key: [] for key in runs}
@@ -144,7 +147,7 @@ def time_interleaved(runs: Mapping[str, Run], baselines: Optional[Mapping[str, s
     load_before = _load()
     started = time.perf_counter()
     rounds = 0
-    while rounds < max_rounds:
+    while True:
         for key in keys[rounds % len(keys):] + keys[:rounds % len(keys)]:
             run = runs[key]
             this_round = []
@@ -165,10 +168,17 @@ def time_interleaved(runs: Mapping[str, Run], baselines: Optional[Mapping[str, s
         if rank_fastest and len(keys) > 1:
             first, second = sorted(keys, key=lambda k: statistics.median(medians[k]))[:2]
             pairs.setdefault(second, first)
-        if rounds >= min_rounds and (time.perf_counter() - started >= max_seconds or all(
-                _known(ratio_interval(medians[b], medians[k]), margin) and not _drifting(medians[b], medians[k], margin)
-                for k, b in pairs.items())):
+        if rounds < min_rounds:
+            continue
+        if all(_known(ratio_interval(medians[b], medians[k]), margin) and not _drifting(medians[b], medians[k], margin)
+               for k, b in pairs.items()):
             break
+        elapsed = time.perf_counter() - started
+        if elapsed >= max_seconds or rounds >= max_rounds:
+            undecided = decide_at is not None and any(_straddles(ratio_interval(medians[b], medians[k]), decide_at)
+                                                       for k, b in baselines.items())
+            if not undecided or elapsed >= max_seconds + extra_seconds or rounds >= 2 * max_rounds:
+                break
     load_after = _load()
     load = (load_before, load_after) if load_before is not None and load_after is not None else None
     result = {}
@@ -181,6 +191,11 @@ def time_interleaved(runs: Mapping[str, Run], baselines: Optional[Mapping[str, s
         result[key] = HostTiming(statistics.median(values), float(np.percentile(values, 90, method="inverted_cdf")),
                                  len(values), rounds, speedup, load, tuple(medians[key]))
     return result
+
+
+def _straddles(speedup: Speedup, threshold: float) -> bool:
+    """The interval holds `threshold` while the estimate is past it: more rounds may decide it."""
+    return speedup.low < threshold < speedup.high and speedup.estimate > threshold
 
 
 def _drifting(baseline: List[float], candidate: List[float], margin: float) -> bool:

@@ -1,7 +1,7 @@
 """Timing a conversion's artifacts on this host, interleaved, each against the FP32 of its format."""
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 from ..context import ConversionContext
 from ..passes._quiet import captured_output
@@ -10,7 +10,13 @@ from ..runtime import open_predictor
 from .host_timing import ORT_SIDE_BY_SIDE, HostTiming, time_interleaved
 
 
-def time_artifacts(ctx: ConversionContext, records: List, progress: ProgressReporter, max_rounds: int = 40) -> None:
+# A speed-up whose interval still holds the recommendation's threshold after the minute gets up to this much
+# more: on a busy host a real 1.3x can take minutes of rounds to show, and timing costs little beside the rest.
+UNDECIDED_EXTRA_S = 120.0
+
+
+def time_artifacts(ctx: ConversionContext, records: List, progress: ProgressReporter, max_rounds: int = 40,
+                   decide_at: Optional[float] = None) -> None:
     """Interleaved rounds until every speed-up over FP32 of its format is known within 5 % (or a minute)."""
     feed = ctx.evaluation.first_feed(ctx.batch)
     fp32 = {r.planned.format: r.planned.key for r in records if r.planned.precision == "fp32"}
@@ -22,7 +28,8 @@ def time_artifacts(ctx: ConversionContext, records: List, progress: ProgressRepo
     try:
         runs = {key: p.bound_call(feed) for key, p in predictors.items()}
         with progress.step(f"time on host (batch {ctx.batch}, {ctx.threads} threads)", max_rounds) as advance:
-            timings = time_interleaved(runs, baselines, max_rounds=max_rounds, on_round=advance, rank_fastest=True)
+            timings = time_interleaved(runs, baselines, max_rounds=max_rounds, on_round=advance, rank_fastest=True,
+                                       decide_at=decide_at, extra_seconds=UNDECIDED_EXTRA_S)
     finally:
         for p in predictors.values():
             p.close()

@@ -53,7 +53,7 @@ class ExportTflite(Step):
 
     @property
     def calibrates(self) -> bool:
-        return self.options.precision == "int8"
+        return self.options.precision == "int8" and not self.options.dynamic
 
     def run(self, ctx: StepContext, model: Optional[Path], output: Path) -> StepResult:
         path = self.export(ctx.source, ctx.specs, output,
@@ -114,11 +114,14 @@ def _convert_int8(litert_torch, torch, module, args, options: TfliteOptions, fee
     )
     graph = torch.export.export(module, args).module()
     prepared = prepare_pt2e(graph, quantizer)
-    # The graph is traced at the model's batch size, so calibration runs at that size.
+    # The graph is traced at the model's batch size, so calibration runs at that size. Dynamic-range INT8
+    # observes nothing (activations are quantized per call on the board): one pass traces it.
     for arrays, real in feeds:
         prepared(*(torch.from_numpy(a) for a in arrays))
         if on_batch:
             on_batch(real)
+        if options.dynamic:
+            break
     quantized = convert_pt2e(prepared, fold_quantize=False)
     return litert_torch.convert(
         quantized, args, quant_config=quant_config.QuantConfig(pt2e_quantizer=quantizer)
