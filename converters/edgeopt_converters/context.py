@@ -46,6 +46,7 @@ class ConversionContext:
     work: Path  # the private build folder inside OUTDIR
     plan: Plan
     model_specs: List[InputSpec] = field(default_factory=list)  # every input, constants and dynamic dims included
+    evaluation_all: Optional[Dataset] = None  # all the evaluation data given, beyond --max-eval-samples
     tolerances: acc.Tolerances = field(default_factory=acc.Tolerances)
     metric: Optional[UserMetric] = None
     notes: List[str] = field(default_factory=list)

@@ -75,7 +75,7 @@ def _convert(source: SourceModel, profile: DeviceProfile, metric: Optional[UserM
     fed = tensor_inputs(model_specs, baked=source.kind != "onnx")
     notes = labelled_shapes(model_specs, shapes, data_file)
     warnings = list(source.warnings)
-    calibration, evaluation = choose_datasets(source, fed, opts, notes, warnings)
+    calibration, evaluation, evaluation_all = choose_datasets(source, fed, opts, notes, warnings)
     specs = concrete_specs(fed, calibration.feed_shapes(feed_batch(fed)))
     plan = make_plan(profile, opts.formats, opts.precisions, source.kind, opts.calibrate_method, opts.opset)
     notes.extend(plan.notes)
@@ -92,9 +92,11 @@ def _convert(source: SourceModel, profile: DeviceProfile, metric: Optional[UserM
         ctx = ConversionContext(opts, profile, source, specs, calibration, evaluation, threads, work, plan,
                                 model_specs=model_specs, notes=notes, warnings=warnings,
                                 tolerances=acc.Tolerances(budget_points=_budget(opts)),
-                                metric=metric, started=started)
+                                metric=metric, started=started, evaluation_all=evaluation_all)
         _reference(ctx, progress)
-        records = apply_gates(_build_all(ctx, progress), opts, ctx.failed, ctx.warnings)
+        records = _build_all(ctx, progress)
+        _judge_open_verdicts_on_more_data(ctx, records, progress)
+        records = apply_gates(records, opts, ctx.failed, ctx.warnings)
         if opts.time_on_host:
             with ctx.clock.phase("timing"):
                 time_artifacts(ctx, records, progress, decide_at=MIN_SPEEDUP)
@@ -183,6 +185,35 @@ def _build_all(ctx: ConversionContext, progress: ProgressReporter) -> List[Artif
         causes = "; ".join(f"{f['key']}: {f['cause']}" for f in ctx.failed) or "; ".join(ctx.warnings)
         raise UserError(f"no artifact could be built and run: {causes}")
     return records
+
+
+def _judge_open_verdicts_on_more_data(ctx: ConversionContext, records: List[ArtifactRecord],
+                                      progress: ProgressReporter) -> None:
+    """Verdicts still unresolved with decisions lost, after the search, judged again on the evaluation data
+    --max-eval-samples left out (the rest of it, as far as memory allows), the FP32 reference extended to it."""
+    open_ = [r for r in records if r.accuracy.verdict == acc.UNRESOLVED and any(
+        j.loss_points is not None and j.loss_points.estimate > 0 for j in r.accuracy.judgements)]
+    whole = ctx.evaluation_all
+    if not open_ or whole is None or whole.whole or whole.size <= ctx.evaluation.size:
+        return
+    more = fit_outputs_in_memory(whole, ctx.reference_predict, ctx.batch, [])
+    before = ctx.evaluation.size
+    if more.size <= before:
+        return
+    extra = more.subset(slice(before, None))
+    with ctx.clock.phase("reference"), progress.step(f"FP32 reference on {extra.size} more samples", extra.size) as advance:
+        added = acc.collect_outputs(ctx.reference_predict, extra, ctx.batch * ctx.accuracy_runs.batch, advance)
+    ctx.reference = [np.concatenate([old, new]) for old, new in zip(ctx.reference, added)]
+    ctx.evaluation = more
+    from .validation import validate
+
+    for record in open_:
+        was = record.accuracy.reason
+        with ctx.clock.phase("validate"), progress.step(f"validate {record.planned.key} on {more.size} samples",
+                                                        more.size) as advance:
+            record.accuracy, _ = validate(ctx, record.planned, ctx.work / record.path, advance)
+        ctx.notes.append(f"{record.planned.key}: unresolved on {before} evaluation samples ({was}); judged again on "
+                         f"{more.size}: {record.accuracy.verdict}")
 
 
 def _build_and_judge(ctx: ConversionContext, item: PlannedArtifact, validate,

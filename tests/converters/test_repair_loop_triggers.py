@@ -10,7 +10,7 @@ from edgeopt_converters.precision.follow_ups import _can_improve
 def _record(verdict, *judged):
     judgements = [SimpleNamespace(verdict=v, loss_points=None if lost is None else Bounds(lost, 0.0, lost + 0.02),
                                   samples_needed=needed) for v, lost, needed in judged]
-    accuracy = SimpleNamespace(verdict=verdict, judgements=judgements, metric=None, samples=256)
+    accuracy = SimpleNamespace(verdict=verdict, judgements=judgements, metric=None, samples=256, reason="open")
     return SimpleNamespace(accuracy=accuracy, planned=SimpleNamespace(key="onnx-int8"))
 
 
@@ -32,3 +32,36 @@ def test_ok_is_not_searched_and_unresolved_without_losses_says_why():
     assert not _can_improve(ctx, _record("unresolved", ("unresolved", 0.0, 268), ("ok", 0.0, None)))
     assert ctx.notes == ["onnx-int8: unresolved with no decision lost on 256 samples: no split can change that; "
                          "about 268 evaluation samples would decide it"]
+
+
+def test_a_verdict_left_open_is_judged_again_on_the_data_max_eval_samples_left_out(monkeypatch, tmp_path):
+    import contextlib
+
+    import numpy as np
+
+    from edgeopt_converters import pipeline, validation
+    from edgeopt_converters.host_work import AccuracyRuns
+    from edgeopt_converters.phase_clock import PhaseClock
+    from edgeopt_converters.source.tensors import Dataset
+
+    rows = np.arange(40, dtype=np.float32).reshape(40, 1)
+    whole = Dataset({"x": rows}, None, "eval.npz")
+    seen = []
+
+    def judge(ctx, item, target, advance=None):
+        seen.append((ctx.evaluation.size, [len(r) for r in ctx.reference]))
+        return SimpleNamespace(verdict="ok", reason="decided", judgements=()), {}
+
+    monkeypatch.setattr(validation, "validate", judge)
+    open_ = _record("unresolved", ("unresolved", 0.01, 300))
+    open_.path, open_.planned.key = "model.int8.onnx", "onnx-int8"
+    settled = _record("ok", ("ok", 0.0, None))
+    ctx = SimpleNamespace(evaluation=whole.subset(slice(None, 10)), evaluation_all=whole, batch=1,
+                          reference=[rows[:10] * 2], reference_predict=lambda feed: [feed["x"] * 2],
+                          accuracy_runs=AccuracyRuns(1, 4), clock=PhaseClock(), work=tmp_path, notes=[])
+    progress = SimpleNamespace(step=lambda *a: contextlib.nullcontext(lambda n=1: None))
+    pipeline._judge_open_verdicts_on_more_data(ctx, [open_, settled], progress)
+    assert seen == [(40, [40])], "judged once, on all 40 samples, the reference extended to them"
+    assert np.array_equal(ctx.reference[0], rows * 2)
+    assert open_.accuracy.verdict == "ok" and settled.accuracy.verdict == "ok"
+    assert ctx.notes and ctx.notes[0].startswith("onnx-int8: unresolved on 10 evaluation samples")

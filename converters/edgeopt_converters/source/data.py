@@ -15,9 +15,10 @@ MAX_OUTPUT_BYTES = 512 * 2**20  # float32 outputs kept for the reference, and ag
 
 
 def choose_datasets(source: SourceModel, specs: List[InputSpec], opts: ConvertOptions, notes: List[str],
-                    warnings: List[str]) -> Tuple[Dataset, Dataset]:
-    """(calibration, evaluation): the user's files, else the data bundled with the model, else random data
-    (each fallback said in a note or a warning), cut to the options' sample limits."""
+                    warnings: List[str]) -> Tuple[Dataset, Dataset, Dataset]:
+    """(calibration, evaluation, all the evaluation data): the user's files, else the data bundled with the
+    model, else random data (each fallback said in a note or a warning), the first two cut to the options'
+    sample limits; the rest of the evaluation data can decide a verdict the first part leaves open."""
     calibration = load_datasets(list(opts.calibration), specs, "calibration", False) if opts.calibration else None
     evaluation = load_datasets([opts.eval_data], specs, "eval-data", True) if opts.eval_data else None
     if calibration is None and evaluation is None and source.calibration is not None:
@@ -36,7 +37,7 @@ def choose_datasets(source: SourceModel, specs: List[InputSpec], opts: ConvertOp
         evaluation = calibration.parts[0] if isinstance(calibration, DatasetParts) else calibration
         which = f"the samples of {evaluation.source}" if evaluation is not calibration else "the calibration samples"
         warnings.append(f"no --eval-data given: validating on {which}, so the accuracy figures are optimistic")
-    return head(calibration, opts.max_calibration_samples), head(evaluation, opts.max_eval_samples)
+    return head(calibration, opts.max_calibration_samples), head(evaluation, opts.max_eval_samples), evaluation
 
 
 def shape_sets(calibration: Dataset, evaluation: Dataset, batch: int) -> List[Dict[str, Tuple[int, ...]]]:
