@@ -59,6 +59,7 @@ class ConversionContext:
     built: Dict[str, Path] = field(default_factory=dict)  # artifact key -> its file in `work`
     prebuilt: Dict[str, Tuple[Path, Dict[str, Any]]] = field(default_factory=dict)  # key -> (file, facts) a repair built
     refusals: Dict[str, int] = field(default_factory=dict)  # key -> times a runtime refused it and it was rebuilt
+    pt2e_statistics: Dict[str, Any] = field(default_factory=dict)  # PT2E calibrations shared between formats
     dynamic_batch: bool = False  # the ONNX export kept the batch dim dynamic
     started: float = field(default_factory=time.monotonic)
     clock: PhaseClock = field(default_factory=PhaseClock)
@@ -100,7 +101,7 @@ class ConversionContext:
         return StepContext(self.source, self.specs, self.calibration, self.batch, advance,
                            example=self.calibration.first_feed(self.batch), fix_dims=not self.varying_axes(),
                            calibration_cache=calibration_cache, threads=self.accuracy_runs.threads,
-                           run_batch=self.accuracy_runs.batch)
+                           run_batch=self.accuracy_runs.batch, pt2e_statistics=self.pt2e_statistics)
 
     def float_artifact(self, fmt: str) -> Optional[Path]:
         """The built FP32 artifact of a format: what that format's other artifacts are compared with."""

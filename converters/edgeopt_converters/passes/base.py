@@ -46,6 +46,7 @@ class StepContext:
     calibration_cache: Optional[Path] = None  # activation ranges measured before (read), or where to keep them
     threads: Optional[int] = None  # for the runs a step makes (calibration); None: the runtime's default
     run_batch: int = 1  # samples per calibration run where the model takes any batch size
+    pt2e_statistics: Optional[Dict[str, Any]] = None  # PT2E observer statistics kept for the next format to share
 
     def advance(self, count: int) -> None:
         if self.on_batch:

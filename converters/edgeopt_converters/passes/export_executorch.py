@@ -24,6 +24,7 @@ from ._quiet import captured_output
 from .base import Step, StepContext, StepResult, option
 from .errors import StepFailed, first_line
 from .export_onnx import example_args
+from .pt2e_calibration import calibrate_prepared
 
 DELEGATE_CALL = "executorch_call_delegate"
 
@@ -72,7 +73,8 @@ class ExportExecuTorch(Step):
             feeds = (([feed[s.name] for s in specs], real) for feed, real in ctx.calibration.batches(feed_batch(specs)))
         try:
             with captured_output("executorch"), torch.no_grad():
-                program, info = lower(torch, source.module, args, self.options, feeds, ctx.advance)
+                program, info = lower(torch, source.module, args, self.options, feeds, ctx.advance,
+                                      ctx.pt2e_statistics, ctx.calibration.size if feeds is not None else 0)
         except UserError:
             raise
         except Exception as exc:
@@ -86,14 +88,15 @@ class ExportExecuTorch(Step):
 
 def lower(torch, module, args: Tuple[Any, ...], options: ExecuTorchOptions,
           feeds: Optional[Iterable[Tuple[List[np.ndarray], int]]] = None,
-          on_batch: Optional[Callable[[int], None]] = None):
+          on_batch: Optional[Callable[[int], None]] = None, shared: Optional[dict] = None, samples: int = 0):
     """`module` as an ExecuTorch program (its `.buffer` is the .pte) and the facts for the manifest."""
     exir = require("executorch.exir", "executorch", "ExecuTorch export")
     partitioner = require("executorch.backends.xnnpack.partition.xnnpack_partitioner", "executorch",
                           "ExecuTorch export")
     info: Dict[str, Any] = {"delegate": "XNNPACK", "executorch_version": _version("executorch")}
     if options.precision == "int8":
-        module = _quantized(torch, module, args, options, feeds, on_batch)
+        module, how = _quantized(torch, module, args, options, feeds, on_batch, shared, samples)
+        info["calibration"] = how
         info["scheme"] = f"INT8 (PT2E, XNNPACK symmetric{', per-channel weights' if options.per_channel else ''})"
     exported = torch.export.export(module, args)
     edge = exir.to_edge_transform_and_lower(exported, partitioner=[partitioner.XnnpackPartitioner()])
@@ -101,18 +104,15 @@ def lower(torch, module, args: Tuple[Any, ...], options: ExecuTorchOptions,
     return edge.to_executorch(), info
 
 
-def _quantized(torch, module, args, options: ExecuTorchOptions, feeds, on_batch):
+def _quantized(torch, module, args, options: ExecuTorchOptions, feeds, on_batch, shared=None, samples=0):
     quantizer_module = require("executorch.backends.xnnpack.quantizer.xnnpack_quantizer", "executorch",
                                "ExecuTorch INT8")
     pt2e = require("torchao.quantization.pt2e.quantize_pt2e", "executorch", "ExecuTorch INT8")
     quantizer = quantizer_module.XNNPACKQuantizer().set_global(
         quantizer_module.get_symmetric_quantization_config(is_per_channel=options.per_channel))
     prepared = pt2e.prepare_pt2e(torch.export.export(module, args).module(), quantizer)
-    for arrays, real in feeds:
-        prepared(*(torch.from_numpy(np.ascontiguousarray(a)) for a in arrays))
-        if on_batch:
-            on_batch(real)
-    return pt2e.convert_pt2e(prepared)
+    how = calibrate_prepared(torch, prepared, feeds, on_batch, shared, samples)
+    return pt2e.convert_pt2e(prepared), how
 
 
 def _root_cause(exc: BaseException) -> str:

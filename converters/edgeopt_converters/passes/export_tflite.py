@@ -20,6 +20,7 @@ from ..source.tensors import Dataset, InputSpec, feed_batch
 from ._quiet import captured_output
 from .base import Step, StepContext, StepResult, option
 from .export_onnx import _first_line, example_args
+from .pt2e_calibration import calibrate_prepared
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,8 @@ class ExportTflite(Step):
 
     def run(self, ctx: StepContext, model: Optional[Path], output: Path) -> StepResult:
         path = self.export(ctx.source, ctx.specs, output,
-                           ctx.calibration if self.options.precision == "int8" else None, ctx.advance)
+                           ctx.calibration if self.options.precision == "int8" else None, ctx.advance,
+                           ctx.pt2e_statistics)
         info = {}
         if self.options.precision == "int8":
             mode = "dynamic-range" if self.options.dynamic else "full-integer"
@@ -65,7 +67,8 @@ class ExportTflite(Step):
         return StepResult(path, info)
 
     def export(self, source: SourceModel, specs: Sequence[InputSpec], output: Path,
-               calibration: Optional[Dataset] = None, on_batch: Optional[Callable[[int], None]] = None) -> Path:
+               calibration: Optional[Dataset] = None, on_batch: Optional[Callable[[int], None]] = None,
+               shared: Optional[dict] = None) -> Path:
         if not source.exportable:
             raise UserError(
                 f"TFLite export needs a PyTorch model that torch.export can trace; {source.description} is a "
@@ -83,7 +86,8 @@ class ExportTflite(Step):
                 source.module.export_tflite(args, output, self.options, feeds, on_batch)
             else:
                 with captured_output("litert_torch.convert"), torch.no_grad():
-                    write_tflite(torch, source.module, args, output, self.options, feeds, on_batch)
+                    write_tflite(torch, source.module, args, output, self.options, feeds, on_batch, shared,
+                                 calibration.size if calibration is not None else 0)
         except UserError:
             raise
         except Exception as exc:
@@ -93,18 +97,19 @@ class ExportTflite(Step):
 
 def write_tflite(torch, module, args, output: Path, options: TfliteOptions,
                  feeds: Optional[Iterable[Tuple[List[np.ndarray], int]]] = None,
-                 on_batch: Optional[Callable[[int], None]] = None) -> None:
+                 on_batch: Optional[Callable[[int], None]] = None, shared: Optional[dict] = None,
+                 samples: int = 0) -> None:
     """`module` as the TFLite file `output`: FP32, or INT8 calibrated on `feeds` ((arrays in input
     order, real samples) per batch)."""
     litert_torch = _litert_torch()
     if options.precision == "fp32":
         edge_model = litert_torch.convert(module, args)
     else:
-        edge_model = _convert_int8(litert_torch, torch, module, args, options, feeds, on_batch)
+        edge_model = _convert_int8(litert_torch, torch, module, args, options, feeds, on_batch, shared, samples)
     edge_model.export(str(output))
 
 
-def _convert_int8(litert_torch, torch, module, args, options: TfliteOptions, feeds, on_batch):
+def _convert_int8(litert_torch, torch, module, args, options: TfliteOptions, feeds, on_batch, shared=None, samples=0):
     from litert_torch.quantize import pt2e_quantizer, quant_config
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
@@ -116,12 +121,11 @@ def _convert_int8(litert_torch, torch, module, args, options: TfliteOptions, fee
     prepared = prepare_pt2e(graph, quantizer)
     # The graph is traced at the model's batch size, so calibration runs at that size. Dynamic-range INT8
     # observes nothing (activations are quantized per call on the board): one pass traces it.
-    for arrays, real in feeds:
+    if options.dynamic:
+        arrays, real = next(iter(feeds))
         prepared(*(torch.from_numpy(a) for a in arrays))
-        if on_batch:
-            on_batch(real)
-        if options.dynamic:
-            break
+    else:
+        calibrate_prepared(torch, prepared, feeds, on_batch, shared, samples)
     quantized = convert_pt2e(prepared, fold_quantize=False)
     return litert_torch.convert(
         quantized, args, quant_config=quant_config.QuantConfig(pt2e_quantizer=quantizer)

@@ -102,7 +102,7 @@ def _check_tflite_int8(ctx: ConversionContext, record: ArtifactRecord, validate:
     if options.precision != "int8":
         return record, []
     extra = []
-    if record.accuracy.verdict != acc.OK and ctx.options.mixed_precision and not options.dynamic:
+    if ctx.options.mixed_precision and not options.dynamic and _can_improve(ctx, record):
         extra.append(tflite_dynamic_variant(record.planned))
     _check_tflite_size(ctx, record, ctx.float_artifact("tflite"), ctx.work / record.path)
     return record, extra
