@@ -177,6 +177,8 @@ def test_per_frame_pitch_and_voicing_are_a_time_series_not_bins():
     kind = kind_of("confidence", voicing, producer="Sigmoid")
     assert kind.kind == "time-series" and kind.fact("probabilities") is True
     assert kind_of("out", pitch[:, :, None]).kind == "time-series"  # [N, T, 1]
+    flicker = np.where(RNG.random(pitch.shape) < 0.05, 0.0, pitch)  # frames now and then called unvoiced
+    assert kind_of("pitch_hz", flicker).kind == "time-series"
 
 
 def test_bins_stay_bins_and_unrelated_values_are_no_time_series():

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Tuple
+from typing import Any, Mapping, Optional, Tuple
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from .graph_heads import LinearHead
+from .graph_heads import LinearHead
 
 SUM_TO_ONE_ATOL = 1e-3
 UNIT_NORM_ATOL = 1e-2
@@ -34,7 +33,7 @@ class Hints:
     labels: Optional[np.ndarray] = None  # the evaluation labels
     input_hw: Optional[Tuple[int, int]] = None  # the model's image input height and width
     state: bool = False  # fed back as an input
-    head: Optional["LinearHead"] = None  # the Linear layer making it, and whether it reads pooled features
+    head: Optional[LinearHead] = None  # the Linear layer making it, and whether it reads pooled features
     siblings: Tuple[Tuple[int, ...], ...] = ()  # the per-sample shapes of the model's other outputs
 
 

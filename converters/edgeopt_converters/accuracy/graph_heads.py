@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-LINEAR_OPS = frozenset({"Gemm", "MatMul"})
 POOL_OPS = frozenset({"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", "AveragePool", "MaxPool", "ReduceMean",
                       "ReduceMax"})
 # Between the pooling and the last Linear: reshapes, dropout, activations, normalisation by fixed
