@@ -176,6 +176,8 @@ def test_per_frame_pitch_and_voicing_are_a_time_series_not_bins():
     voicing = 1 / (1 + np.exp(-logits))
     kind = kind_of("confidence", voicing, producer="Sigmoid")
     assert kind.kind == "time-series" and kind.fact("probabilities") is True
+    two_classes = softmax(np.stack([-logits, logits], -1) / 2)[..., 1]  # voiced of (unvoiced, voiced) per frame
+    assert kind_of("confidence", two_classes, producer="Softmax").fact("probabilities") is True
     assert kind_of("out", pitch[:, :, None]).kind == "time-series"  # [N, T, 1]
     flicker = np.where(RNG.random(pitch.shape) < 0.05, 0.0, pitch)  # frames now and then called unvoiced
     assert kind_of("pitch_hz", flicker).kind == "time-series"
@@ -344,3 +346,7 @@ def test_a_heat_map_is_judged_by_the_peaks_it_yields_missed_and_added():
     shifted = judged(heat, moved, kind, "heatmap")
     assert shifted.figures["missed_detections"] == 0 and shifted.figures["mean_box_iou"] < 0.8
     assert shifted.verdict == "failed" and "peaks moved" in shifted.reason
+    logits = np.log(heat / (1 - heat))  # exported without its sigmoid and given as a heat map: read through one
+    [given] = decide_kinds(["hm"], [logits], {"hm": "heatmap"})
+    as_logits = judged(logits, logits, given, "hm")
+    assert as_logits.figures["reference_detections"] == kept.figures["reference_detections"]

@@ -12,7 +12,8 @@ Detections that only cross the line are reported apart (`strict_found`). Noise m
 across the line both ways; a quantization that lowers scores moves them one way only, and a user's
 fixed threshold then loses them: when those that fell below it outnumber those that rose above it
 (`crossed_up`) beyond chance (one-sided sign test at SYSTEMATIC_P), the surplus counts as missed
-(`systematic_drop`).
+(`systematic_drop`). The candidate's spurious detections count as added (judges.judge_found); no
+upward surplus is tested, as noise alone tends to cross upward (see sign_test_p) and would be counted.
 """
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ from edgeopt_agent.errors import UserError
 
 from .detections import SCORE_THRESHOLD, match_decoded
 from .evidence import Evidence, Hints, in_unit_range, per_sample, sigmoid_like, softmax_rows
+from .grids import probabilities
 from .judges import Judgement, common_figures, judge_found
 
 MIN_SIDE = 8
@@ -74,8 +75,10 @@ def _as_detections(maps: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
 
 
 def judge_heatmap(name, kind, ref, cand, labels, tol) -> Judgement:
+    """Peaks found and added; a map of raw logits (given as a heat map) is read through a sigmoid, decided on FP32's."""
     figures = common_figures(ref, cand)
-    ref_boxes, ref_scores = _as_detections(ref)
-    cand_boxes, cand_scores = _as_detections(cand)
+    sigmoided = in_unit_range(ref)
+    ref_boxes, ref_scores = _as_detections(probabilities(ref, sigmoided).astype(np.float32))
+    cand_boxes, cand_scores = _as_detections(probabilities(cand, sigmoided).astype(np.float32))
     found = match_decoded(ref_boxes, ref_scores, cand_boxes, cand_scores)
     return judge_found(name, kind, figures, found, tol, things="peaks")

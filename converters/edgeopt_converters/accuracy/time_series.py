@@ -28,7 +28,7 @@ JUMPS = 0.1
 MAX_ROUGHNESS = 0.25
 NARROW = 0.125  # one run above half a row's height no wider than this share of the axis: a bin's peak
 WIDE_ROWS = 0.7  # share of rows with any height whose high values are not one narrow peak
-SIGMOID_OPS = ("Sigmoid", "HardSigmoid")
+PROBABILITY_OPS = ("Sigmoid", "HardSigmoid", "Softmax")
 
 
 def frames(array: np.ndarray) -> Optional[np.ndarray]:
@@ -61,9 +61,9 @@ def wide_share(series: np.ndarray) -> float:
 
 def time_series_evidence(reference: np.ndarray, hints: Hints) -> Optional[Evidence]:
     series = frames(reference)
-    if series is None or not np.isfinite(series).all() or hints.producer in ("Softmax", "LogSoftmax"):
-        return None
-    if softmax_rows(series):
+    # A softmax over this axis sums to 1 along it; one over another axis (a voicing probability taken
+    # from two classes per frame) does not, so the values decide, not the op.
+    if series is None or not np.isfinite(series).all() or softmax_rows(series):
         return None
     rough = roughness(series)
     if rough is None or rough > MAX_ROUGHNESS:
@@ -71,7 +71,7 @@ def time_series_evidence(reference: np.ndarray, hints: Hints) -> Optional[Eviden
     wide = wide_share(series)
     if wide < WIDE_ROWS:
         return None
-    probabilities = in_unit_range(series) and (hints.producer in SIGMOID_OPS or sigmoid_like(series))
+    probabilities = in_unit_range(series) and (hints.producer in PROBABILITY_OPS or sigmoid_like(series))
     what = "probabilities" if probabilities else "values"
     return Evidence(f"[N, {series.shape[1]}] {what} per frame, smooth along the axis (roughness {rough:.2f}), not a "
                     f"distribution and no single narrow peak in {wide:.0%} of rows: a time series, not bins",
