@@ -181,6 +181,11 @@ def test_per_frame_pitch_and_voicing_are_a_time_series_not_bins():
     assert kind_of("out", pitch[:, :, None]).kind == "time-series"  # [N, T, 1]
     flicker = np.where(RNG.random(pitch.shape) < 0.05, 0.0, pitch)  # frames now and then called unvoiced
     assert kind_of("pitch_hz", flicker).kind == "time-series"
+    glide = np.linspace(1, 1.3, 64)[None, :] * RNG.uniform(90, 300, (96, 1))
+    glitch = glide.copy()
+    for row, start in zip(glitch, RNG.integers(0, 60, 96)):
+        row[start:start + 3] *= 2  # SwiftF0's octave glitch: one narrow run above half the height, on a level
+    assert kind_of("pitch", glitch).kind == "time-series"
 
 
 def test_bins_stay_bins_and_unrelated_values_are_no_time_series():
@@ -313,9 +318,12 @@ def centre_maps(samples=24, side=40, seed=5):
 
 def test_a_sparse_sigmoid_map_beside_size_and_offset_maps_is_a_heat_map():
     heat, others, _ = centre_maps()
-    names = ["heatmap", "scale", "offset", "landmarks"]
+    names = ["537", "538", "539", "540"]  # CenterFace's: heat map, scale, offset, landmarks
     kinds = decide_kinds(names, [heat] + others, {}, producers=None)
     assert kinds[0].kind == "heatmap" and "object centres" in kinds[0].why
+    assert [k.kind for k in kinds[1:]] == ["coordinates"] * 3  # unnamed, they are on the heat map's grid
+    assert "on the grid of heat map '537'" in kinds[1].why
+    assert decide_kinds(names[1:], others, {})[0].kind == "tensor"  # no heat map beside them
     assert kind_of("537", heat, producer="Sigmoid", siblings=[(2, 40, 40)]).kind == "heatmap"
     # Near misses: alone it is a mask; a mask's areas beside other maps are a mask; a per-pixel softmax too.
     assert kind_of("537", heat, producer="Sigmoid").kind == "mask"

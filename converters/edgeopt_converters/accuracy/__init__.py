@@ -162,14 +162,20 @@ def decide_kinds(names: Sequence[str], reference: Sequence[np.ndarray], given: M
     """Each output's kind: given, or claimed on evidence. `producers`: what the graph says of each output
     (`graph_evidence(onnx_path)`: the op making it, its Linear head); `labels`: the evaluation labels;
     `input_hw`: the image input's size. Each output also sees the shapes of the others (a heat map's
-    size and offset maps)."""
+    size and offset maps), and, once the heat maps are known, which of them share its grid."""
     producers = producers or {}
     shapes = [tuple(ref.shape[1:]) for ref in reference]
-    kinds = []
-    for i, (name, ref) in enumerate(zip(names, reference)):
-        graph = producers.get(name)
-        kinds.append(infer_kind(name, ref, given.get(name), name in state_outputs, graph.op if graph else None, labels,
-                                input_hw, graph.head if graph else None, shapes[:i] + shapes[i + 1:]))
+
+    def kind_of(i: int, heatmaps=()) -> OutputKind:
+        name, graph = names[i], producers.get(names[i])
+        return infer_kind(name, reference[i], given.get(name), name in state_outputs, graph.op if graph else None,
+                          labels, input_hw, graph.head if graph else None, shapes[:i] + shapes[i + 1:], heatmaps)
+
+    kinds = [kind_of(i) for i in range(len(reference))]
+    heatmaps = [(names[i], shapes[i][1:]) for i, kind in enumerate(kinds) if kind.kind == "heatmap" and len(shapes[i]) == 3]
+    if heatmaps:
+        kinds = [kind_of(i, [h for h in heatmaps if h[0] != names[i]]) if kind.kind == "tensor" else kind
+                 for i, kind in enumerate(kinds)]
     return kinds
 
 

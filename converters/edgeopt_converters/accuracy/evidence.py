@@ -35,6 +35,7 @@ class Hints:
     state: bool = False  # fed back as an input
     head: Optional[LinearHead] = None  # the Linear layer making it, and whether it reads pooled features
     siblings: Tuple[Tuple[int, ...], ...] = ()  # the per-sample shapes of the model's other outputs
+    heatmaps: Tuple[Tuple[str, Tuple[int, int]], ...] = ()  # other outputs claimed heat maps: (name, (H, W))
 
 
 def name_hint(name: str, pattern: str) -> Optional[str]:

@@ -232,6 +232,11 @@ class Coordinates(Kind):
         hint = name_hint(name, self.NAMES)
         if hint and reference.ndim >= 2:
             return Evidence(f"name '{name}' ('{hint.strip('_')}'): coordinates")
+        shape = per_sample(reference)
+        beside = next((other for other, grid in hints.heatmaps if len(shape) == 3 and tuple(shape[1:]) == grid), None)
+        if beside is not None:
+            return Evidence(f"[N, {shape[0]}, {shape[1]}, {shape[2]}] on the grid of heat map '{beside}': its centres' "
+                            f"sizes, offsets or landmarks")
         return None
 
     def judge(self, name, kind, ref, cand, labels, tol):

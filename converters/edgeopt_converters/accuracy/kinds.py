@@ -57,11 +57,14 @@ def check_output_names(given: Mapping[str, str], names: Sequence[str]) -> Dict[s
 def infer_kind(name: str, reference: np.ndarray, given: Optional[str] = None, state: bool = False,
                producer: Optional[str] = None, labels: Optional[np.ndarray] = None,
                input_hw: Optional[Tuple[int, int]] = None, head: Optional[LinearHead] = None,
-               siblings: Sequence[Tuple[int, ...]] = ()) -> OutputKind:
+               siblings: Sequence[Tuple[int, ...]] = (),
+               heatmaps: Sequence[Tuple[str, Tuple[int, int]]] = ()) -> OutputKind:
     """The user's kind, else the first kind with positive evidence. `producer`: the ONNX op type making the
     output and `head` the Linear layer it belongs to (graph_evidence); `labels`: the evaluation labels;
-    `input_hw`: the image input's height and width; `siblings`: the per-sample shapes of the other outputs."""
+    `input_hw`: the image input's height and width; `siblings`: the per-sample shapes of the other outputs;
+    `heatmaps`: (name, (H, W)) of the other outputs claimed heat maps."""
     if given:
         return OutputKind(given, True, "given")
     return infer(name, reference, Hints(producer=producer, labels=labels, input_hw=input_hw, state=state, head=head,
-                                        siblings=tuple(tuple(s) for s in siblings)))
+                                        siblings=tuple(tuple(s) for s in siblings),
+                                        heatmaps=tuple((n, tuple(grid)) for n, grid in heatmaps)))

@@ -27,7 +27,11 @@ MIN_FRAMES = 16
 JUMPS = 0.1
 MAX_ROUGHNESS = 0.25
 NARROW = 0.125  # one run above half a row's height no wider than this share of the axis: a bin's peak
-WIDE_ROWS = 0.7  # share of rows with any height whose high values are not one narrow peak
+# ... unless the row never falls near zero: positive values whose minimum is at least FLOOR of the maximum
+# are a level with an excursion (a pitch tracker's octave glitch), where a distribution's mass leaves the
+# bins away from its peak near zero.
+FLOOR = 0.1
+WIDE_ROWS = 0.7  # share of rows with any height whose high values are not one narrow peak on a low floor
 PROBABILITY_OPS = ("Sigmoid", "HardSigmoid", "Softmax")
 
 
@@ -47,14 +51,16 @@ def roughness(series: np.ndarray) -> Optional[float]:
 
 
 def one_narrow_peak(row: np.ndarray) -> bool:
-    """The values above half the row's height form one run no wider than NARROW of the axis."""
+    """The values above half the row's height form one run no wider than NARROW of the axis, and the
+    row falls near zero away from it (it is not positive with a minimum of FLOOR of its maximum or more)."""
     high = row >= row.min() + 0.5 * (row.max() - row.min())
     runs = int(high[0]) + int((np.diff(high.astype(np.int8)) == 1).sum())
-    return runs == 1 and high.sum() <= NARROW * len(row)
+    floored = row.min() > 0 and row.min() >= FLOOR * row.max()
+    return runs == 1 and high.sum() <= NARROW * len(row) and not floored
 
 
 def wide_share(series: np.ndarray) -> float:
-    """Share of rows with any height whose high values are not one narrow peak."""
+    """Share of rows with any height whose high values are not one narrow peak on a low floor."""
     rows = [row for row in series if row.max() > row.min()]
     return sum(not one_narrow_peak(row) for row in rows) / len(rows) if rows else 0.0
 
