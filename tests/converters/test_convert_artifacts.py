@@ -210,6 +210,6 @@ def test_accuracy_budget_failure_names_the_artifact_and_leaves_nothing(tmp_path,
         edgeopt.convert(f"{nets_path}:mlp", device="x86-64", output_dir=out, input_shape="1,64",
                         calibration=tmp_path / "bad_calib.npz", eval_data=tmp_path / "eval.npz",
                         formats=["onnx"], max_accuracy_drop=1.0, time_on_host=False,
-                        output_kinds={"linear_1": "classes"})  # nothing in the mlp's [N, 10] output says so
+                        output_kinds={"output_0": "classes"})  # nothing in the mlp's [N, 10] output says so
     assert "--max-accuracy-drop 1.0" in str(err.value)
     assert not out.exists(), "the output folder this run created is removed again"

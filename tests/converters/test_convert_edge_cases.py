@@ -53,10 +53,10 @@ def test_outputs_without_classes_are_judged_by_their_kind(tmp_path, nets_path):
     budgeted = edgeopt.convert(f"{nets_path}:regressor", output_dir=tmp_path / "a", max_accuracy_drop=1.0, **common)
     for artifact in budgeted["artifacts"]:
         (output,) = artifact["accuracy"]["outputs"]
-        # No name, graph or value evidence of a task (issue 26): judged as a tensor, and the table says so.
-        assert output["kind"] == "tensor" and output["kind_source"] == "inferred"
-        assert "no task evidence" in output["kind_why"]
-        assert output["verdict"] == "ok" and "SQNR" in output["reason"]
+        # A Linear makes its 3 continuous values (issue 36): a regression head, judged against FP32's spread.
+        assert output["kind"] == "regression" and output["kind_source"] == "inferred"
+        assert "a Gemm makes 3 continuous values per sample" in output["kind_why"]
+        assert output["verdict"] == "ok" and "spread" in output["reason"] and "rank" in output["reason"]
         assert "top1_agreement" not in output
     manifest = edgeopt.convert(f"{nets_path}:regressor", output_dir=tmp_path / "b", min_cosine=0.9, **common)
     assert all(a["accuracy"]["drop_points"] is None for a in manifest["artifacts"])

@@ -232,7 +232,7 @@ def test_a_deployed_job_is_signed_whole_and_a_copy_of_it_is_refused_as_a_replay(
         assert body["bench"] == {"runs": 5, "duration_s": 0.0, "idle_s": 0.0,
                                  "runtime": "onnxruntime", "threads": 2,  # the manifest's board configuration
                                  "inputs": [{"name": "x", "shape": [1, 3, 16, 16], "dtype": "float32"}]}
-        assert reference["samples"] == 4 and [o["name"] for o in reference["outputs"]] == ["linear"]
+        assert reference["samples"] == 4 and [o["name"] for o in reference["outputs"]] == ["output_0"]
         assert row["result"]["output_check"]["ok"] is True and row["result"]["valid"] is True
         body["bench"]["reference"] = reference
 

@@ -14,7 +14,7 @@ import numpy as np
 from ..source.tensors import Dataset
 from .judges import FAILED, OK, SEVERITY, UNRESOLVED, Judgement, Tolerances
 from .kind_registry import judge
-from .kinds import KINDS, OutputKind, graph_evidence, image_input_hw, infer_kind
+from .kinds import KINDS, OutputGraph, OutputKind, graph_evidence, image_input_hw, infer_kind
 from .user_metric import UserMetric
 
 __all__ = ["Accuracy", "MetricResult", "Judgement", "Tolerances", "OutputKind", "KINDS", "OK", "UNRESOLVED",
@@ -157,13 +157,26 @@ def collect_outputs(predict: Predict, data: Dataset, batch: int,
 
 
 def decide_kinds(names: Sequence[str], reference: Sequence[np.ndarray], given: Mapping[str, str],
-                 state_outputs: Sequence[str] = (), producers: Optional[Mapping[str, str]] = None,
+                 state_outputs: Sequence[str] = (), producers: Optional[Mapping[str, OutputGraph]] = None,
                  labels: Optional[np.ndarray] = None, input_hw: Optional[Tuple[int, int]] = None) -> List[OutputKind]:
-    """Each output's kind: given, or claimed on evidence. `producers`: {output name: ONNX op type}
-    (`graph_evidence(onnx_path)`); `labels`: the evaluation labels; `input_hw`: the image input's size."""
+    """Each output's kind: given, or claimed on evidence. `producers`: what the graph says of each output
+    (`graph_evidence(onnx_path)`: the op making it, its Linear head); `labels`: the evaluation labels;
+    `input_hw`: the image input's size. Each output also sees the shapes of the others (a heat map's
+    size and offset maps), and, once the heat maps are known, which of them share its grid."""
     producers = producers or {}
-    return [infer_kind(name, ref, given.get(name), name in state_outputs, producers.get(name), labels, input_hw)
-            for name, ref in zip(names, reference)]
+    shapes = [tuple(ref.shape[1:]) for ref in reference]
+
+    def kind_of(i: int, heatmaps=()) -> OutputKind:
+        name, graph = names[i], producers.get(names[i])
+        return infer_kind(name, reference[i], given.get(name), name in state_outputs, graph.op if graph else None,
+                          labels, input_hw, graph.head if graph else None, shapes[:i] + shapes[i + 1:], heatmaps)
+
+    kinds = [kind_of(i) for i in range(len(reference))]
+    heatmaps = [(names[i], shapes[i][1:]) for i, kind in enumerate(kinds) if kind.kind == "heatmap" and len(shapes[i]) == 3]
+    if heatmaps:
+        kinds = [kind_of(i, [h for h in heatmaps if h[0] != names[i]]) if kind.kind == "tensor" else kind
+                 for i, kind in enumerate(kinds)]
+    return kinds
 
 
 def judge_all(names: Sequence[str], kinds: Sequence[OutputKind], reference: Sequence[np.ndarray],

@@ -12,7 +12,8 @@ Detections that only cross the line are reported apart (`strict_found`). Noise m
 across the line both ways; a quantization that lowers scores moves them one way only, and a user's
 fixed threshold then loses them: when those that fell below it outnumber those that rose above it
 (`crossed_up`) beyond chance (one-sided sign test at SYSTEMATIC_P), the surplus counts as missed
-(`systematic_drop`).
+(`systematic_drop`). The candidate's spurious detections count as added (judges.judge_found); no
+upward surplus is tested, as noise alone tends to cross upward (see sign_test_p) and would be counted.
 """
 from __future__ import annotations
 
@@ -118,8 +119,12 @@ def match_decoded(ref_boxes: np.ndarray, ref_scores: np.ndarray, cand_boxes: np.
                   threshold: float = SCORE_THRESHOLD, band: float = SCORE_BAND) -> DetectionMatch:
     """As `match`, from boxes [N, A, 4] (xywh) and per-class scores [N, A, C] already taken out of a head."""
     total = found = strict = candidates = spurious = crossed_up = 0
+    score_error = box_error = 0.0
     ious: List[float] = []
     for i in range(len(ref_boxes)):
+        if ref_scores[i].size:  # per sample: a heat map's boxes are a broadcast view, never copied whole
+            score_error = max(score_error, float(np.abs(ref_scores[i] - cand_scores[i]).max()))
+            box_error = max(box_error, float(np.abs(ref_boxes[i] - cand_boxes[i]).max()))
         # Greedy NMS keeps boxes best first, so FP32's detections at the threshold are the start of those
         # down to the band's floor.
         near = detect(ref_boxes[i], ref_scores[i], threshold - band)
@@ -147,8 +152,7 @@ def match_decoded(ref_boxes: np.ndarray, ref_scores: np.ndarray, cand_boxes: np.
     return DetectionMatch(
         reference=total, found=found, candidate=candidates, spurious=spurious,
         mean_iou=float(np.mean(ious)) if ious else 0.0,
-        score_max_abs_error=float(np.abs(ref_scores - cand_scores).max()) if ref_scores.size else 0.0,
-        box_max_abs_error=float(np.abs(ref_boxes - cand_boxes).max()) if ref_boxes.size else 0.0,
+        score_max_abs_error=score_error, box_max_abs_error=box_error,
         strict_found=strict, crossed_up=crossed_up,
     )
 

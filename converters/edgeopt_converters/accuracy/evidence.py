@@ -12,6 +12,8 @@ from typing import Any, Mapping, Optional, Tuple
 
 import numpy as np
 
+from .graph_heads import LinearHead
+
 SUM_TO_ONE_ATOL = 1e-3
 UNIT_NORM_ATOL = 1e-2
 SIGMOID_TAIL = 0.05  # a sigmoid's values sit within this of 0 or 1 ...
@@ -31,6 +33,9 @@ class Hints:
     labels: Optional[np.ndarray] = None  # the evaluation labels
     input_hw: Optional[Tuple[int, int]] = None  # the model's image input height and width
     state: bool = False  # fed back as an input
+    head: Optional[LinearHead] = None  # the Linear layer making it, and whether it reads pooled features
+    siblings: Tuple[Tuple[int, ...], ...] = ()  # the per-sample shapes of the model's other outputs
+    heatmaps: Tuple[Tuple[str, Tuple[int, int]], ...] = ()  # other outputs claimed heat maps: (name, (H, W))
 
 
 def name_hint(name: str, pattern: str) -> Optional[str]:
@@ -46,6 +51,24 @@ def in_unit_range(ref: np.ndarray) -> bool:
 def rows_sum_to_one(ref: np.ndarray, axis: int = -1) -> bool:
     """Softmax probabilities: in [0, 1], every row along `axis` sums to 1."""
     return in_unit_range(ref) and bool(np.allclose(ref.astype(np.float64).sum(axis), 1.0, atol=SUM_TO_ONE_ATOL))
+
+
+def softmax_rows(ref: np.ndarray, axis: int = -1) -> bool:
+    """Probabilities or log-probabilities of a softmax along `axis`."""
+    if rows_sum_to_one(ref, axis):
+        return True
+    return ref.size > 0 and float(ref.max()) <= 0.0 and rows_sum_to_one(np.exp(ref.astype(np.float64)), axis)
+
+
+def mean_column_correlation(values: np.ndarray) -> Optional[float]:
+    """The mean correlation over samples between every two columns of [N, K] values (K >= 2), leaving
+    out constant columns; None where fewer than two columns vary or there are fewer than 3 samples."""
+    values = values.reshape(len(values), -1).astype(np.float64)
+    values = values[:, values.std(axis=0) > 0]
+    if values.shape[1] < 2 or len(values) < 3:
+        return None
+    matrix = np.corrcoef(values, rowvar=False)
+    return float(matrix[np.triu_indices_from(matrix, k=1)].mean())
 
 
 def unit_norm_rows(ref: np.ndarray) -> bool:

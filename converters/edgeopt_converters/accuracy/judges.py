@@ -2,12 +2,12 @@
 
 Verdicts: "ok", "unresolved" (the evaluation data cannot decide; `samples_needed` says how much
 more would) and "failed". Counted decisions (top-1, flipped probabilities, per-step argmax,
-symbols of decoded CTC strings, missed detections) are judged by a one-sided 95 % bound against
+symbols of decoded CTC strings, detections missed and added) are judged by a one-sided 95 % bound against
 the budget in percentage points; continuous figures (cosine, SQNR, IoU) by fixed floors.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict, Optional, Tuple
 
 import numpy as np
@@ -32,7 +32,7 @@ class Tolerances:
     # or <= 0.69. A nearest-neighbour-kept figure separates no better and would need ~1000 samples.
     min_embedding_cosine: float = 0.98
     min_worst_embedding_cosine: float = 0.90
-    min_cosine: float = 0.99  # regression and state outputs
+    min_cosine: float = 0.99  # state outputs, and regression outputs larger than a small head
     min_sqnr_db: float = 20.0  # outputs too small per sample for a cosine to mean anything, and tensors
     # A tensor's worst samples: 95th percentile of per-sample |error| / |FP32| (L2). 20 dB SQNR is a
     # relative error of 0.1 on the whole output; single samples may reach twice that.
@@ -45,6 +45,13 @@ class Tolerances:
     # of the spread (p95); P-Net's INT8, which loses 8 % of FP32's detections, is at 0.128 (mean) and 0.34.
     max_coordinate_error: float = 0.1
     max_coordinate_error_p95: float = 0.3
+    # Values with no calibrated limit of their own (regression heads, time series): |error| over FP32's spread,
+    # mean and 95th percentile, as coordinates before their calibration (20 dB on what varies, twice that for
+    # the tail). A regression's samples must also keep their order (Spearman, worst column): noise at the mean
+    # limit gives about 0.99, so this binds only where errors reorder close samples.
+    max_spread_error: float = 0.1
+    max_spread_error_p95: float = 0.3
+    min_rank_correlation: float = 0.95
     max_bin_shift: float = 1.0  # ordinal bins: a decoded value may move less than one bin, the argmax's own step
     # A bin head whose decoded values move this little (95th percentile, in bins) with no row moved or
     # flipped is excellent: the value it encodes is kept to a quarter bin (CREPE: 5 cents).
@@ -196,9 +203,15 @@ def judge_classes(name, kind, ref, cand, labels, tol: Tolerances) -> Judgement:
         figures["reference_top1_accuracy"] = float(ref_right.mean() * 100)
         bounds = intervals.paired_difference(int((ref_right & ~cand_right).sum()), int((~ref_right & cand_right).sum()), len(ref))
         if (ref_top == cand_top).all() and _numerically_equal(figures, tol):
-            return counted(name, kind, figures, 0, len(ref), "top-1 changed", tol)
-        return _against_budget(name, kind, figures, bounds, len(ref), "top-1 accuracy lost", tol)
-    return counted(name, kind, figures, int((ref_top != cand_top).sum()), len(ref), "top-1 changed", tol)
+            return _sqnr_beside(counted(name, kind, figures, 0, len(ref), "top-1 changed", tol))
+        return _sqnr_beside(_against_budget(name, kind, figures, bounds, len(ref), "top-1 accuracy lost", tol))
+    return _sqnr_beside(counted(name, kind, figures, int((ref_top != cand_top).sum()), len(ref), "top-1 changed", tol))
+
+
+def _sqnr_beside(judged: Judgement) -> Judgement:
+    """The scores' SQNR in the reason too: not what decides, but what a tensor judge would have said."""
+    sqnr = judged.figures.get("sqnr_db")
+    return replace(judged, reason=f"{judged.reason} (SQNR {'exact' if sqnr is None else f'{sqnr:.1f} dB'})")
 
 
 def judge_probability(name, kind, ref, cand, tol: Tolerances) -> Judgement:
@@ -327,28 +340,31 @@ def judge_detection(name, kind, ref, cand, tol: Tolerances) -> Judgement:
     return judge_found(name, kind, figures, match(ref, cand), tol)
 
 
-def judge_found(name, kind, figures, found: DetectionMatch, tol: Tolerances) -> Judgement:
-    """A head's verdict from the FP32 detections the candidate still finds (any head, once decoded)."""
+def judge_found(name, kind, figures, found: DetectionMatch, tol: Tolerances, things: str = "detections") -> Judgement:
+    """A head's verdict from the FP32 detections the candidate misses and the ones it adds (any head,
+    once decoded; `things`: what a detection is called, as a heat map's peaks). Missed and added are
+    counted together over the detections either side has: an artifact that keeps FP32's detections
+    and invents as many again has changed half of what it reports."""
+    dropped, p = systematic_drop(found)
+    missed, added = found.reference - found.found + dropped, found.spurious
     figures.update(reference_detections=found.reference, found_detections=found.found,
-                   found_at_threshold=found.strict_found,
+                   found_at_threshold=found.strict_found, missed_detections=missed, added_detections=added,
                    spurious_detections=found.spurious, mean_box_iou=found.mean_iou,
                    score_max_abs_error=found.score_max_abs_error, box_max_abs_error=found.box_max_abs_error,
-                   recall_pct=found.found / found.reference * 100 if found.reference else None)
-    dropped, p = systematic_drop(found)
-    if found.reference:  # a systematic drop under the threshold is recall lost too
-        figures["recall_pct"] = (found.found - dropped) / found.reference * 100
-    if found.reference == 0:
-        return Judgement(name, kind, UNRESOLVED, f"FP32 finds no detection above score {SCORE_THRESHOLD} in the "
+                   recall_pct=(found.found - dropped) / found.reference * 100 if found.reference else None,
+                   added_pct=added / found.reference * 100 if found.reference else None)
+    if found.reference == 0 and added == 0:
+        return Judgement(name, kind, UNRESOLVED, f"FP32 finds no {things} above score {SCORE_THRESHOLD} in the "
                          f"evaluation data, so nothing shows whether the artifact would; give --eval-data with "
                          f"objects in it", figures)
     figures.update(crossed_down=found.crossed_down, crossed_up=found.crossed_up, systematic_drop=dropped)
-    what = "FP32 detections missed"
+    what = f"FP32 {things} missed ({missed} of {found.reference}) or {things} added ({added})"
     if dropped:
-        what += (f" ({dropped} of them scored just under the threshold: {found.crossed_down} fell below it against "
-                 f"{found.crossed_up} that rose above it, sign test p={p:.3f}, a systematic score drop)")
-    judged = counted(name, kind, figures, found.reference - found.found + dropped, found.reference, what, tol)
+        what += (f"; {dropped} missed scored just under the threshold: {found.crossed_down} fell below it against "
+                 f"{found.crossed_up} that rose above it, sign test p={p:.3f}, a systematic score drop")
+    judged = counted(name, kind, figures, missed + added, found.reference + added, what, tol)
     if judged.verdict != FAILED and found.found and found.mean_iou < tol.min_box_iou:
-        return Judgement(name, kind, FAILED, f"boxes moved: mean IoU {found.mean_iou:.3f} with FP32's "
+        moved = "boxes" if things == "detections" else things
+        return Judgement(name, kind, FAILED, f"{moved} moved: mean IoU {found.mean_iou:.3f} with FP32's "
                          f"(limit {tol.min_box_iou:g}); {judged.reason}", figures, judged.loss_points)
     return judged
-

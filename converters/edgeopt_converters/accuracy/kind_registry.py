@@ -3,7 +3,7 @@
 `REGISTRY` lists the kinds as the CLI shows them; each kind's `priority` is the order its evidence
 is asked in (lowest first), and the first kind with positive evidence is claimed. "tensor" comes
 last: an output nothing speaks for is judged by SQNR and relative error, never by a guess from its
-shape. "regression" is claimed only when the user says so.
+shape.
 """
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import ClassVar, Dict, Optional, Tuple
 
 import numpy as np
 
-from . import bins, ctc, grids
-from .evidence import (Evidence, Hints, class_labels, in_unit_range, name_hint, per_sample, rows_sum_to_one,
-                       sigmoid_like, unit_norm_rows)
+from . import bins, class_heads, ctc, grids, heatmaps, regression, time_series
+from .evidence import (Evidence, Hints, class_labels, in_unit_range, name_hint, per_sample, sigmoid_like,
+                       softmax_rows, unit_norm_rows)
 from .judges import (FAILED, Judgement, Tolerances, judge_classes, judge_ctc, judge_detection, judge_embedding,
                      judge_mask, judge_probability, judge_sequence, judge_values)
 from .layouts import detection_layout
@@ -25,13 +25,6 @@ MIN_EMBEDDING = 16
 MASK_SIDE = 8
 SOFTMAX_OPS = ("Softmax", "LogSoftmax")
 ACTIVATION_OPS = SOFTMAX_OPS + ("Sigmoid", "HardSigmoid")
-
-
-def _softmax_rows(ref: np.ndarray, axis: int = -1) -> bool:
-    """Probabilities or log-probabilities of a softmax along `axis`."""
-    if rows_sum_to_one(ref, axis):
-        return True
-    return ref.size > 0 and float(ref.max()) <= 0.0 and rows_sum_to_one(np.exp(ref.astype(np.float64)), axis)
 
 
 class Kind:
@@ -89,7 +82,7 @@ class Detection(Kind):
     def evidence(self, name, reference, hints):
         layout = detection_layout(reference.shape)
         # One activation over the whole tensor (PicoDet's per-class score maps) leaves no channel a box.
-        if layout is None or _softmax_rows(reference) or hints.producer in ACTIVATION_OPS:
+        if layout is None or softmax_rows(reference) or hints.producer in ACTIVATION_OPS:
             return None
         scores = reference[:, 4:, :] if layout == "channels_first" else reference[:, :, 4:]
         where = layout.replace("_", " ")
@@ -101,6 +94,19 @@ class Detection(Kind):
 
     def judge(self, name, kind, ref, cand, labels, tol):
         return judge_detection(name, kind, ref, cand, tol)
+
+
+class TimeSeries(Kind):
+    priority = 35  # before bins: a smooth contour has a peak with falling neighbours too
+    name = "time-series"
+    description = ("per-frame values or probabilities along one axis [N, T] (pitch in Hz, voicing): values by "
+                   "per-frame error against FP32's spread, probabilities by frames whose decision flipped")
+
+    def evidence(self, name, reference, hints):
+        return time_series.time_series_evidence(reference, hints)
+
+    def judge(self, name, kind, ref, cand, labels, tol):
+        return time_series.judge_time_series(name, kind, ref, cand, tol)
 
 
 class Bins(Kind):
@@ -127,7 +133,7 @@ class Sequence(Kind):
             return None
         if hints.producer in SOFTMAX_OPS:
             return Evidence(f"produced by {hints.producer}: per-step probabilities")
-        if _softmax_rows(reference):
+        if softmax_rows(reference):
             return Evidence(f"[N, {shape[0]}, {shape[1]}] per-step probabilities (each step's scores sum to 1)")
         return self.named(name)
 
@@ -169,12 +175,25 @@ class Mask(Kind):
             return named
         if shape[0] == 1 and (hints.producer == "Sigmoid" and in_unit_range(reference) or sigmoid_like(reference)):
             return Evidence(f"[N, 1, {shape[1]}, {shape[2]}] map of sigmoid probabilities")
-        if shape[0] >= 2 and (hints.producer in SOFTMAX_OPS or _softmax_rows(reference, axis=1)):
+        if shape[0] >= 2 and (hints.producer in SOFTMAX_OPS or softmax_rows(reference, axis=1)):
             return Evidence(f"[N, {shape[0]}, {shape[1]}, {shape[2]}] maps whose classes sum to 1 at every pixel")
         return None
 
     def judge(self, name, kind, ref, cand, labels, tol):
         return judge_mask(name, kind, ref, cand, tol)
+
+
+class Heatmap(Kind):
+    priority = 65  # before masks: a sparse sigmoid map is one too
+    name = "heatmap"
+    description = ("object-centre heat map [N, C, H, W] beside size/offset maps (CenterNet, CenterFace): its "
+                   "peaks, FP32's missed and new ones added")
+
+    def evidence(self, name, reference, hints):
+        return heatmaps.heatmap_evidence(reference, hints)
+
+    def judge(self, name, kind, ref, cand, labels, tol):
+        return heatmaps.judge_heatmap(name, kind, ref, cand, labels, tol)
 
 
 class Embedding(Kind):
@@ -192,7 +211,7 @@ class Embedding(Kind):
         if hints.producer == "LpNormalization":
             return Evidence("produced by LpNormalization: normalised vectors")
         # A confident softmax's rows are near one-hot, so of unit length too: a distribution is no embedding.
-        if hints.producer in SOFTMAX_OPS or _softmax_rows(reference):
+        if hints.producer in SOFTMAX_OPS or softmax_rows(reference):
             return None
         if unit_norm_rows(reference):
             return Evidence(f"[N, {shape[0]}] rows of unit length")
@@ -213,6 +232,11 @@ class Coordinates(Kind):
         hint = name_hint(name, self.NAMES)
         if hint and reference.ndim >= 2:
             return Evidence(f"name '{name}' ('{hint.strip('_')}'): coordinates")
+        shape = per_sample(reference)
+        beside = next((other for other, grid in hints.heatmaps if len(shape) == 3 and tuple(shape[1:]) == grid), None)
+        if beside is not None:
+            return Evidence(f"[N, {shape[0]}, {shape[1]}, {shape[2]}] on the grid of heat map '{beside}': its centres' "
+                            f"sizes, offsets or landmarks")
         return None
 
     def judge(self, name, kind, ref, cand, labels, tol):
@@ -221,7 +245,7 @@ class Coordinates(Kind):
 
 class Classes(Kind):
     priority = 100
-    name, description = "classes", "class scores [N, C]: top-1 agreement (top-1 accuracy with labels)"
+    name, description = "classes", "class scores [N, C]: top-1 agreement (top-1 accuracy with labels), SQNR beside"
     NAMES = r"logit|class|cls|label"
 
     def evidence(self, name, reference, hints):
@@ -232,9 +256,9 @@ class Classes(Kind):
             return Evidence(f"the evaluation labels are class indices in [0, {shape[0]})")
         if hints.producer in SOFTMAX_OPS:
             return Evidence(f"produced by {hints.producer}")
-        if _softmax_rows(reference):
+        if softmax_rows(reference):
             return Evidence(f"[N, {shape[0]}] rows that sum to 1: softmax probabilities")
-        return self.named(name)
+        return self.named(name) or class_heads.structural_evidence(reference, hints)
 
     def judge(self, name, kind, ref, cand, labels, tol):
         return judge_classes(name, kind, ref, cand, labels, tol)
@@ -263,9 +287,16 @@ class Probability(Kind):
 
 class Regression(Kind):
     priority = 120
-    name, description = "regression", "real values: cosine where a sample has 4 or more, else SQNR (given only)"
+    name = "regression"
+    description = ("a small continuous head [N, K], K <= 8 (quality scores, an age): error against FP32's spread "
+                   "across samples and rank agreement; larger outputs given as regression: cosine")
+
+    def evidence(self, name, reference, hints):
+        return regression.regression_evidence(name, reference, hints)
 
     def judge(self, name, kind, ref, cand, labels, tol):
+        if int(np.prod(ref.shape[1:])) <= regression.MAX_COLUMNS:
+            return regression.judge_regression(name, kind, ref, cand, tol)
         return judge_values(name, kind, ref, cand, tol)
 
 
@@ -281,8 +312,8 @@ class Tensor(Kind):
         return judge_tensor(name, kind, ref, cand, tol)
 
 
-REGISTRY: Tuple[Kind, ...] = (Classes(), Detection(), Embedding(), Probability(), Regression(), Sequence(), Ctc(),
-                              Mask(), State(), YoloGrid(), Bins(), Coordinates(), Tensor())
+REGISTRY: Tuple[Kind, ...] = (Classes(), Detection(), Heatmap(), Embedding(), Probability(), Regression(), TimeSeries(),
+                              Sequence(), Ctc(), Mask(), State(), YoloGrid(), Bins(), Coordinates(), Tensor())
 BY_NAME: Dict[str, Kind] = {kind.name: kind for kind in REGISTRY}
 EVIDENCE_ORDER: Tuple[Kind, ...] = tuple(sorted(REGISTRY, key=lambda kind: kind.priority))
 

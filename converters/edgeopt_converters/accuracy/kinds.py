@@ -14,12 +14,13 @@ import numpy as np
 from edgeopt_agent.errors import UserError
 
 from .evidence import Hints
-from .graph_evidence import graph_evidence
+from .graph_evidence import OutputGraph, graph_evidence
+from .graph_heads import LinearHead
 from .kind_registry import REGISTRY, infer
 from .layouts import detection_layout, image_input_hw
 from .output_kind import OutputKind
 
-__all__ = ["KINDS", "Hints", "OutputKind", "check_output_names", "detection_layout", "graph_evidence", "image_input_hw",
+__all__ = ["KINDS", "Hints", "OutputGraph", "OutputKind", "check_output_names", "detection_layout", "graph_evidence", "image_input_hw",
            "infer_kind", "parse_output_kinds"]
 
 KINDS = {kind.name: kind.description for kind in REGISTRY}
@@ -55,9 +56,15 @@ def check_output_names(given: Mapping[str, str], names: Sequence[str]) -> Dict[s
 
 def infer_kind(name: str, reference: np.ndarray, given: Optional[str] = None, state: bool = False,
                producer: Optional[str] = None, labels: Optional[np.ndarray] = None,
-               input_hw: Optional[Tuple[int, int]] = None) -> OutputKind:
+               input_hw: Optional[Tuple[int, int]] = None, head: Optional[LinearHead] = None,
+               siblings: Sequence[Tuple[int, ...]] = (),
+               heatmaps: Sequence[Tuple[str, Tuple[int, int]]] = ()) -> OutputKind:
     """The user's kind, else the first kind with positive evidence. `producer`: the ONNX op type making the
-    output (graph_evidence); `labels`: the evaluation labels; `input_hw`: the image input's height and width."""
+    output and `head` the Linear layer it belongs to (graph_evidence); `labels`: the evaluation labels;
+    `input_hw`: the image input's height and width; `siblings`: the per-sample shapes of the other outputs;
+    `heatmaps`: (name, (H, W)) of the other outputs claimed heat maps."""
     if given:
         return OutputKind(given, True, "given")
-    return infer(name, reference, Hints(producer=producer, labels=labels, input_hw=input_hw, state=state))
+    return infer(name, reference, Hints(producer=producer, labels=labels, input_hw=input_hw, state=state, head=head,
+                                        siblings=tuple(tuple(s) for s in siblings),
+                                        heatmaps=tuple((n, tuple(grid)) for n, grid in heatmaps)))

@@ -13,6 +13,7 @@ from edgeopt_agent.errors import UserError, require
 from ..source.isolated_program import IsolatedProgram
 from ..source.tensors import InputSpec, shared_batch
 from ._quiet import captured_output, log
+from .output_names import model_output_names
 from .base import Step, StepContext, StepResult, option
 
 
@@ -110,8 +111,10 @@ class ExportOnnx(Step):
 def write_onnx(torch, module, args, names: Sequence[str], output: Path, axes: Dict[str, Dict[int, str]],
                opset: int, use_dynamo: bool = True) -> None:
     """`module` traced with `args` into the ONNX file `output`; `axes` ({input: {axis: group}}) stay
-    dynamic. TorchScript modules can only go through the TorchScript-based exporter (use_dynamo=False)."""
-    kwargs = dict(input_names=list(names), output_names=None, opset_version=opset)
+    dynamic; outputs are named from what the forward returns (output_names.py). TorchScript modules can
+    only go through the TorchScript-based exporter (use_dynamo=False)."""
+    kwargs = dict(input_names=list(names), output_names=model_output_names(torch, module, args, names),
+                  opset_version=opset)
     if use_dynamo:
         if axes:
             dims: Dict[str, object] = {}
