@@ -1,6 +1,7 @@
 """Real conversions of small nets, each artifact checked in its own runtime (not through edgeopt)."""
 import hashlib
 import json
+import re
 
 import numpy as np
 import onnx
@@ -200,16 +201,20 @@ def test_random_calibration_is_announced_as_meaningless(tmp_path, nets_path):
     assert any("meaningless" in w for w in manifest["warnings"])
 
 
-def test_accuracy_budget_failure_names_the_artifact_and_leaves_nothing(tmp_path, nets_path):
+def test_accuracy_budget_failure_names_the_artifact_and_leaves_it_out(tmp_path, nets_path):
     rng = np.random.default_rng(0)
     # Calibrating on near-zero inputs clips every real activation: a genuinely bad INT8 model.
     np.savez(tmp_path / "bad_calib.npz", input=np.full((8, 64), 1e-3, dtype=np.float32))
     np.savez(tmp_path / "eval.npz", input=rng.standard_normal((64, 64)).astype(np.float32))
+    options = dict(device="x86-64", input_shape="1,64", calibration=tmp_path / "bad_calib.npz",
+                   eval_data=tmp_path / "eval.npz", formats=["onnx"], max_accuracy_drop=1.0, time_on_host=False,
+                   output_kinds={"output_0": "classes"})  # nothing in the mlp's [N, 10] output says so
+    manifest = edgeopt.convert(f"{nets_path}:mlp", output_dir=tmp_path / "kept", **options)
+    assert [a["key"] for a in manifest["artifacts"]] == ["onnx-fp32"]
+    assert any(f["key"] == "onnx-int8" and re.match(r"fails --max-accuracy-drop 1: lost \d+\.\d+ points", f["cause"])
+               for f in manifest["failed_artifacts"])
     out = tmp_path / "out"
     with pytest.raises(UserError, match=r"onnx-int8 lost \d+\.\d+ points") as err:
-        edgeopt.convert(f"{nets_path}:mlp", device="x86-64", output_dir=out, input_shape="1,64",
-                        calibration=tmp_path / "bad_calib.npz", eval_data=tmp_path / "eval.npz",
-                        formats=["onnx"], max_accuracy_drop=1.0, time_on_host=False,
-                        output_kinds={"output_0": "classes"})  # nothing in the mlp's [N, 10] output says so
-    assert "--max-accuracy-drop 1.0" in str(err.value)
+        edgeopt.convert(f"{nets_path}:mlp", output_dir=out, strict=True, **options)
+    assert "--max-accuracy-drop 1" in str(err.value)
     assert not out.exists(), "the output folder this run created is removed again"

@@ -60,8 +60,11 @@ def test_outputs_without_classes_are_judged_by_their_kind(tmp_path, nets_path):
         assert "top1_agreement" not in output
     manifest = edgeopt.convert(f"{nets_path}:regressor", output_dir=tmp_path / "b", min_cosine=0.9, **common)
     assert all(a["accuracy"]["drop_points"] is None for a in manifest["artifacts"])
-    with pytest.raises(UserError, match="onnx-int8 has cosine similarity"):
-        edgeopt.convert(f"{nets_path}:regressor", output_dir=tmp_path / "c", min_cosine=1.0, **common)
+    gated = edgeopt.convert(f"{nets_path}:regressor", output_dir=tmp_path / "c", min_cosine=0.99999999, **common)
+    assert any(f["key"] == "onnx-int8" and "cosine similarity" in f["cause"] for f in gated["failed_artifacts"])
+    with pytest.raises(UserError, match="onnx-int8 cosine similarity"):
+        edgeopt.convert(f"{nets_path}:regressor", output_dir=tmp_path / "d", min_cosine=0.99999999, strict=True,
+                        **common)
 
 
 def test_typed_onnx_inputs_keep_their_dtype_with_an_input_shape(tmp_path):
