@@ -358,3 +358,31 @@ def test_a_heat_map_is_judged_by_the_peaks_it_yields_missed_and_added():
     [given] = decide_kinds(["hm"], [logits], {"hm": "heatmap"})
     as_logits = judged(logits, logits, given, "hm")
     assert as_logits.figures["reference_detections"] == kept.figures["reference_detections"]
+
+
+def test_features_pooled_with_no_layer_after_them_are_an_embedding(tmp_path):
+    """A re-identification net's output is its pooled features ([N, 1280] from a ReduceMean over space, no
+    Linear after it): vectors compared by direction, not a tensor by SQNR (deep-sort's MobileNetV2 embedder
+    kept its task in INT8 but failed the tensor gate at 17 dB)."""
+    import torch
+    from torch import nn
+
+    from edgeopt_converters.accuracy import decide_kinds, graph_evidence
+
+    class Embedder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.features = nn.Sequential(nn.Conv2d(3, 64, 3), nn.ReLU6(), nn.Conv2d(64, 96, 3), nn.ReLU6())
+
+        def forward(self, x):
+            return self.features(x).mean((2, 3))
+
+    torch.manual_seed(0)
+    x, model = torch.randn(48, 3, 16, 16), Embedder().eval()
+    path = tmp_path / "embedder.onnx"
+    torch.onnx.export(model, (x[:1],), str(path), input_names=["x"], output_names=["output_0"],
+                      dynamic_axes={"x": {0: "n"}}, dynamo=False)
+    with torch.no_grad():
+        reference = [model(x).numpy()]
+    (kind,) = decide_kinds(["output_0"], reference, {}, producers=graph_evidence(path))
+    assert kind.kind == "embedding" and "pooled by ReduceMean" in kind.why

@@ -169,7 +169,8 @@ def decide_kinds(names: Sequence[str], reference: Sequence[np.ndarray], given: M
     def kind_of(i: int, heatmaps=()) -> OutputKind:
         name, graph = names[i], producers.get(names[i])
         return infer_kind(name, reference[i], given.get(name), name in state_outputs, graph.op if graph else None,
-                          labels, input_hw, graph.head if graph else None, shapes[:i] + shapes[i + 1:], heatmaps)
+                          labels, input_hw, graph.head if graph else None, shapes[:i] + shapes[i + 1:], heatmaps,
+                          graph.pooled if graph else None)
 
     kinds = [kind_of(i) for i in range(len(reference))]
     heatmaps = [(names[i], shapes[i][1:]) for i, kind in enumerate(kinds) if kind.kind == "heatmap" and len(shapes[i]) == 3]

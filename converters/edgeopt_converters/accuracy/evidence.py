@@ -34,6 +34,7 @@ class Hints:
     input_hw: Optional[Tuple[int, int]] = None  # the model's image input height and width
     state: bool = False  # fed back as an input
     head: Optional[LinearHead] = None  # the Linear layer making it, and whether it reads pooled features
+    pooled: Optional[str] = None  # a pooling op (ReduceMean, GlobalAveragePool) on its way out, with no layer after
     siblings: Tuple[Tuple[int, ...], ...] = ()  # the per-sample shapes of the model's other outputs
     heatmaps: Tuple[Tuple[str, Tuple[int, int]], ...] = ()  # other outputs claimed heat maps: (name, (H, W))
 

@@ -9,7 +9,7 @@ from typing import Dict, Optional, Union
 
 from edgeopt_agent.errors import require
 
-from .graph_heads import LinearHead, linear_head
+from .graph_heads import POOL_OPS, LinearHead, linear_head
 
 # Ops that move, relabel, pick or average values without changing what they are (a mean of
 # probabilities is a probability): the op before them says what the values are.
@@ -22,6 +22,7 @@ PASS_THROUGH = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueez
 class OutputGraph:
     op: str  # the op type making the output, through PASS_THROUGH ops (and an If's branches)
     head: Optional[LinearHead] = None  # the Linear layer that op belongs to, if it is one
+    pooled: Optional[str] = None  # the pooling op on the way to the output (a ReduceMean over space), if any
 
 
 def graph_evidence(onnx_path: Union[str, Path, None]) -> Dict[str, OutputGraph]:
@@ -46,7 +47,8 @@ def graph_evidence(onnx_path: Union[str, Path, None]) -> Dict[str, OutputGraph]:
         op = _producer_op(graph, output.name)
         if op:
             node, _ = _through(producers, output.name)
-            found[output.name] = OutputGraph(op, linear_head(node, producers, constants) if node is not None else None)
+            found[output.name] = OutputGraph(op, linear_head(node, producers, constants) if node is not None else None,
+                                             _pooled(producers, output.name))
     return found
 
 
@@ -58,6 +60,18 @@ def _through(producers, name: str):
         name = node.input[0]
         node, seen = producers.get(name), seen + 1
     return node, name
+
+
+def _pooled(producers, name: str) -> Optional[str]:
+    """The first pooling op met walking from `name` back through PASS_THROUGH ops, the op reached included."""
+    node, seen = producers.get(name), 0
+    while node is not None and seen < len(producers):
+        if node.op_type in POOL_OPS:
+            return node.op_type
+        if node.op_type not in PASS_THROUGH or not node.input:
+            return None
+        node, seen = producers.get(node.input[0]), seen + 1
+    return None
 
 
 def _producer_op(graph, name: str, depth: int = 0, outer: Optional[Dict[str, object]] = None):

@@ -215,6 +215,9 @@ class Embedding(Kind):
             return None
         if unit_norm_rows(reference):
             return Evidence(f"[N, {shape[0]}] rows of unit length")
+        if len(shape) == 1 and hints.pooled and hints.head is None:
+            return Evidence(f"[N, {shape[0]}] features pooled by {hints.pooled}, no layer after it: vectors "
+                            f"compared by direction")
         return None
 
     def judge(self, name, kind, ref, cand, labels, tol):

@@ -58,7 +58,7 @@ def infer_kind(name: str, reference: np.ndarray, given: Optional[str] = None, st
                producer: Optional[str] = None, labels: Optional[np.ndarray] = None,
                input_hw: Optional[Tuple[int, int]] = None, head: Optional[LinearHead] = None,
                siblings: Sequence[Tuple[int, ...]] = (),
-               heatmaps: Sequence[Tuple[str, Tuple[int, int]]] = ()) -> OutputKind:
+               heatmaps: Sequence[Tuple[str, Tuple[int, int]]] = (), pooled: Optional[str] = None) -> OutputKind:
     """The user's kind, else the first kind with positive evidence. `producer`: the ONNX op type making the
     output and `head` the Linear layer it belongs to (graph_evidence); `labels`: the evaluation labels;
     `input_hw`: the image input's height and width; `siblings`: the per-sample shapes of the other outputs;
@@ -67,4 +67,4 @@ def infer_kind(name: str, reference: np.ndarray, given: Optional[str] = None, st
         return OutputKind(given, True, "given")
     return infer(name, reference, Hints(producer=producer, labels=labels, input_hw=input_hw, state=state, head=head,
                                         siblings=tuple(tuple(s) for s in siblings),
-                                        heatmaps=tuple((n, tuple(grid)) for n, grid in heatmaps)))
+                                        heatmaps=tuple((n, tuple(grid)) for n, grid in heatmaps), pooled=pooled))

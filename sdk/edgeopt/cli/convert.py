@@ -112,6 +112,23 @@ def _speedup(timing: dict) -> str:
     return _fmt(timing.get("speedup_vs_fp32"), "{:.2f}x")
 
 
+def _few(names, shown: int = 12) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
+def search_line(search: dict) -> str:
+    """The repair loop's search in one line: attempts judged, the stages they came from, how it ended."""
+    tries = search.get("tries") or []
+    judged = [t for t in tries if t.get("verdict") not in ("not tried", "not built")]
+    stages = list(dict.fromkeys(t.get("stage", "").split(" (")[0].split(":")[0] for t in tries[1:]))
+    text = f"search: {len(judged)} attempts judged"
+    if stages:
+        text += f" ({', '.join(stages)})"
+    if search.get("stopped"):
+        text += f"; stopped: {search['stopped']}"
+    return text + (f"; {search['result']}" if search.get("result") else "")
+
+
 def phases_line(manifest: dict) -> str:
     """Where the conversion's time went: each phase's seconds, the search's against --time-budget."""
     budget = (manifest.get("options") or {}).get("time_budget")
@@ -154,7 +171,9 @@ def print_summary(manifest: dict, output_dir: str) -> None:
         if a["scheme"]:
             out.print(f"{a['key']}: {a['scheme']}", markup=False)
         if a.get("float_nodes"):
-            out.print(f"{a['key']}: kept in float: {', '.join(a['float_nodes'])}", markup=False)
+            out.print(f"{a['key']}: kept in float: {_few(a['float_nodes'])}", markup=False)
+        if a.get("mixed_precision"):
+            out.print(f"{a['key']}: {search_line(a['mixed_precision'])}", markup=False)
         if a["accuracy"].get("verdict") != "ok":
             out.print(f"{a['key']}: {a['accuracy'].get('verdict')}: {a['accuracy'].get('reason')}", markup=False)
     for failed in manifest.get("failed_artifacts") or []:
