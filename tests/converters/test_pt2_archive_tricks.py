@@ -16,67 +16,19 @@ import zipfile
 import pytest
 import torch
 
-from edgeopt.cli.main import main
 from edgeopt_agent.errors import UserError
 from edgeopt_converters.source import sandbox
 from edgeopt_converters.source.isolated_program import IsolatedProgram
 from edgeopt_converters.source.pt2_guard import checked_archive
-
-CONFIG = "data/weights/model_weights_config.json"
-
-
-class Trap:
-    """Unpickling this creates a file: proof that a loader ran pickled code."""
-
-    def __init__(self, marker):
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return open, (self.marker, "w")
-
-
-class Branchy(torch.nn.Module):
-    """A dynamic batch and a shape branch, so the program carries shape expressions and guards."""
-
-    def __init__(self):
-        super().__init__()
-        self.linear = torch.nn.Linear(3, 3)
-
-    def forward(self, x):
-        if x.shape[0] > 4:
-            return self.linear(x[:4])
-        return self.linear(x)
+from pt2_tricks import TOP, Trap, convert_trick, edit_program, first_expression, load_bare, rewrite, save_branchy
 
 
 @pytest.fixture(scope="module")
 def good_pt2(tmp_path_factory):
-    path = tmp_path_factory.mktemp("pt2") / "good.pt2"
-    program = torch.export.export(Branchy().eval(), (torch.randn(8, 3),), dynamic_shapes=({0: torch.export.Dim.AUTO},))
-    torch.export.save(program, str(path))
-    return path
+    return save_branchy(tmp_path_factory.mktemp("pt2") / "good.pt2")
 
 
-TOP = "//"  # a member name starting with this is written at the archive's top level, not in its folder
-
-
-def rewrite(good, evil, edit):
-    """Copy `good` to `evil`, letting `edit(relative_name, data)` return the members to write instead."""
-    with zipfile.ZipFile(good) as src, zipfile.ZipFile(evil, "w") as dst:
-        for info in src.infolist():
-            folder, relative = info.filename.split("/", 1)
-            for name, data in edit(relative, src.read(info)):
-                dst.writestr(name[len(TOP):] if name.startswith(TOP) else f"{folder}/{name}", data)
-    return evil
-
-
-def edit_program(change):
-    def edit(name, data):
-        if name.endswith("models/model.json"):
-            program = json.loads(data)
-            change(program)
-            data = json.dumps(program).encode()
-        return [(name, data)]
-    return edit
+CONFIG = "data/weights/model_weights_config.json"
 
 
 def pickled_config(marker, good=None, payload="weight_0"):
@@ -105,17 +57,6 @@ def duplicate_config(marker, good):
             return malicious + [(name, data), ("data/weights/weight_999", pickle.dumps(Trap(marker)))]
         return [(name, data)]
     return edit
-
-
-def first_expression(rewrite_text):
-    """An edit that rewrites the program's first shape expression: `rewrite_text(original) -> new text`."""
-    def change(program):
-        for value in program["graph_module"]["graph"]["tensor_values"].values():
-            for size in value["sizes"]:
-                if "as_expr" in size:
-                    size["as_expr"]["expr_str"] = rewrite_text(size["as_expr"]["expr_str"])
-                    return
-    return edit_program(change)
 
 
 def sympy_expression(marker, good=None):
@@ -183,7 +124,7 @@ TRICKS = {
     "duplicate member names": (duplicate_config, "two members named"),
     "sympy expression": (sympy_expression, "shape expression edgeopt does not read"),
     "guard code": (guard_code, "guard edgeopt does not read"),
-    "enum in tree spec": (enum_treespec, "enum"),
+    "enum in tree spec": (enum_treespec, "input/output spec edgeopt does not read"),
     "custom operator": (custom_operator, "outside torch's own operator sets"),
     "AOTInductor library": (extra_member("data/aotinductor/model/model.so"), "AOTInductor"),
     "legacy weights file": (extra_member("data/weights/model.pt"), "unpickle"),
@@ -191,27 +132,6 @@ TRICKS = {
     "several top-level folders": (two_top_folders, "one top-level folder"),
     "legacy top-level version file": (legacy_top_level, "one top-level folder"),
 }
-
-
-def convert_trick(build, good_pt2, tmp_path, capsys):
-    """`edgeopt convert` of the good archive rewritten by `build(marker, good)`: (exit code, its
-    error lines, all of stderr, the marker a payload would create, the output folder)."""
-    marker = tmp_path / "PWNED"
-    evil = rewrite(good_pt2, tmp_path / "evil.pt2", build(marker, good_pt2))
-    out = tmp_path / "out"
-    code = main(["convert", str(evil), "--device", "x86-64", "-o", str(out), "--no-timing"])
-    err = capsys.readouterr().err
-    return code, [line for line in err.splitlines() if line.startswith("error:")], err, marker, out
-
-
-def load_bare(evil, call=True):
-    """torch alone: load (and run) the archive, as edgeopt's walls would not let it."""
-    try:
-        program = torch.export.load(str(evil))
-        if call:
-            program.module()(torch.randn(8, 3))
-    except Exception:
-        pass  # the payload ran before whatever broke afterwards; the marker says so
 
 
 @pytest.mark.parametrize("trick", TRICKS)
