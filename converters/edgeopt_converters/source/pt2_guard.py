@@ -258,7 +258,7 @@ def _check_tensors_only(data: bytes, what: str) -> None:
         with zipfile.ZipFile(io.BytesIO(data)) as inner:
             declared = sum(info.file_size for info in inner.infolist())
     except (zipfile.BadZipFile, ValueError) as exc:
-        raise UserError(f"{what} is not in torch.save's zip format ({exc}); refusing to read it") from None
+        raise UserError(f"{what} is not plain tensors in torch.save's zip format ({exc}); refusing to read it") from None
     _check_inflation(what, declared, len(data), "a torch.save file")
     torch = require("torch", "convert")
     try:
