@@ -47,7 +47,7 @@ SYMBOLIC_OPERATORS = frozenset({
                                         "lshift", "rshift")),
     *(f"math.{name}" for name in ("trunc", "ceil", "floor")),
     *(f"torch.{name}" for name in ("sym_not", "sym_int", "sym_float", "sym_ite", "sym_max", "sym_min", "sym_sqrt",
-                                    "sym_sum")),
+                                    "sym_sum", "_sym_sqrt")),
 })
 DEVICE_TYPES = frozenset({"cpu", "cuda", "meta", "mps", "xpu"})
 VERIFIER_DIALECTS = frozenset({"ATEN", "TRAINING"})
