@@ -2,10 +2,8 @@
 make root run Mosquitto as root, rewrite what Mosquitto reads as root, or hang the command."""
 import os
 import pwd
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -55,15 +53,9 @@ def account():
 
 
 @pytest.fixture
-def data_dir():
+def data_dir(open_dir):
     """A data folder the mosquitto account can reach, as /srv/... or /var/lib/... would be."""
-    folder = Path(tempfile.mkdtemp(prefix="edgeopt-broker-root-"))
-    folder.chmod(0o755)
-    if any(not parent.stat().st_mode & 0o001 for parent in folder.parents):
-        shutil.rmtree(folder)
-        pytest.skip(f"{tempfile.gettempdir()} is closed to other users")
-    yield folder / "broker"
-    shutil.rmtree(folder, ignore_errors=True)
+    return open_dir / "broker"
 
 
 def _python_for(account):

@@ -73,18 +73,6 @@ def test_shipped_settings_leave_out_what_the_launcher_sets():
     assert not [line for line in settings if line.split()[0] in LAUNCHER_KEYS]
 
 
-@pytest.fixture
-def open_dir():
-    """A folder any user may enter (pytest's own tmp_path is root's alone), as /srv/... would be."""
-    folder = Path(tempfile.mkdtemp(prefix="edgeopt-broker-test-"))
-    folder.chmod(0o755)
-    if any(not parent.stat().st_mode & 0o001 for parent in folder.parents):
-        shutil.rmtree(folder)
-        pytest.skip(f"{tempfile.gettempdir()} is closed to other users")
-    yield folder
-    shutil.rmtree(folder)
-
-
 def test_mosquitto_keeps_queued_messages_across_a_ctrl_c_and_restart(open_dir):
     if mosquitto_binary() is None:
         pytest.skip("mosquitto is not installed (the embedded broker is tested below)")
