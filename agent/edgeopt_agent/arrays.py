@@ -10,8 +10,11 @@ which checks, before reading a member's data:
 
 each against what is left of the cap (`MAX_ARRAY_BYTES`, 4 GiB by default, or
 ``$EDGEOPT_MAX_ARRAY_BYTES``), and then inflates no more than that: Python's zip reader stops
-at the declared size, and the array is read as exactly the bytes its header declares. Pickled
-(object) arrays are refused as before (`allow_pickle=False`).
+at the declared size, and the array is read as exactly the bytes its header declares. Before
+any of that, what all members declare together must be what a file of its size can sensibly hold:
+at most INFLATION_RATIO times its size on disk, or INFLATION_FLOOR (a zip of zeros deflates about
+1000:1, real data a few times at most), so a small file cannot make the reader inflate gigabytes
+under the cap. Pickled (object) arrays are refused as before (`allow_pickle=False`).
 
 Standard library and numpy only: the board and the host share it.
 """
@@ -35,6 +38,11 @@ MAX_ARRAY_BYTES_ENV = "EDGEOPT_MAX_ARRAY_BYTES"
 NPY_MAGIC = b"\x93NUMPY"
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 _MAX_HEADER_BYTES = 1 << 16
+# What an .npz's members may declare together: INFLATION_RATIO times the file's size, at least
+# INFLATION_FLOOR (np.savez stores members as they are; np.savez_compressed of real data deflates
+# them a few times at most).
+INFLATION_RATIO = 64
+INFLATION_FLOOR = 256 << 20
 _READ_BYTES = 1 << 20
 
 
@@ -83,6 +91,11 @@ def read_arrays(path: Union[str, Path], what: str = "array file", max_bytes: Opt
         duplicated = sorted(n for n, count in collections.Counter(names).items() if count > 1)
         if duplicated:
             raise ValueError(f"member {duplicated[0]!r} is in the archive more than once")
+        declared, size = sum(i.file_size for i in archive.infolist() if not i.is_dir()), path.stat().st_size
+        if declared > max(INFLATION_FLOOR, INFLATION_RATIO * size):
+            raise too_large(f"{what} {path}: its members declare {_size(declared)} in all, more than a file of "
+                            f"{_size(size)} holds ({INFLATION_RATIO}x its size, at least {_size(INFLATION_FLOOR)}); "
+                            f"save it uncompressed (numpy.savez) if it is meant")
         for info in archive.infolist():
             if info.is_dir():
                 continue

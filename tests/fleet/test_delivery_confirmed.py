@@ -47,11 +47,9 @@ def wait_until(predicate, what, timeout=WAIT_S):
 class MinutelyMosquitto(MqttBroker):
     """The local Mosquitto, but saving its state only once a minute."""
 
-    def _write_mosquitto_config(self):
-        path = super()._write_mosquitto_config()
-        text = path.read_text().replace("autosave_on_changes true", "autosave_on_changes false")
-        path.write_text(text.replace(f"autosave_interval {AUTOSAVE_CHANGES}", "autosave_interval 60"))
-        return path
+    def _mosquitto_config(self):
+        text = super()._mosquitto_config().replace("autosave_on_changes true", "autosave_on_changes false")
+        return text.replace(f"autosave_interval {AUTOSAVE_CHANGES}", "autosave_interval 60")
 
 
 @pytest.fixture(params=["saves-on-changes", "saves-every-minute"])

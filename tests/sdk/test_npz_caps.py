@@ -119,3 +119,37 @@ def test_pickled_arrays_are_still_refused(tmp_path):
     np.save(tmp_path / "objects.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
     with pytest.raises(ValueError, match="Python objects"):
         read_arrays(tmp_path / "objects.npy")
+
+
+def streamed_zeros(path, name, size):
+    """An .npz with one float32 member of `size` zero bytes, deflated as it is written (no `size` in memory)."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (size // 4,)})
+    info = zipfile.ZipInfo(name + ".npy")
+    info.compress_type = zipfile.ZIP_DEFLATED
+    with zipfile.ZipFile(path, "w") as archive:
+        with archive.open(info, "w", force_zip64=True) as member:
+            member.write(header.getvalue())
+            for _ in range(size // MiB):
+                member.write(bytes(MiB))
+    return path
+
+
+def test_a_small_file_declaring_far_more_than_it_can_hold_is_refused_under_the_cap(tmp_path, monkeypatch):
+    """Under the 4 GiB cap a file of under a megabyte could still make the reader inflate half a gigabyte:
+    what its members declare together is bounded by its own size first."""
+    bomb = streamed_zeros(tmp_path / "calib.npz", "input", 512 * MiB)
+    assert bomb.stat().st_size < MiB
+    monkeypatch.setattr(zipfile.ZipFile, "open", lambda *a, **k: pytest.fail("a member was inflated"))
+    with pytest.raises(ArrayFileTooLarge) as caught:
+        read_arrays(bomb, "calibration file")
+    message = str(caught.value)
+    assert "declare 512.0 MiB" in message and "64x its size" in message and "numpy.savez" in message
+    assert "\n" not in message
+
+
+def test_a_real_compressed_file_within_the_floor_is_read(tmp_path):
+    data = np.zeros((1024, 1024, 16), dtype=np.float32)  # 64 MiB of zeros: deflates about 1000:1
+    np.savez_compressed(tmp_path / "masks.npz", masks=data)
+    _, arrays = read_arrays(tmp_path / "masks.npz")
+    assert arrays["masks"].shape == data.shape

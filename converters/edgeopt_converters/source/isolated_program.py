@@ -1,12 +1,15 @@
 """An ExportedProgram (.pt2) loaded only in an isolated child: the second wall around a model file.
 
-The first wall (pt2_guard, pt2_expressions) makes sure torch reads nothing of the archive that
-could run code. In case a payload gets past it anyway, the parent process never calls
-`torch.export.load`: a child started by `sandbox` (no network, a private folder as its only
-writable place, CPU-time, memory and file-size limits, and a time limit on every request) loads
-the program and does the three things a conversion needs of it: run it on inputs (the FP32
-reference), export it to ONNX, export it to TFLite. What comes back is data only: arrays in
-uncompressed .npz files read without pickle, and ONNX or TFLite files, checked before use.
+The first wall (pt2_guard and the modules it reads with) makes sure torch reads nothing of the
+archive that could run code. In case a payload gets past it anyway, the parent process never calls
+`torch.export.load`: a child started by `sandbox` (an unprivileged user, no network, a private
+folder as its only writable place and, with bubblewrap, nothing else of the machine visible; memory
+sized from the model's tensors, processes, CPU-time and file-size limits, and a time limit on every
+request, minutes at most) loads the program and does the three things a conversion needs of it: run
+it on inputs (the FP32 reference), export it to ONNX, export it to TFLite. What comes back is data
+only: arrays in uncompressed .npz files read without pickle, and ONNX or TFLite files, checked
+before use. The child's folder lies in one of the parent's own (mode 0711): the child cannot list
+it or put anything beside its own folder, where the parent copies what it reads back.
 """
 from __future__ import annotations
 
@@ -32,12 +35,13 @@ from edgeopt_agent.arrays import read_arrays
 from edgeopt_agent.errors import UserError
 
 from . import sandbox
+from .pt2_guard import tensor_bytes
 
 log = logging.getLogger("edgeopt.convert")
 
 LOAD_SECONDS = float(os.environ.get("EDGEOPT_PT2_LOAD_SECONDS", 120))
-CALL_SECONDS = 900.0
-EXPORT_SECONDS = 3 * 3600.0
+CALL_SECONDS = float(os.environ.get("EDGEOPT_PT2_CALL_SECONDS", 300))
+EXPORT_SECONDS = float(os.environ.get("EDGEOPT_PT2_EXPORT_SECONDS", 20 * 60))
 MAX_ANSWER = 1 << 20
 MAX_FILE_BYTES = 4 << 30  # an exported ONNX or TFLite file (protobuf stops at 2 GB)
 _DTYPES = {"float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"}
@@ -47,11 +51,11 @@ class IsolatedProgram:
     """The program in its child. Called like a module on tensors (returns tensors); `with_constants`
     gives a view that bakes constant arguments in, as `bind_constants` does for a module."""
 
-    def __init__(self, archive: bytes, description: str, limits: sandbox.Limits = sandbox.Limits(),
+    def __init__(self, archive: bytes, description: str, limits: Optional[sandbox.Limits] = None,
                  load_seconds: float = LOAD_SECONDS):
         self.description = description
         self.constants: Optional[List[Tuple[Any, bool]]] = None
-        self._shared = _Child(archive, description, limits)
+        self._shared = _Child(archive, description, limits or sandbox.Limits.for_model(tensor_bytes(archive)))
         try:
             answer = self._shared.ask({"op": "load"}, load_seconds, "loading it")
             self.inputs = _checked_inputs(answer.get("inputs"), description)
@@ -116,21 +120,24 @@ class _Child:
 
     def __init__(self, archive: bytes, description: str, limits: sandbox.Limits):
         self.description = description
-        self.private = Path(tempfile.mkdtemp(prefix="edgeopt-pt2-"))
+        self.home = Path(tempfile.mkdtemp(prefix="edgeopt-pt2-"))
+        self.private = self.home / "child"
         self.counter = 0
         self.stderr = tempfile.TemporaryFile()
         try:
+            os.chmod(self.home, 0o711)
+            self.private.mkdir()
             (self.private / "model.pt2").write_bytes(archive)
             self.isolated = sandbox.isolation(self.private)
             argv = [sys.executable, "-m", "edgeopt_converters.source.pt2_worker", str(self.private)]
             self.process = sandbox.start(argv, self.private, limits, self.isolated, self.stderr)
         except BaseException:  # nothing of the model's copy stays behind
             self.stderr.close()
-            shutil.rmtree(self.private, ignore_errors=True)
+            shutil.rmtree(self.home, ignore_errors=True)
             raise
         self.answers: "queue.Queue[Optional[bytes]]" = queue.Queue()
         threading.Thread(target=self._read_answers, daemon=True).start()
-        self._finalizer = weakref.finalize(self, _stop, self.process, self.isolated, self.private)
+        self._finalizer = weakref.finalize(self, _stop, self.process, self.isolated, self.home)
 
     def _read_answers(self) -> None:
         for line in iter(lambda: self.process.stdout.readline(MAX_ANSWER), b""):
@@ -181,11 +188,24 @@ class _Child:
         if name is None:
             self.counter += 1
             name = f"in_{self.counter}.npz"
-        np.savez(self.private / name, **{f"a{i}": np.ascontiguousarray(a) for i, a in enumerate(arrays)})
+        with self._new_file(name) as handle:
+            np.savez(handle, **{f"a{i}": np.ascontiguousarray(a) for i, a in enumerate(arrays)})
         return name
 
+    def _new_file(self, name: str):
+        """A new file in the child's folder, never opened through a link the child left in its place."""
+        try:
+            os.unlink(self.private / name)
+        except FileNotFoundError:
+            pass
+        try:
+            fd = os.open(self.private / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        except OSError as exc:
+            raise UserError(f"{self.description}: cannot write {name} for the isolated child ({exc.strerror})") from None
+        return os.fdopen(fd, "wb")
+
     def receive_arrays(self, name: str, count: int) -> List[np.ndarray]:
-        copy = self.private.parent / f"{self.private.name}-{name}"  # out of the child's reach while read
+        copy = self.home / name  # out of the child's reach while read
         self.receive_file(name, copy)
         try:
             _, arrays = read_arrays(copy, "the isolated child's answer")  # capped, no pickles
@@ -219,14 +239,14 @@ class _Child:
         self.stderr.close()
 
 
-def _stop(process, isolated: sandbox.Isolation, private: Path) -> None:
+def _stop(process, isolated: sandbox.Isolation, home: Path) -> None:
     sandbox.stop(process, isolated)
     for stream in (process.stdin, process.stdout):
         try:
             stream.close()
         except OSError:
             pass
-    shutil.rmtree(private, ignore_errors=True)
+    shutil.rmtree(home, ignore_errors=True)
 
 
 class IsolatedError(Exception):

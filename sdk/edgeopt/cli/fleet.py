@@ -41,7 +41,8 @@ def guessable_group(group: str) -> bool:
 @click.option("--port", type=click.IntRange(min=1, max=65535), default=1883, show_default=True, help="Port to listen on.")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default="edgeopt-broker",
               show_default=True, help="Where Mosquitto keeps sessions and queued messages across restarts, "
-                                      "and the broker's config and log.")
+                                      "and its log (started as root, the mosquitto account owns it; the "
+                                      "config is handed to Mosquitto in memory, never written there).")
 def broker(host, port, data_dir):
     """Run a local MQTT broker for the fleet until Ctrl-C: Mosquitto with the settings of
     scripts/mosquitto.conf when it is installed, else the embedded broker (MQTT 3.1.1, in memory)."""

@@ -7,16 +7,25 @@ only, in memory) in a child process, so everything also works on a machine witho
 `EDGEOPT_BROKER=amqtt` (or `kind="amqtt"`) forces the embedded one. `edgeopt fleet broker` runs
 one in the foreground with the settings of scripts/mosquitto.conf (`mosquitto_settings`).
 
+Started as root, Mosquitto reads its config as root and then runs as the `mosquitto` account,
+which owns the work dir (its persistence). So nothing root reads or writes may be rewritten by that
+account: the config is never a file, but a sealed memory file handed to Mosquitto by descriptor
+(`-c /dev/fd/N`); the password, ACL and TLS files the listener names must be out of the account's
+reach; the log is opened without following links or blocking and must be a plain file; and root
+hands the account only the work dir and its own persistence files.
+
 Run as a module it is that embedded broker: ``python -m edgeopt.fleet.broker amqtt PORT [HOST]``.
 """
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import pwd
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -32,6 +41,9 @@ MOSQUITTO_USER = "mosquitto"  # whom Mosquitto started as root switches to unles
 SHIPPED_CONFIG = Path(__file__).resolve().parents[3] / "scripts" / "mosquitto.conf"
 # Keys the launcher writes itself: where it listens, who may connect, where it persists, whom it runs as.
 LAUNCHER_KEYS = ("listener", "port", "bind_address", "allow_anonymous", "persistence_location", "user")
+# Settings that name a file Mosquitto reads (as root, or as its account after dropping root).
+FILE_KEYS = ("password_file", "acl_file", "cafile", "capath", "certfile", "keyfile", "crlfile", "dhparamfile",
+             "psk_file", "include_dir", "plugin", "auth_plugin", "plugin_opt_config_file")
 START_TIMEOUT_S = 15.0
 # Save the persistence file after this many changes (queued messages, subscriptions, retained
 # messages) rather than once a minute; scripts/mosquitto.conf ships the same.
@@ -141,6 +153,7 @@ class MqttBroker:
             raise RuntimeError("listener settings need mosquitto, which is not installed")
         self._process: Optional[subprocess.Popen] = None
         self._stays_root = False
+        self._config: Optional[int] = None  # the descriptor Mosquitto reads its config from
 
     @property
     def mqtt_v5(self) -> bool:
@@ -172,9 +185,13 @@ class MqttBroker:
         if port_in_use(self.host, self.port):
             raise BrokerPortInUse(f"port {self.port} on {self.host} is already in use (another broker?); "
                                   f"stop it or pick another port")
-        log = os.fdopen(_open_not_through_links(self.log_path, os.O_APPEND), "ab")
-        self._process = subprocess.Popen(self._command(), stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
-        log.close()
+        log = _open_log(self.log_path)
+        try:
+            self._process = subprocess.Popen(self._command(), stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir,
+                                             pass_fds=() if self._config is None else (self._config,))
+        finally:
+            os.close(log)
+            self._close_config()
         self._wait_until_listening()
         return self
 
@@ -201,31 +218,40 @@ class MqttBroker:
         self._process = None
 
     def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        """The log, when it is a plain file (never blocking on whatever was put in its place)."""
+        try:
+            fd = os.open(self.log_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return ""
+        with os.fdopen(fd, "rb") as log:
+            return log.read().decode(errors="replace") if stat.S_ISREG(os.fstat(fd).st_mode) else ""
 
     def _command(self) -> List[str]:
         if self.kind == "mosquitto":
-            return [self._binary, "-c", str(self._write_mosquitto_config())]
+            self._config = _sealed_file(self._mosquitto_config().encode())
+            return [self._binary, "-c", f"/dev/fd/{self._config}"]
         return [sys.executable, "-m", __name__, "amqtt", str(self.port), self.host]
 
-    def _write_mosquitto_config(self) -> Path:
-        path = self.workdir / "mosquitto.conf"
+    def _close_config(self) -> None:
+        if self._config is not None:
+            os.close(self._config)
+            self._config = None
+
+    def _mosquitto_config(self) -> str:
+        """The config Mosquitto gets, by descriptor: never a file its own account could rewrite."""
         user = self._user_setting()
         self._stays_root = user == "user root"
-        _write_not_through_links(path,
-            "\n".join(
-                [
-                    # Global settings first: per_listener_settings must come before any listener.
-                    *self._settings,
-                    f"persistence_location {self.workdir}/",
-                    user,
-                    f"listener {self.port} {self.host}",
-                    *(self._listener_settings or ["allow_anonymous true"]),
-                    "",
-                ]
-            )
+        return "\n".join(
+            [
+                # Global settings first: per_listener_settings must come before any listener.
+                *self._settings,
+                f"persistence_location {self.workdir}/",
+                user,
+                f"listener {self.port} {self.host}",
+                *(self._listener_settings or ["allow_anonymous true"]),
+                "",
+            ]
         )
-        return path
 
     def _user_setting(self) -> str:
         """Started as root, Mosquitto switches to MOSQUITTO_USER, which "must have read/write access
@@ -239,12 +265,14 @@ class MqttBroker:
             return "user root"
         if not _reachable_by(self.workdir, account.pw_uid, account.pw_gid):
             return "user root"
+        for line in (*self._settings, *self._listener_settings):
+            words = line.split(None, 1)
+            if len(words) == 2 and words[0] in FILE_KEYS:
+                _refuse_if_writable_by(Path(words[1].strip()), account.pw_uid, account.pw_gid, words[0])
         os.chown(self.workdir, account.pw_uid, account.pw_gid)
         for path in self.workdir.glob("mosquitto.db*"):
-            # What that user could have put there is never followed: a link would hand its target over.
-            if path.is_file() and not path.is_symlink():
-                os.chown(path, account.pw_uid, account.pw_gid, follow_symlinks=False)
-        return ""
+            _hand_over(path, account.pw_uid, account.pw_gid)
+        return f"user {MOSQUITTO_USER}"
 
     def _wait_until_listening(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -260,17 +288,83 @@ class MqttBroker:
         raise RuntimeError(f"{self.kind} did not listen on {self.address} within {START_TIMEOUT_S:.0f} s")
 
 
-def _open_not_through_links(path: Path, mode: int) -> int:
-    """A file in the broker's folder, opened for writing without following a link someone put in its
-    place (as root, the folder's files may have been written by the broker's own user)."""
+def _sealed_file(data: bytes) -> int:
+    """A descriptor of a file holding `data` that nobody can change (a sealed memory file; an unlinked
+    temporary file where the system has none)."""
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("mosquitto.conf", os.MFD_ALLOW_SEALING)
+        os.write(fd, data)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
+    else:
+        handle = tempfile.TemporaryFile()
+        handle.write(data)
+        handle.flush()
+        fd = os.dup(handle.fileno())
+        handle.close()
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _open_log(path: Path) -> int:
+    """The broker's log, opened for appending without following a link or blocking on a FIFO someone put in
+    its place (as root, the folder's files may have been written by the broker's own account); it must be
+    a plain file with no other name."""
     if path.is_symlink():
         path.unlink()
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | mode, 0o644)
+    not_plain = UserError(f"the broker's log {path} is not a plain file of its own (a FIFO, device or hard link "
+                          f"was put there?); remove it")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno in (errno.ENXIO, errno.ELOOP):  # a FIFO nobody reads; a link put back in between
+            raise not_plain from None
+        raise UserError(f"cannot open the broker's log {path}: {exc.strerror}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        raise not_plain
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    return fd
 
 
-def _write_not_through_links(path: Path, text: str) -> None:
-    with os.fdopen(_open_not_through_links(path, os.O_TRUNC), "w") as handle:
-        handle.write(text)
+def _hand_over(path: Path, uid: int, gid: int) -> None:
+    """Give a persistence file to the broker's account, through the file itself: never a link, a FIFO,
+    or a file with another name (a hard link to one of root's)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISREG(info.st_mode) and info.st_nlink == 1:
+            os.fchown(fd, uid, gid)
+    finally:
+        os.close(fd)
+
+
+def _refuse_if_writable_by(path: Path, uid: int, gid: int, key: str) -> None:
+    """A file Mosquitto reads must not be one its account can rewrite or replace: not the file, nor a
+    folder above it (a sticky folder lets it replace only what it owns), by the path given or the real one."""
+    given = Path(os.path.abspath(path))
+    chains = [given.parents, Path(os.path.realpath(path)).parents]
+    for part in [Path(os.path.realpath(path)), *chains[0], *chains[1]]:
+        try:
+            info = os.stat(part)
+        except OSError:
+            continue
+        sticky = part.is_dir() and info.st_mode & stat.S_ISVTX and part not in (given, Path(os.path.realpath(path)))
+        if _may_write(info, uid, gid) and not sticky:
+            raise UserError(f"{key} {path}: the {MOSQUITTO_USER} account can change {part} (owner {info.st_uid}, "
+                            f"mode {stat.filemode(info.st_mode)}); make it root's and not writable by that account "
+                            f"(edgeopt fleet provision does so for its password and ACL files)")
+
+
+def _may_write(info: os.stat_result, uid: int, gid: int) -> bool:
+    if info.st_uid == uid:
+        return bool(info.st_mode & stat.S_IWUSR)
+    if info.st_gid == gid:
+        return bool(info.st_mode & stat.S_IWGRP)
+    return bool(info.st_mode & stat.S_IWOTH)
 
 
 def _serve_amqtt(port: int, host: str = "127.0.0.1") -> None:

@@ -72,7 +72,7 @@ def test_shipped_mosquitto_config_saves_on_changes_like_the_local_broker(tmp_pat
         text = (SCRIPTS / name).read_text()
         assert re.search(r"^autosave_on_changes true$", text, re.M), name
         assert int(re.search(r"^autosave_interval (\d+)$", text, re.M).group(1)) == AUTOSAVE_CHANGES, name
-    assert f"autosave_interval {AUTOSAVE_CHANGES}" in MqttBroker(tmp_path / "local")._write_mosquitto_config().read_text()
+    assert f"autosave_interval {AUTOSAVE_CHANGES}" in MqttBroker(tmp_path / "local")._mosquitto_config()
 
 
 def _client(port, client_id, session_expiry=None):
