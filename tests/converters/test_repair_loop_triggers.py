@@ -65,3 +65,19 @@ def test_a_verdict_left_open_is_judged_again_on_the_data_max_eval_samples_left_o
     assert np.array_equal(ctx.reference[0], rows * 2)
     assert open_.accuracy.verdict == "ok" and settled.accuracy.verdict == "ok"
     assert ctx.notes and ctx.notes[0].startswith("onnx-int8: unresolved on 10 evaluation samples")
+
+
+def test_a_follow_up_that_raises_leaves_the_artifact_as_built_and_judged(monkeypatch):
+    from edgeopt_converters.precision import follow_ups
+
+    def broken(ctx, record, validate, progress):
+        raise ValueError("the sensitivity pass met a graph it cannot read")
+
+    monkeypatch.setitem(follow_ups.FOLLOW_UPS, "quantize-onnx-static", broken)
+    record = _record("failed", ("failed", 0.05, None))
+    record.planned.main_step = SimpleNamespace(name="quantize-onnx-static")
+    record.info = {"inputs_of": {}}
+    ctx = SimpleNamespace(options=SimpleNamespace(strict=False), warnings=[])
+    assert follow_ups.follow_up(ctx, record, None, None) == (record, [])
+    assert ctx.warnings == ["onnx-int8: what follows its verdict failed (ValueError: the sensitivity pass met a graph "
+                            "it cannot read); it stands as built and judged"]

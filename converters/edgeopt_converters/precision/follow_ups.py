@@ -4,6 +4,7 @@ its weights are checked for really being INT8; a failed FP16 names the ops that 
 that failed falls back to dynamic range, and one nearly FP32's size is flagged as not quantized."""
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -21,6 +22,7 @@ from .sensitivity import node_sensitivity
 Validate = Callable[[PlannedArtifact, Path], tuple]
 FollowUp = Callable[[ConversionContext, ArtifactRecord, Validate, ProgressReporter],
                     Tuple[ArtifactRecord, List[PlannedArtifact]]]
+log = logging.getLogger("edgeopt.convert")
 TFLITE_INT8_MAX_SIZE = 0.6  # of the FP32 file: INT8 weights take about a quarter
 
 
@@ -28,7 +30,19 @@ def follow_up(ctx: ConversionContext, record: ArtifactRecord, validate: Validate
               progress: ProgressReporter) -> Tuple[ArtifactRecord, List[PlannedArtifact]]:
     """(the record, checked or repaired; artifacts to build next) for the step that wrote the artifact."""
     action = FOLLOW_UPS.get(record.planned.main_step.name)
-    return action(ctx, record, validate, progress) if action else (record, [])
+    if action is None:
+        return record, []
+    try:
+        return action(ctx, record, validate, progress)
+    except Exception as exc:  # the artifact was built and judged: what follows it must not lose it
+        if ctx.options.strict:
+            raise
+        log.debug("follow-up of %s failed", record.planned.key, exc_info=True)
+        cause = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        ctx.warnings.append(f"{record.planned.key}: what follows its verdict failed ({type(exc).__name__}: {cause}); "
+                            f"it stands as built and judged")
+        record.info.pop("inputs_of", None)
+        return record, []
 
 
 def _variants_for_architecture(ctx: ConversionContext, record: ArtifactRecord, validate: Validate,
