@@ -104,8 +104,15 @@ def test_classes_with_too_few_samples_are_unresolved_and_say_how_many_more():
     assert "cannot resolve a 1-point budget" in judged.reason
 
 
+def _confident(count, classes=10):
+    """Logits whose top class FP32 is sure of (about 0.9 of the probability)."""
+    ref = RNG.standard_normal((count, classes)).astype(np.float32)
+    ref[np.arange(count), RNG.integers(0, classes, count)] += 5
+    return ref
+
+
 def test_classes_decided_both_ways_on_enough_samples():
-    ref = RNG.standard_normal((2000, 10)).astype(np.float32)
+    ref = _confident(2000)
     assert compare([ref], [noisy(ref, 1e-4)], names=["logits"]).verdict == "ok"
     shuffled = ref.copy()
     shuffled[:200] = RNG.standard_normal((200, 10))  # ~9 % of decisions move
@@ -406,9 +413,9 @@ def test_exact_fp32_export_is_ok_on_few_samples():
 
 
 def test_budget_comes_from_the_tolerances():
-    ref = RNG.standard_normal((1000, 10)).astype(np.float32)
+    ref = _confident(1000)
     cand = ref.copy()
-    cand[:30] = RNG.standard_normal((30, 10))  # ~2.7 % of decisions move
+    cand[:30] = RNG.standard_normal((30, 10))  # ~2.7 % of confident decisions move
     assert compare([ref], [cand], names=["logits"], tolerances=Tolerances(budget_points=10)).verdict == "ok"
     assert compare([ref], [cand], names=["logits"], tolerances=Tolerances(budget_points=0.5)).verdict == "failed"
 
@@ -493,3 +500,25 @@ def test_a_detector_whose_scores_are_crushed_is_not_excellent_though_its_boxes_a
 
     kept = ref + rng.normal(0, 1e-4, ref.shape).astype(np.float32)
     assert compare([ref], [kept], names=["output0"]).excellent
+
+
+def test_without_labels_a_flip_costs_what_fp32_believed_of_the_two_classes():
+    """Expected top-1 accuracy lost by FP32's own probabilities: flips between classes FP32 could not tell
+    apart cost next to nothing (an INT8 MobileNetV2 changed 13.7 % of the top-1 answers on crops of three
+    photographs, most of them between near-tied classes), flips away from confident answers a whole sample."""
+    count = 1000
+    ref = np.zeros((count, 10), np.float32)
+    ref[:, 0], ref[:, 1] = 2.0, 2.0 - 1e-3  # two classes FP32 cannot tell apart
+    swapped = ref.copy()
+    swapped[:150, 1] += 2e-3  # 15 % of the answers move to the other of the two
+    near_ties = compare([ref], [swapped], names=["logits"]).outputs[0]
+    assert near_ties.figures["top1_changed_pct"] == pytest.approx(15)
+    assert near_ties.verdict == "ok" and near_ties.figures["expected_top1_lost_pct"] < 0.01
+    assert "weighed by FP32's own probabilities" in near_ties.reason
+
+    sure = np.zeros((count, 10), np.float32)
+    sure[:, 0] = 8.0
+    flipped = sure.copy()
+    flipped[:150, 3] = 20.0  # 15 % of confident answers replaced
+    lost = compare([sure], [flipped], names=["logits"]).outputs[0]
+    assert lost.verdict == "failed" and lost.figures["expected_top1_lost_pct"] == pytest.approx(15, abs=0.1)

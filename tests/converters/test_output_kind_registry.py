@@ -141,8 +141,10 @@ def test_bins_accept_a_wobble_that_changes_top1_but_not_the_decoded_pitch():
     cand = salience(pitch, noise=0.004, rng=np.random.default_rng(1))
     shift = np.abs(decode(ref)[0] - decode(cand)[0])
     assert shift.max() < 0.2
-    old = compare([ref], [cand], names=["output_0"], kinds=decide_kinds(["output_0"], [ref], {"output_0": "classes"}))
-    assert old.outputs[0].figures["top1_agreement"] < 90 and old.verdict == "failed"
+    as_classes = compare([ref], [cand], names=["output_0"],
+                         kinds=decide_kinds(["output_0"], [ref], {"output_0": "classes"})).outputs[0]
+    assert as_classes.figures["top1_agreement"] < 90, "most frames flip their argmax"
+    assert as_classes.figures["expected_top1_lost_pct"] < 1, "between bins FP32 itself could not tell apart"
     judged = compare([ref], [cand], names=["output_0"]).outputs[0]
     assert judged.kind.kind == "bins" and judged.verdict == "ok", judged.reason
     assert judged.figures["rows_moved"] == 0 and judged.figures["decoded_shift_max_bins"] < 0.2

@@ -20,8 +20,9 @@ class Bounds:
     high: float
 
 
-def wilson(successes: int, trials: int, z: float = Z_ONE_SIDED_95) -> Bounds:
-    """Wilson score bounds of a binomial proportion; trials == 0 says nothing: [0, 1]."""
+def wilson(successes: float, trials: int, z: float = Z_ONE_SIDED_95) -> Bounds:
+    """Wilson score bounds of a binomial proportion (or of the mean of a variable in [0, 1], whose variance is
+    at most a proportion's: `successes` its sum); trials == 0 says nothing: [0, 1]."""
     if trials <= 0:
         return Bounds(0.0, 0.0, 1.0)
     p = successes / trials

@@ -205,7 +205,37 @@ def judge_classes(name, kind, ref, cand, labels, tol: Tolerances) -> Judgement:
         if (ref_top == cand_top).all() and _numerically_equal(figures, tol):
             return _sqnr_beside(counted(name, kind, figures, 0, len(ref), "top-1 changed", tol))
         return _sqnr_beside(_against_budget(name, kind, figures, bounds, len(ref), "top-1 accuracy lost", tol))
-    return _sqnr_beside(counted(name, kind, figures, int((ref_top != cand_top).sum()), len(ref), "top-1 changed", tol))
+    changed = int((ref_top != cand_top).sum())
+    if changed == 0:
+        return _sqnr_beside(counted(name, kind, figures, changed, len(ref), "top-1 changed", tol))
+    return _sqnr_beside(_expected_accuracy_lost(name, kind, figures, ref, ref_top, cand_top, tol))
+
+
+def _expected_accuracy_lost(name, kind, figures, ref, ref_top, cand_top, tol: Tolerances) -> Judgement:
+    """Without labels, the top-1 accuracy an artifact is expected to lose by FP32's own probabilities: a
+    sample counts p(FP32's class) - p(the artifact's class) under FP32's softmax, so a flip between two
+    classes FP32 could not tell apart costs nearly nothing and a flip away from a confident answer nearly a
+    whole sample. It is what the accuracy would lose were FP32's probabilities right, and never more than the
+    share of changed answers. Its 95 % bound is Wilson's, as for a count (a [0, 1] variable of that mean varies
+    at most as much)."""
+    probs = _as_probabilities(ref.reshape(len(ref), -1).astype(np.float64))
+    rows = np.arange(len(ref))
+    lost = np.clip(probs[rows, ref_top] - probs[rows, cand_top], 0.0, 1.0)
+    changed = int((ref_top != cand_top).sum())
+    figures["top1_changed_pct"] = changed / len(ref) * 100
+    figures["expected_top1_lost_pct"] = float(lost.mean() * 100)
+    bounds = intervals.wilson(float(lost.sum()), len(ref))
+    judged = _against_budget(name, kind, figures, bounds, len(ref), "expected top-1 accuracy lost", tol)
+    return replace(judged, reason=f"{judged.reason}; top-1 changed on {changed} of {len(ref)} samples, weighed by "
+                                  f"FP32's own probabilities (no labels)")
+
+
+def _as_probabilities(scores: np.ndarray) -> np.ndarray:
+    """Rows that are already a distribution as they are; logits through a softmax."""
+    if scores.min() >= 0 and np.allclose(scores.sum(1), 1.0, atol=1e-3):
+        return scores
+    shifted = np.exp(scores - scores.max(1, keepdims=True))
+    return shifted / shifted.sum(1, keepdims=True)
 
 
 def _sqnr_beside(judged: Judgement) -> Judgement:
