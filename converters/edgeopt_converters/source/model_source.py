@@ -18,6 +18,7 @@ from typing import List, Optional
 from edgeopt_agent.errors import UserError, require
 from edgeopt_agent.files import sha256_file
 
+from ..progress import ProgressReporter
 from .examples import load_example
 from .hashing import update_with_weights
 from .isolated_program import IsolatedError, IsolatedProgram
@@ -33,9 +34,10 @@ def _torch():
     return require("torch", "convert", "loading PyTorch models")
 
 
-def load_source(spec: str, weights: Optional[Path] = None, trust_model_code: bool = False) -> SourceModel:
+def load_source(spec: str, weights: Optional[Path] = None, trust_model_code: bool = False,
+                progress: ProgressReporter = ProgressReporter()) -> SourceModel:
     if spec.startswith("example:"):
-        return load_example(spec[len("example:"):])
+        return load_example(spec[len("example:"):], progress)
     if ".py:" in spec:
         path_text, factory = spec.rsplit(":", 1)
         return _load_factory(Path(path_text), factory, weights)

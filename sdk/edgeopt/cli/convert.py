@@ -58,6 +58,7 @@ def convert(model, as_json, **options):
         click.echo(json.dumps(manifest, indent=2))
         return
     with reporter:
+        reporter.say(f"convert {model} for {options['device']} into {options['output_dir']}")
         manifest = run(model, progress=reporter, **options)
     print_summary(manifest, options["output_dir"])
 

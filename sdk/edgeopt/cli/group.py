@@ -55,7 +55,9 @@ def run(argv=None) -> int:
     try:
         # Without standalone mode click returns ctx.exit()'s code instead of exiting.
         code = cli.main(args=argv, prog_name="edgeopt", standalone_mode=False)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):  # click's own wrapping of Ctrl-C: the caller's to handle
+            raise exc.__cause__ from None
         click.echo("aborted", err=True)
         return 130
     except click.ClickException as exc:
@@ -68,9 +70,6 @@ def run(argv=None) -> int:
             traceback.print_exc()
         click.echo(f"error: {exc}", err=True)
         return 2
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        return 130
     except Exception as exc:  # an internal bug: say so, keep the traceback for -v
         if verbose:
             traceback.print_exc()
