@@ -171,10 +171,11 @@ class LineProgress(ProgressReporter):
             self._activity.last_line = self._clock()
 
     def _beat_loop(self) -> None:
-        while not self._stop.wait(min(1.0, self.beat_s / 4)):
+        period = min(1.0, self.beat_s / 4)
+        while not self._stop.wait(period):
             with self._lock:
                 quiet = self._clock() - self._activity.last_line
-            if quiet >= self.beat_s:
+            if quiet + period >= self.beat_s:  # the next look would come too late
                 self._line(self.beat_line())
 
     def beat_line(self) -> str:

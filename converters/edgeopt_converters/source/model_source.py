@@ -27,7 +27,7 @@ from .isolated_program import IsolatedError, IsolatedProgram
 from .pt2_guard import checked_archive
 from .source_model import SourceModel
 from .tensors import InputSpec
-from .user_code import user_function
+from .user_code import torchvision_problem, user_function
 
 def _torch():
     return require("torch", "convert", "loading PyTorch models")
@@ -95,7 +95,7 @@ def _load_factory(path: Path, factory: str, weights: Optional[Path]) -> SourceMo
     try:
         model = fn()
     except Exception as exc:
-        raise UserError(f"the factory {path}:{factory}() raised {type(exc).__name__}: {exc}") from exc
+        raise UserError(torchvision_problem(exc) or f"the factory {path}:{factory}() raised {type(exc).__name__}: {exc}") from exc
     if not isinstance(model, torch.nn.Module):
         raise UserError(f"{path}:{factory}() returned {type(model).__name__}, expected a torch.nn.Module")
     digest = hashlib.sha256(path.read_bytes())

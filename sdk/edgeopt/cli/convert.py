@@ -50,7 +50,7 @@ def _click_type(spec):
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON instead of the summary table.")
 def convert(model, as_json, **options):
     from edgeopt.api import convert as run
-    from edgeopt_converters.progress import ProgressReporter, terminal_progress
+    from edgeopt_converters.progress import LineProgress, ProgressReporter, terminal_progress
 
     reporter = ProgressReporter() if as_json else terminal_progress()
     if as_json:
@@ -58,7 +58,8 @@ def convert(model, as_json, **options):
         click.echo(json.dumps(manifest, indent=2))
         return
     with reporter:
-        reporter.say(f"convert {model} for {options['device']} into {options['output_dir']}")
+        if isinstance(reporter, LineProgress):  # a log's first line, before the libraries take their seconds
+            reporter.say(f"convert {model} for {options['device']} into {options['output_dir']}")
         manifest = run(model, progress=reporter, **options)
     print_summary(manifest, options["output_dir"])
 
