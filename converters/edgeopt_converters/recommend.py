@@ -108,7 +108,7 @@ def _by_measurement(usable, profile: DeviceProfile) -> Tuple[str, str]:
         elif speedup is None:
             slow.append(f"{r.planned.key} (no FP32 of its format to compare with)")
         elif speedup.low < MIN_SPEEDUP:
-            slow.append(f"{r.planned.key} ({speedup.estimate:.2f}x FP32, 95% {speedup.low:.2f}-{speedup.high:.2f})")
+            slow.append(f"{r.planned.key} ({speedup.text()} over FP32, 95%)")
         else:
             eligible.append(r)
     if not eligible:
@@ -120,7 +120,7 @@ def _by_measurement(usable, profile: DeviceProfile) -> Tuple[str, str]:
     timing = best.host_timing
     shown = f"p50 {timing.p50_ms:.3f} ms over {timing.rounds} interleaved rounds"
     if timing.speedup:
-        shown += f", {timing.speedup.estimate:.2f}x FP32 (95% {timing.speedup.low:.2f}-{timing.speedup.high:.2f})"
+        shown += f", {timing.speedup.text()} over FP32 (95%)"
     reason = f"fastest measured on this {profile.cpu.arch} host among artifacts that pass their accuracy verdict: {shown}"
     if len(tied) > 1:
         open_ = [text for r, (decided, text) in undecided if not decided]

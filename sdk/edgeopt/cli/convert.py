@@ -107,11 +107,12 @@ def points(loss: float) -> str:
 
 
 def _speedup(timing: dict) -> str:
+    from edgeopt_converters.cost.host_timing import speedup_text  # the one format, also the recommendation's
+
     speedup = timing.get("speedup")
     if speedup:
-        low, high = speedup["interval"]
-        return f"{speedup['estimate']:.2f}x [{low:.2f}, {high:.2f}]"
-    return _fmt(timing.get("speedup_vs_fp32"), "{:.2f}x")
+        return speedup_text(speedup["estimate"], *speedup["interval"])
+    return "-" if timing.get("speedup_vs_fp32") is None else speedup_text(timing["speedup_vs_fp32"])
 
 
 def _few(names, shown: int = 12) -> str:

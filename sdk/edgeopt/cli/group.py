@@ -9,6 +9,7 @@ import traceback
 import click
 
 from ..errors import UserError
+from . import output
 
 # (module under edgeopt.cli, command attribute); imported lazily so `edgeopt --help` stays fast.
 COMMANDS = {
@@ -38,12 +39,16 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-v", "--verbose", is_flag=True, help="Show debug logs and full tracebacks.")
+@click.option("--wide", is_flag=True,
+              help="Piped into a file or a program, draw tables with every row on one line (default: "
+                   f"{output.PIPE_WIDTH} columns, or COLUMNS).")
 @click.version_option(package_name="edgeopt")
 @click.pass_context
-def cli(ctx: click.Context, verbose: bool) -> None:
+def cli(ctx: click.Context, verbose: bool, wide: bool) -> None:
     """Quantize and export PyTorch models for edge boards, and benchmark them."""
     ctx.ensure_object(dict)
     ctx.obj["verbose"] = verbose
+    output.wide = wide
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",

@@ -4,6 +4,8 @@ from __future__ import annotations
 from importlib import metadata, resources
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from edgeopt_converters.cost.host_timing import speedup_text
+
 from .analysis_sections import profile_section, roofline_section
 from .charts import INVALID_MARK, LatencyRow, Point, Series, latency_chart, legend, scatter_chart, time_chart
 from .compare import ArtifactView, ResultView, artifact_views, colors, format_marker, result_views
@@ -433,7 +435,8 @@ def _artifact_row(a: ArtifactView, predicted: bool) -> str:
              f"<td>{esc(a.scheme or '-')}</td>"]
     cells.append(f'<td class="num">{esc(size(a.size_bytes))}</td>')
     cells.append(f"<td>{_verdict_pill(a.verdict, a.verdict_reason)}</td>")
-    host = (short(a.host_p50), short(a.speedup, "×")) if predicted else (short(a.host_p50), short(a.host_p90), short(a.speedup, "×"))
+    speedup = "-" if a.speedup is None else speedup_text(a.speedup, *(a.speedup_interval or (None, None)), times="×")
+    host = (short(a.host_p50), speedup) if predicted else (short(a.host_p50), short(a.host_p90), speedup)
     cells += [f'<td class="num">{esc(v)}</td>' for v in (
         short(a.top1_accuracy), short(a.top1_agreement), signed(a.drop)) + host]
     if predicted:
