@@ -115,6 +115,12 @@ class LineProgress(ProgressReporter):
         self._activity = _Activity(idle_since=clock(), last_line=clock())
         self._stop = threading.Event()
         self._beat: Optional[threading.Thread] = None
+        self._headline: Optional[str] = None
+
+    def headline(self, text: str) -> None:
+        """A first line (what runs), written with the next line, so a mistake found at once is still
+        one line (`error: ...`) and a run that goes on says first what it is."""
+        self._headline = text
 
     def __enter__(self):
         self._stop.clear()
@@ -166,6 +172,8 @@ class LineProgress(ProgressReporter):
 
     def _line(self, text: str) -> None:
         with self._lock:
+            if self._headline is not None:
+                text, self._headline = f"{self._headline}\n{text}", None
             self.stream.write(text + "\n")
             self.stream.flush()
             self._activity.last_line = self._clock()

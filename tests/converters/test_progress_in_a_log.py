@@ -153,3 +153,15 @@ def test_a_conversion_in_a_log_never_goes_quiet_for_a_beat(tmp_path):
     assert max(gaps) < 0.3 + 1.0, list(zip(gaps, lines + ["(summary)"]))
     assert "export ONNX FP32: started" in lines
     assert any(line.startswith("export ONNX FP32: ") and line.endswith(" so far") for line in lines), lines
+
+
+def test_the_headline_comes_with_the_first_line_and_not_alone():
+    log = io.StringIO()
+    progress = LineProgress(log)
+    progress.headline("convert model.py:build for rpi4 into out")
+    assert log.getvalue() == ""  # a mistake found now is the only line
+    with progress.step("FP32 reference", 2) as advance:
+        advance(2)
+    assert log.getvalue().splitlines()[:2] == ["convert model.py:build for rpi4 into out",
+                                               "FP32 reference: started (2 samples)"]
+    assert log.getvalue().count("convert model.py") == 1

@@ -58,8 +58,8 @@ def convert(model, as_json, **options):
         click.echo(json.dumps(manifest, indent=2))
         return
     with reporter:
-        if isinstance(reporter, LineProgress):  # a log's first line, before the libraries take their seconds
-            reporter.say(f"convert {model} for {options['device']} into {options['output_dir']}")
+        if isinstance(reporter, LineProgress):
+            reporter.headline(f"convert {model} for {options['device']} into {options['output_dir']}")
         manifest = run(model, progress=reporter, **options)
     print_summary(manifest, options["output_dir"])
 

@@ -55,6 +55,14 @@ def cli(ctx: click.Context, verbose: bool, wide: bool) -> None:
     )
 
 
+def usage_error(exc: click.ClickException) -> str:
+    """click's message as edgeopt says errors (`error: missing option '--device' (see: edgeopt convert --help)`)."""
+    message = exc.format_message().strip().rstrip(".")
+    message = message[:1].lower() + message[1:]
+    context = getattr(exc, "ctx", None)
+    return f"{message} (see: {context.command_path} --help)" if context is not None else message
+
+
 def run(argv=None) -> int:
     verbose = "-v" in (argv or sys.argv[1:]) or "--verbose" in (argv or sys.argv[1:])
     try:
@@ -65,8 +73,8 @@ def run(argv=None) -> int:
             raise exc.__cause__ from None
         click.echo("aborted", err=True)
         return 130
-    except click.ClickException as exc:
-        exc.show()
+    except click.ClickException as exc:  # a mistake in the command line: one line in the same style as the rest
+        click.echo(f"error: {usage_error(exc)}", err=True)
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return exc.exit_code
