@@ -146,12 +146,14 @@ def phases_line(manifest: dict) -> str:
 
 
 def print_summary(manifest: dict, output_dir: str) -> None:
+    from ..report.text import size  # "13.5 MiB": short enough for a row on one line at 100 columns
+
     rows = []
     for a in manifest["artifacts"]:
         acc, timing = a["accuracy"], a["host_timing"] or {}
         rows.append([
             a["key"] + (" *" if a["recommended"] else ""),
-            f"{a['size_bytes'] / 1024:.0f} KiB",
+            size(a["size_bytes"]),
             _verdict(acc),
             _worst(acc),
             _fmt(acc["top1_accuracy"]),
@@ -159,7 +161,7 @@ def print_summary(manifest: dict, output_dir: str) -> None:
             _speedup(timing),
         ])
     for failed in manifest.get("failed_artifacts") or []:
-        rows.append([failed["key"], "-", "repaired" if failed.get("repaired") else "failed", _clip(failed["cause"], 40),
+        rows.append([failed["key"], "-", "repaired" if failed.get("repaired") else "failed", _clip(failed["cause"], 32),
                      "-", "-", "-"])
     out = console()
     basis = manifest["recommendation"]["basis"]
