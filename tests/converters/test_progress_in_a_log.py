@@ -8,6 +8,7 @@ import pytest
 
 import edgeopt
 from edgeopt_converters.progress import LineProgress, RichProgress, duration
+from model_files import write_slow_export_factory
 
 
 class TimedLog(io.StringIO):
@@ -111,41 +112,18 @@ def test_durations_read_as_a_person_says_them(seconds, said):
     assert duration(seconds) == said
 
 
-SLOW_EXPORT = """
-import time
-
-import torch
-from torch import nn
-
-
-class SlowToExport(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(8, 4)
-
-    def forward(self, x):
-        if torch.onnx.is_in_onnx_export():
-            time.sleep(1.5)  # one long call inside the export step, as a big model's export is
-        return self.fc(x)
-
-
-def build():
-    torch.manual_seed(0)
-    return SlowToExport()
-"""
 
 
 @pytest.mark.slow
 def test_a_conversion_in_a_log_never_goes_quiet_for_a_beat(tmp_path):
     import numpy as np
 
-    model = tmp_path / "slow.py"
-    model.write_text(SLOW_EXPORT)
+    model = write_slow_export_factory(tmp_path / "slow.py", 1.5)
     np.save(tmp_path / "calib.npy", np.random.default_rng(0).standard_normal((16, 8)).astype(np.float32))
     log = TimedLog()
     started = time.monotonic()
     with LineProgress(log, beat_s=0.3) as progress:
-        edgeopt.convert(f"{model}:build", device="x86-64", output_dir=tmp_path / "out", progress=progress,
+        edgeopt.convert(model, device="x86-64", output_dir=tmp_path / "out", progress=progress,
                         formats=["onnx"], precisions=["fp32"], calibration=tmp_path / "calib.npy", time_on_host=False)
     ended = time.monotonic()
     lines = log.getvalue().splitlines()

@@ -9,29 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from model_files import write_slow_export_factory
+
 EDGEOPT = str(Path(sys.executable).with_name("edgeopt"))
 
-STUCK_EXPORT = """
-import time
-
-import torch
-from torch import nn
-
-
-class StuckInExport(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(8, 4)
-
-    def forward(self, x):
-        if torch.onnx.is_in_onnx_export():
-            time.sleep(120)  # a very slow export, stopped by the signal
-        return self.fc(x)
-
-
-def build():
-    return StuckInExport()
-"""
 
 
 def _until(process, text, timeout_s=180):
@@ -50,13 +31,13 @@ def _until(process, text, timeout_s=180):
 @pytest.mark.slow
 @pytest.mark.parametrize("signum, code, said", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
 def test_a_signal_mid_conversion_leaves_no_build_folder(tmp_path, signum, code, said):
-    (tmp_path / "stuck.py").write_text(STUCK_EXPORT)
+    model = write_slow_export_factory(tmp_path / "stuck.py", 120)  # stopped by the signal long before
     np.save(tmp_path / "calib.npy", np.zeros((4, 8), np.float32))
     out = tmp_path / "out"
     out.mkdir()  # the user's own folder: it stays, only what the run made goes
     (out / "notes.txt").write_text("mine")
     process = subprocess.Popen(
-        [EDGEOPT, "convert", f"{tmp_path / 'stuck.py'}:build", "--device", "x86-64", "-o", str(out), "--format", "onnx",
+        [EDGEOPT, "convert", model, "--device", "x86-64", "-o", str(out), "--format", "onnx",
          "--precision", "fp32", "--calibration", str(tmp_path / "calib.npy"), "--no-timing"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # a background job would ignore SIGINT
