@@ -1,10 +1,21 @@
 """Fixtures shared by the whole suite."""
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 import model_files
 from mqtt_broker import MqttBroker
+
+
+def pytest_configure(config):
+    """SIGTERM (a CI job's timeout, `kill`) stops the suite as Ctrl-C does: pytest prints its summary."""
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
 
 
 @pytest.fixture

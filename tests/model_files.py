@@ -182,3 +182,31 @@ def save_double_softmax_onnx(path):
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
     return path
+
+
+def write_slow_export_factory(path, seconds):
+    """A file.py whose `build` returns a Linear(8, 4) that sleeps `seconds` inside torch.onnx.export: one
+    long call in the export step, as a big model's export is. Returns the `file.py:build` spec."""
+    path.write_text(f"""
+import time
+
+import torch
+from torch import nn
+
+
+class SlowToExport(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        if torch.onnx.is_in_onnx_export():
+            time.sleep({seconds})
+        return self.fc(x)
+
+
+def build():
+    torch.manual_seed(0)
+    return SlowToExport()
+""")
+    return f"{path}:build"

@@ -60,7 +60,7 @@ def convert(model: Any, opts: ConvertOptions, progress: ProgressReporter = Progr
         raise UserError(f"unknown output kind {', '.join(unknown)}; choose one of {', '.join(acc.KINDS)}")
     profile = load_profile(opts.device)
     metric = load_metric(opts.metric, opts.max_metric_drop) if opts.metric else None
-    source = _source(model, opts)
+    source = _source(model, opts, progress)
     try:
         return _convert(source, profile, metric, opts, progress, started)
     finally:
@@ -295,9 +295,9 @@ def _measured_on_host(profile: DeviceProfile, timed: bool) -> Tuple[bool, str]:
     return True, ""
 
 
-def _source(model: Any, opts: ConvertOptions) -> SourceModel:
+def _source(model: Any, opts: ConvertOptions, progress: ProgressReporter) -> SourceModel:
     if isinstance(model, (str, os.PathLike)):
-        return load_source(str(model), opts.weights, opts.trust_model_code)
+        return load_source(str(model), opts.weights, opts.trust_model_code, progress)
     torch = require("torch", "convert")
     if isinstance(model, torch.nn.Module):
         digest = hashlib.sha256()

@@ -21,7 +21,7 @@ from edgeopt_agent import runtimes
 from edgeopt_agent.profiles import DeviceProfile
 
 from .accuracy import OK, UNRESOLVED
-from .cost.host_timing import ratio_interval
+from .cost.host_timing import ratio_interval, speedup_text
 
 MIN_SPEEDUP = 1.05  # a lower precision must be shown at least this much faster than FP32 to be chosen
 NOTHING_QUANTIZED = 0.9  # an "INT8" artifact whose weights take this share of FP32's is not offered at all
@@ -108,7 +108,7 @@ def _by_measurement(usable, profile: DeviceProfile) -> Tuple[str, str]:
         elif speedup is None:
             slow.append(f"{r.planned.key} (no FP32 of its format to compare with)")
         elif speedup.low < MIN_SPEEDUP:
-            slow.append(f"{r.planned.key} ({speedup.estimate:.2f}x FP32, 95% {speedup.low:.2f}-{speedup.high:.2f})")
+            slow.append(f"{r.planned.key} ({speedup.text()} over FP32, 95%)")
         else:
             eligible.append(r)
     if not eligible:
@@ -120,7 +120,7 @@ def _by_measurement(usable, profile: DeviceProfile) -> Tuple[str, str]:
     timing = best.host_timing
     shown = f"p50 {timing.p50_ms:.3f} ms over {timing.rounds} interleaved rounds"
     if timing.speedup:
-        shown += f", {timing.speedup.estimate:.2f}x FP32 (95% {timing.speedup.low:.2f}-{timing.speedup.high:.2f})"
+        shown += f", {timing.speedup.text()} over FP32 (95%)"
     reason = f"fastest measured on this {profile.cpu.arch} host among artifacts that pass their accuracy verdict: {shown}"
     if len(tied) > 1:
         open_ = [text for r, (decided, text) in undecided if not decided]
@@ -137,8 +137,8 @@ def _against(record, fastest) -> Tuple[bool, str]:
     mine, theirs = record.host_timing, fastest.host_timing
     if len(mine.round_ms) >= 2 and len(mine.round_ms) == len(theirs.round_ms):
         ratio = ratio_interval(list(mine.round_ms), list(theirs.round_ms))  # > 1: `fastest` takes less time
-        return ratio.low > 1.0, (f"{fastest.planned.key} {ratio.estimate:.2f}x as fast as {record.planned.key}, "
-                                 f"95% {ratio.low:.2f}-{ratio.high:.2f}")
+        return ratio.low > 1.0, (f"{fastest.planned.key} {speedup_text(ratio.estimate, ratio.low, ratio.high)} as fast "
+                                 f"as {record.planned.key} (95%)")
     gap = mine.p50_ms / theirs.p50_ms if theirs.p50_ms > 0 else float("inf")
     return gap > TIE, f"{fastest.planned.key} {gap:.2f}x as fast as {record.planned.key} by their medians"
 

@@ -50,8 +50,9 @@ def test_a_state_dict_file_given_as_the_model_says_to_use_it_as_weights(tmp_path
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1
-    assert "checkpoint saved with torch.save" in errors[0] and f"--weights {tmp_path / 'model.pth'}" in errors[0]
-    assert "TorchScript" not in errors[0]
+    assert "holds weights without the model's code (a state_dict)" in errors[0]
+    assert "file.py:factory" in errors[0] and f"--weights {tmp_path / 'model.pth'}" in errors[0]
+    assert "TorchScript" not in errors[0] and "--trust-model-code" not in errors[0]
 
 
 def test_a_torchscript_file_is_still_told_apart(tmp_path, capsys):

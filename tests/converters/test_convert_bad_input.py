@@ -56,7 +56,7 @@ def test_corrupt_torchscript_is_refused(run, tmp_path):
     bad = tmp_path / "model.pt"
     bad.write_bytes(b"PK\x03\x04 broken zip")
     assert_user_error(*run(bad, "--device", "x86-64", "--input-shape", "1,3,16,16", "--trust-model-code"),
-                      "not a loadable TorchScript")
+                      "not a model file edgeopt knows", "damaged zip archive")
 
 
 def test_torchscript_needs_trust_because_loading_it_runs_code(run, tmp_path):

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from edgeopt.cli.deploy import row_cells
+from edgeopt.cli.deploy import COLUMNS, row_cells
 from edgeopt.cli.main import main
 from edgeopt.deploy import deploy
 from edgeopt.deploy.artifact import choose_artifact
@@ -146,16 +146,19 @@ def test_an_unreachable_broker_is_a_user_error(tmp_path):
         deploy(outdir, broker=f"127.0.0.1:{port}", device="pi-1", unsigned=True)
 
 
-def test_result_rows_show_latency_energy_chunks_and_errors():
+def test_result_rows_show_runtime_threads_latency_energy_chunks_and_errors():
     answered = {"device_id": "pi-1", "artifact_key": "onnx-int8", "state": "answered", "ok": True, "error": None,
-                "result": {"latency_ms": {"p50": 12.3456, "p99": 20.0}, "energy_per_inference_mj": 41.5},
+                "result": {"latency_ms": {"p50": 12.3456, "p99": 20.0}, "energy_per_inference_mj": 41.5,
+                           "runtime": "onnxruntime", "threads": 4},
                 "chunks_sent": 3, "chunks_total": 5}
-    assert row_cells(answered) == ["pi-1", "onnx-int8", "answered", "12.346", "20.000", "41.500", "3/5", "ok"]
+    assert row_cells(answered) == ["pi-1", "onnx-int8", "onnxruntime", "4", "answered", "12.346", "20.000", "41.500",
+                                   "3/5", "ok"]
+    assert len(row_cells(answered)) == len(COLUMNS) and COLUMNS[2:4] == ["runtime", "threads"]
     refused = dict(answered, ok=False, result=None, chunks_sent=0,
                    error={"kind": "unsigned_artifact", "message": "sign it"})
-    assert row_cells(refused)[3:] == ["-", "-", "-", "0/5", "unsigned_artifact"]
+    assert row_cells(refused)[2:] == ["-", "-", "answered", "-", "-", "-", "0/5", "unsigned_artifact"]
     waiting = dict(answered, state="delivered", ok=None, result=None, chunks_total=0)
-    assert row_cells(waiting)[6:] == ["-", "waiting"]
+    assert row_cells(waiting)[8:] == ["-", "waiting"]
 
 
 class QueuedClient:

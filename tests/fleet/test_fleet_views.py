@@ -82,11 +82,11 @@ def test_results_table_compares_boards_and_formats(db_url, capsys):
     assert [(r[1], r[3]) for r in rows] == [
         ("jetson-01", "onnx-int8"), ("rpi-01", "onnx-int8"), ("rpi-01", "onnx-fp32"), ("jetson-01", "tflite-int8")]
     jetson_int8, rpi_int8, rpi_fp32, failed = rows
-    assert rpi_int8[4] == "onnx int8" and rpi_int8[5] == "12.00" and rpi_int8[10] == "55.00"
-    assert rpi_int8[11] == "+0.42" and rpi_int8[12] == "valid"
+    assert rpi_int8[4] == "onnx int8" and rpi_int8[5:8] == ["onnxruntime", "4", "12.00"] and rpi_int8[12] == "55.00"
+    assert rpi_int8[13] == "+0.42" and rpi_int8[14] == "valid"
     assert rpi_fp32[4] == "onnx fp32"
-    assert jetson_int8[12] == "invalid: during the run: throttled"
-    assert failed[5] == "-" and failed[12] == "failed: artifact_rejected"
+    assert jetson_int8[14] == "invalid: during the run: throttled"
+    assert failed[7] == "-" and failed[14] == "failed: artifact_rejected"
 
 
 def test_results_filters(db_url, capsys):

@@ -1,6 +1,7 @@
 """The HTML report built from rows shaped like the fleet store's answers: content, safety, rendering."""
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -210,6 +211,21 @@ def test_energy_plot_needs_energy_and_says_so_when_there_is_none():
     no_energy = [dict(r, energy_per_inference_mj=None) for r in fleet_results()]
     text = section(render_report(ReportData(results=no_energy)), "energy")
     assert "<svg" not in text and "No energy figures yet" in text
+
+
+def test_a_board_whose_power_sensor_cannot_be_read_is_said_to_be_so():
+    """An x86 profile expects RAPL; on a virtual machine the agent finds it unreadable and says so in its
+    telemetry: the report repeats that, instead of telling the user that boards need a power sensor."""
+    no_energy = [dict(r, energy_per_inference_mj=None) for r in fleet_results()]
+    boards = sorted({r["device_id"] for r in no_energy})
+    unreadable = ("no rapl power sensor found on this x86-64: rapl disabled (cannot read "
+                  "/sys/class/powercap/intel-rapl:0/energy_uj: Permission denied)")
+    telemetry = [{"device_id": boards[0], "ts": 1.0, "body": {"power": {"watts": 3.0, "source": "rapl"}}},
+                 {"device_id": boards[0], "ts": 2.0, "body": {"power": {"watts": None, "reason": unreadable}}}]
+    text = section(render_report(ReportData(results=no_energy, telemetry=telemetry)), "energy")
+    assert f"{boards[0]}: {unreadable}" in html.unescape(text)
+    assert f"{', '.join(boards[1:])}: no power sensor reported" in html.unescape(text)
+    assert "Boards need a power sensor" not in text
 
 
 def test_accuracy_plot_from_a_manifest_alone_uses_its_host_timing():

@@ -53,7 +53,7 @@ def test_analyze_takes_the_board_as_profile_and_still_as_device(fixed_onnx, caps
     assert new["device"] == "rpi5"
     assert _json(capsys, "analyze", str(fixed_onnx), "--device", "rpi5", "--json") == new
     assert main(["analyze", str(fixed_onnx)]) == 2
-    assert "Missing option '--profile'" in capsys.readouterr().err
+    assert "error: missing option '--profile'" in capsys.readouterr().err
 
 
 def test_deploy_takes_the_target_as_device_id(tmp_path, capsys):

@@ -1,5 +1,5 @@
 """What a user sees of `edgeopt convert`: on a terminal, bars and no library noise; in a log, a line
-per finished step as it finishes."""
+per step as it starts and as it finishes."""
 import os
 import shutil
 import subprocess
@@ -53,5 +53,7 @@ def test_a_step_that_fails_says_so_in_a_log():
     with progress.step("validate onnx-fp32", 4) as advance:
         advance(4)
     lines = log.getvalue().splitlines()
-    assert lines[0].startswith("export TFLite FP32: failed after ") and "done" not in lines[0]
-    assert lines[1].startswith("validate onnx-fp32: done in ") and lines[1].endswith("(4/4)")
+    assert lines[0] == "export TFLite FP32: started"
+    assert lines[1].startswith("export TFLite FP32: failed after ") and "done" not in lines[1]
+    assert lines[2] == "validate onnx-fp32: started (4 samples)"
+    assert lines[3].startswith("validate onnx-fp32: done in ") and lines[3].endswith("(4/4)")

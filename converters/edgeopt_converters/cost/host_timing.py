@@ -46,12 +46,25 @@ class Speedup:
     baseline: str
     drift: Optional[float] = None  # relative change of the estimate between the first and second half of the rounds
 
+    def text(self) -> str:
+        return speedup_text(self.estimate, self.low, self.high)
+
     def to_dict(self) -> dict:
         out = {"estimate": round(self.estimate, 3), "interval": [round(self.low, 3), round(self.high, 3)],
                "baseline": self.baseline}
         if self.drift is not None:
             out["drift"] = round(self.drift, 3)
         return out
+
+
+def speedup_text(estimate: float, low: Optional[float] = None, high: Optional[float] = None, times: str = "x") -> str:
+    """A speed-up and its 95 % interval as every table, reason and report shows it: `1.12x [1.00, 1.32]`.
+    From the figures as the manifest keeps them (3 decimals), so a figure shown from the manifest and
+    one shown while converting never differ in the last digit."""
+    shown = f"{round(estimate, 3):.2f}{times}"
+    if low is None or high is None:
+        return shown
+    return f"{shown} [{round(low, 3):.2f}, {round(high, 3):.2f}]"
 
 
 @dataclass(frozen=True)

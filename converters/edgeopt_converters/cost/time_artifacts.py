@@ -27,7 +27,7 @@ def time_artifacts(ctx: ConversionContext, records: List, progress: ProgressRepo
                       for r in records}
     try:
         runs = {key: p.bound_call(feed) for key, p in predictors.items()}
-        with progress.step(f"time on host (batch {ctx.batch}, {ctx.threads} threads)", max_rounds) as advance:
+        with progress.step(f"time on host (batch {ctx.batch}, {ctx.threads} threads)", max_rounds, "rounds") as advance:
             timings = time_interleaved(runs, baselines, max_rounds=max_rounds, on_round=advance, rank_fastest=True,
                                        decide_at=decide_at, extra_seconds=UNDECIDED_EXTRA_S)
     finally:

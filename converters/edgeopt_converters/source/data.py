@@ -6,8 +6,10 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
+from edgeopt_agent.errors import require
+
 from ..options import ConvertOptions
-from .input_specs import shapes_from_data
+from .input_specs import BATCH_FIRST, UNDECLARED_DTYPES, DataInput, inputs_from_data, readings
 from .source_model import SourceModel
 from .tensors import Dataset, DatasetParts, InputSpec, load_datasets, random_dataset, read_data_arrays
 
@@ -51,15 +53,45 @@ def head(data: Dataset, limit: int) -> Dataset:
     return data.subset(slice(None, limit))
 
 
-def data_shapes(source: SourceModel, opts: ConvertOptions) -> Tuple[Dict[str, tuple], str]:
-    """({input: shape}, the file) for inputs whose shape neither the model nor the options give and
-    the first data file fixes (a file.py:factory's forward() declares names, not shapes)."""
-    unknown = [s.name for s in source.input_specs if s.shape is None and s.tensor]
+def data_shapes(source: SourceModel, opts: ConvertOptions) -> Tuple[Dict[str, DataInput], str]:
+    """({input: DataInput}, the file) for inputs whose shape or dtype the model does not declare (a
+    file.py:factory's forward() declares names only) and the first data file fixes. Where the file can be
+    read two ways ([N, 1, ...]: N whole inputs, or N samples of [1, ...]; integer arrays: token ids, or
+    images saved as uint8 for a float model), the model is run once on zeros of each until one runs:
+    batch-first and the data's dtypes first. Where none runs, batch-first float32, and the data check
+    says what does not fit."""
+    undeclared = [s.name for s in source.input_specs
+                  if s.tensor and (s.shape is None or source.kind in UNDECLARED_DTYPES)]
     files = list(opts.calibration) or ([opts.eval_data] if opts.eval_data else [])
-    if not unknown or not files:
+    if not undeclared or not files:
         return {}, ""
-    found = shapes_from_data(read_data_arrays(Path(files[0]), "calibration"), [s.name for s in source.input_specs])
-    return {name: shape for name, shape in found.items() if name in unknown}, str(files[0])
+    names = [s.name for s in source.input_specs]
+    arrays = read_data_arrays(Path(files[0]), "calibration")
+    candidates = []  # each reading, with the data's integer dtypes and then with float32 (images saved as uint8)
+    for reading in readings(arrays):
+        for integers in (True, False):
+            found = inputs_from_data(arrays, names, reading, integers)
+            if found not in candidates:
+                candidates.append(found)
+    plain = inputs_from_data(arrays, names, BATCH_FIRST, integers=False)
+    found = candidates[0] if len(candidates) == 1 else next((c for c in candidates if _runs(source, c)), plain)
+    return {name: data for name, data in found.items() if name in undeclared}, str(files[0])
+
+
+def _runs(source: SourceModel, inputs: Dict[str, DataInput]) -> bool:
+    """Whether the model runs on zeros of these shapes (every tensor input given, none declared otherwise)."""
+    specs = [s for s in source.input_specs if s.tensor]
+    if source.module is None or source.kind not in UNDECLARED_DTYPES or any(s.name not in inputs for s in specs):
+        return False
+    torch = require("torch", "convert")
+    feeds = [torch.zeros(inputs[s.name].shape, dtype=getattr(torch, inputs[s.name].dtype, torch.float32))
+             for s in specs]
+    try:
+        with torch.no_grad():
+            source.module(*feeds)
+    except Exception:  # this reading does not fit the model; the other may
+        return False
+    return True
 
 
 def fit_outputs_in_memory(evaluation: Dataset, predict, batch: int, notes: List[str]) -> Dataset:
@@ -74,9 +106,19 @@ def fit_outputs_in_memory(evaluation: Dataset, predict, batch: int, notes: List[
     return head(evaluation, limit)
 
 
-def labelled_shapes(specs: List[InputSpec], data_shapes: Dict[str, tuple], data_file: str) -> List[str]:
-    """Notes for the inputs whose shape the data file gave."""
-    return [f"input '{s.name}' takes its shape {','.join(map(str, s.shape))} from {data_file} "
-            f"(N samples of {list(s.shape[1:])})" for s in specs
-            if s.name in data_shapes and s.shape == data_shapes[s.name]]
+def labelled_shapes(specs: List[InputSpec], data_shapes: Dict[str, DataInput], data_file: str) -> List[str]:
+    """Notes for the inputs whose shape or dtype the data file gave."""
+    notes = []
+    for s in specs:
+        data = data_shapes.get(s.name)
+        if data is None:
+            continue
+        took = []
+        if s.shape == data.shape:
+            took.append(f"its shape {','.join(map(str, s.shape))}")
+        if s.dtype == data.dtype and s.dtype != "float32":
+            took.append(f"its dtype {s.dtype}")
+        if took:
+            notes.append(f"input '{s.name}' takes {' and '.join(took)} from {data_file}")
+    return notes
 

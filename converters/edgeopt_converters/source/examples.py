@@ -1,7 +1,7 @@
 """Bundled example models, so the quickstart needs nothing but this package.
 
-`digits-cnn` is a small CNN trained on scikit-learn's bundled 8x8 digits (no download) for a
-few seconds at load time, with held-out calibration and evaluation splits and real labels, so
+`digits-cnn` is a small CNN trained on scikit-learn's bundled 8x8 digits (no download) at load
+time (about 10 s on a laptop, a minute or more on a busy 2-core host; the progress says so), with held-out calibration and evaluation splits and real labels, so
 the accuracy figures of a conversion mean something.
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ import numpy as np
 
 from edgeopt_agent.errors import UserError, require
 
+from ..progress import ProgressReporter
 from .hashing import update_with_weights
 from .source_model import SourceModel
 from .tensors import Dataset, InputSpec
@@ -30,8 +31,12 @@ def digits_splits(seed: int = 0) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:
     return {name: (images[cut], labels[cut]) for name, cut in cuts.items()}
 
 
-def train_digits_cnn(images: np.ndarray, labels: np.ndarray, epochs: int = 12, seed: int = 0):
-    """A small CNN trained on the digits for a few seconds on a laptop CPU."""
+EPOCHS = 12
+
+
+def train_digits_cnn(images: np.ndarray, labels: np.ndarray, epochs: int = EPOCHS, seed: int = 0,
+                     on_epoch: Callable[[], None] = lambda: None):
+    """A small CNN trained on the digits: about 10 s on a laptop CPU, a minute or more on a busy small host."""
     torch = require("torch", "convert")
     nn = torch.nn
     torch.manual_seed(seed)
@@ -49,12 +54,15 @@ def train_digits_cnn(images: np.ndarray, labels: np.ndarray, epochs: int = 12, s
             optimizer.zero_grad()
             nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
             optimizer.step()
+        on_epoch()
     return model.eval()
 
 
-def _digits_cnn():
+def _digits_cnn(progress: ProgressReporter):
     splits = digits_splits()
-    model = train_digits_cnn(*splits["train"])
+    images, labels = splits["train"]
+    with progress.step(f"train example:digits-cnn (a small CNN, on {len(images)} digits)", EPOCHS, "epochs") as advance:
+        model = train_digits_cnn(images, labels, on_epoch=advance)
     digest = hashlib.sha256(b"example:digits-cnn")
     update_with_weights(digest, model)
     calib_x, _ = splits["calibration"]
@@ -70,10 +78,10 @@ def _digits_cnn():
     )
 
 
-EXAMPLES: Dict[str, Callable] = {"digits-cnn": _digits_cnn}
+EXAMPLES: Dict[str, Callable[[ProgressReporter], SourceModel]] = {"digits-cnn": _digits_cnn}
 
 
-def load_example(name: str) -> SourceModel:
+def load_example(name: str, progress: ProgressReporter = ProgressReporter()) -> SourceModel:
     if name not in EXAMPLES:
         raise UserError(f"unknown example '{name}'; available: {', '.join('example:' + n for n in EXAMPLES)}")
-    return EXAMPLES[name]()
+    return EXAMPLES[name](progress)

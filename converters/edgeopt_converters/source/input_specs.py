@@ -7,7 +7,7 @@ gives the rest: `--input-shape [NAME=]SHAPE`, `--input-dtype [NAME=]DTYPE`,
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence
 
 from edgeopt_agent.errors import UserError
@@ -19,10 +19,11 @@ BATCH_WORDS = ("batch", "batch_size", "n", "b", "n_batch", "batchsize")
 
 
 def resolve_specs(source: SourceModel, shapes: Sequence[str], dtypes: Sequence[str],
-                  values: Sequence[str] = (), data_shapes: Optional[Dict[str, tuple]] = None) -> List[InputSpec]:
+                  values: Sequence[str] = (), data_shapes: Optional[Dict[str, DataInput]] = None) -> List[InputSpec]:
     """Every input of the model in its argument order, constants included. `data_shapes` ({input:
-    shape} from the calibration data, see `shapes_from_data`) gives a shape the model does not
-    declare and the user did not give."""
+    DataInput} from the calibration data, see `data.data_shapes`) gives a shape the model does not
+    declare and the user did not give, and the dtype of an integer or boolean input of a model that
+    declares no dtypes (a file.py:factory, TorchScript)."""
     pos_shapes, named_shapes = split_named(shapes, "--input-shape")
     pos_dtypes, named_dtypes = split_named(dtypes, "--input-dtype")
     pos_values, named_values = split_named(values, "--input-value")
@@ -56,12 +57,15 @@ def resolve_specs(source: SourceModel, shapes: Sequence[str], dtypes: Sequence[s
                             f"give its value with --input-value {spec.name}=…")
         specs.append(spec)
     specs = _apply_shapes(specs, pos_shapes, named_shapes, source, data_shapes or {})
-    specs = _apply_dtypes(specs, pos_dtypes, named_dtypes)
+    specs = _apply_dtypes(specs, pos_dtypes, named_dtypes, (data_shapes or {}) if source.kind in UNDECLARED_DTYPES else {})
     return _fill_dims(specs)
 
 
+UNDECLARED_DTYPES = ("module", "torchscript")  # forward() and a TorchScript schema name tensors, not their dtypes
+
+
 def _apply_shapes(specs: List[InputSpec], positional: Sequence[str], named: Dict[str, str],
-                  source: SourceModel, data_shapes: Dict[str, tuple]) -> List[InputSpec]:
+                  source: SourceModel, data_shapes: Dict[str, DataInput]) -> List[InputSpec]:
     """Given shapes, checked against what the model declares; positional ones fill inputs in order."""
     open_slots = [i for i, s in enumerate(specs) if s.name not in named and s.tensor and not s.is_constant]
     if len(positional) > len(open_slots):
@@ -75,7 +79,7 @@ def _apply_shapes(specs: List[InputSpec], positional: Sequence[str], named: Dict
     for spec in specs:
         if spec.name not in given:
             if spec.shape is None and spec.tensor and spec.name in data_shapes:
-                result.append(replace(spec, shape=tuple(data_shapes[spec.name])))
+                result.append(replace(spec, shape=tuple(data_shapes[spec.name].shape)))
                 continue
             if spec.shape is None:
                 raise UserError(f"give the shape of input '{spec.name}' of {source.description}, "
@@ -93,16 +97,45 @@ def _apply_shapes(specs: List[InputSpec], positional: Sequence[str], named: Dict
     return result
 
 
-def shapes_from_data(arrays: Dict[str, "object"], names: Sequence[str]) -> Dict[str, tuple]:
-    """Input shapes a data file fixes: its arrays hold N samples on axis 0 ([N, *sample], keyed by
-    input name; a lone .npy array for a model of one input), so a feed is (1, *sample)."""
+@dataclass(frozen=True)
+class DataInput:
+    """What a data file says of one input the model does not declare: the shape of a feed (batch 1)
+    and the arrays' dtype."""
+    shape: tuple
+    dtype: str
+
+
+BATCH_FIRST = "batch-first"  # [N, *sample]: a feed is (1, *sample)
+WHOLE_INPUTS = "whole inputs"  # [N, *input_shape]: a feed is one row as it is, its batch axis included
+
+
+def inputs_from_data(arrays: Dict[str, "object"], names: Sequence[str], reading: str = BATCH_FIRST,
+                     integers: bool = True) -> Dict[str, DataInput]:
+    """The inputs a data file fixes, in one reading (keyed by input name; a lone .npy array for a model
+    of one input): its arrays hold N samples on axis 0. Their dtype is the data's where it is an integer
+    or boolean one and `integers`, else float32 (a float64 array is most often only numpy's default)."""
     if set(arrays) == {""} and len(names) == 1:
         arrays = {names[0]: arrays[""]}
-    return {name: (1, *array.shape[1:]) for name, array in arrays.items()
-            if name in names and getattr(array, "ndim", 0) >= 1}
+    found = {}
+    for name, array in arrays.items():
+        if name not in names or getattr(array, "ndim", 0) < 1:
+            continue
+        shape = (1, *array.shape[1:]) if reading == BATCH_FIRST else tuple(array.shape[1:])
+        found[name] = DataInput(shape, str(array.dtype) if integers and str(array.dtype) in DATA_DTYPES else "float32")
+    return found
 
 
-def _apply_dtypes(specs: List[InputSpec], positional: Sequence[str], named: Dict[str, str]) -> List[InputSpec]:
+def readings(arrays: Dict[str, "object"]) -> List[str]:
+    """The readings a data file may have: batch-first always; whole inputs too where every array's
+    second axis is 1 ([N, 1, 3, 224, 224] is N inputs of 1x3x224x224, or N samples of 1x3x224x224)."""
+    shaped = [a for a in arrays.values() if getattr(a, "ndim", 0) >= 1]
+    whole = bool(shaped) and all(a.ndim >= 2 and a.shape[1] == 1 for a in shaped)
+    return [BATCH_FIRST, WHOLE_INPUTS] if whole else [BATCH_FIRST]
+
+
+def _apply_dtypes(specs: List[InputSpec], positional: Sequence[str], named: Dict[str, str],
+                  data: Dict[str, DataInput]) -> List[InputSpec]:
+    """Given dtypes; else, for a model that declares none, the dtype the data decided (inputs_from_data)."""
     tensors = [s for s in specs if s.tensor and s.name not in named]
     if positional and len(positional) not in (1, len(tensors)):
         raise UserError(f"got {len(positional)} --input-dtype values for {len(tensors)} inputs "
@@ -118,8 +151,14 @@ def _apply_dtypes(specs: List[InputSpec], positional: Sequence[str], named: Dict
             slot += 1
             result.append(replace(spec, dtype=check_dtype(dtype, spec.name)))
             continue
+        if spec.tensor and spec.name in data and data[spec.name].dtype in DATA_DTYPES:
+            result.append(replace(spec, dtype=data[spec.name].dtype))
+            continue
         result.append(spec)
     return result
+
+
+DATA_DTYPES = ("int64", "int32", "uint8", "int8", "bool")  # dtypes a model's data decides for it
 
 
 def _fill_dims(specs: List[InputSpec]) -> List[InputSpec]:

@@ -4,13 +4,14 @@ Accepted: `path/to/file.py:factory` (a function returning an nn.Module), a Torch
 an ExportedProgram `.pt2`, an `.onnx` file, or `example:NAME` for a bundled example. Nothing is
 unpickled implicitly: weights given with `--weights` are read with `torch.load(weights_only=True)`.
 A TorchScript file is a program (PyTorch has no safe mode for `torch.jit.load`), so it is loaded
-only when the caller says it trusts where the file came from.
+only when the caller says it trusts where the file came from. What a file is (ONNX, `.pt2`,
+TorchScript, a state_dict or checkpoint in either torch.save format, a pickled module, ...) is read
+from its bytes (`model_files`), not its suffix, and a file that is not a model says what to give instead.
 """
 from __future__ import annotations
 
 import hashlib
 import inspect
-import zipfile
 from dataclasses import replace
 from pathlib import Path
 from typing import List, Optional
@@ -18,24 +19,24 @@ from typing import List, Optional
 from edgeopt_agent.errors import UserError, require
 from edgeopt_agent.files import sha256_file
 
+from ..progress import ProgressReporter
 from .examples import load_example
 from .hashing import update_with_weights
+from . import model_files
 from .isolated_program import IsolatedError, IsolatedProgram
 from .pt2_guard import checked_archive
 from .source_model import SourceModel
 from .tensors import InputSpec
-from .user_code import user_function
-
-TORCHSCRIPT_SUFFIXES = (".pt", ".pth", ".ts", ".torchscript", ".jit")
-
+from .user_code import torchvision_problem, user_function
 
 def _torch():
     return require("torch", "convert", "loading PyTorch models")
 
 
-def load_source(spec: str, weights: Optional[Path] = None, trust_model_code: bool = False) -> SourceModel:
+def load_source(spec: str, weights: Optional[Path] = None, trust_model_code: bool = False,
+                progress: ProgressReporter = ProgressReporter()) -> SourceModel:
     if spec.startswith("example:"):
-        return load_example(spec[len("example:"):])
+        return load_example(spec[len("example:"):], progress)
     if ".py:" in spec:
         path_text, factory = spec.rsplit(":", 1)
         return _load_factory(Path(path_text), factory, weights)
@@ -48,36 +49,44 @@ def load_source(spec: str, weights: Optional[Path] = None, trust_model_code: boo
         raise UserError(f"{spec}: name the factory function too, like {spec}:build_model")
     if weights is not None:
         raise UserError("--weights only applies to a file.py:factory model")
-    if path.suffix == ".onnx":
+    found = model_files.identify(path)
+    if found.kind == model_files.ONNX or (found.kind == model_files.UNKNOWN and path.suffix == ".onnx"):
         return _load_onnx(path)
-    if path.suffix == ".pt2":
+    if found.kind == model_files.EXPORTED or (found.kind == model_files.UNKNOWN and path.suffix == ".pt2"):
         return _load_exported(path)
-    if path.suffix in TORCHSCRIPT_SUFFIXES or zipfile.is_zipfile(path):
-        if _saved_object(path):
-            raise UserError(f"{spec} is a checkpoint saved with torch.save (a state_dict or a pickled module), "
-                            f"not a model on its own: give file.py:factory (a function that builds the model) "
-                            f"with --weights {spec}")
+    if found.kind == model_files.TORCHSCRIPT:
+        if path.suffix == ".pt2":  # a .pt2 is only ever loaded behind pt2_guard and the sandbox
+            raise UserError(f"{spec} is TorchScript, not an ExportedProgram: rename it .pt and pass "
+                            f"--trust-model-code if you trust its source, or re-export it with torch.export.save")
         if not trust_model_code:
             raise UserError(f"{spec} is TorchScript, a program that runs when loaded (PyTorch has no safe mode "
                             f"for torch.jit.load); give file.py:factory, re-export it with torch.export.save (.pt2) "
                             f"or ONNX, or pass --trust-model-code if you trust its source")
         return _load_torchscript(path)
-    raise UserError(
-        f"{spec}: unrecognised model file (suffix '{path.suffix}'); accepted: file.py:factory, "
-        f"TorchScript ({', '.join(TORCHSCRIPT_SUFFIXES)}), .pt2, .onnx"
-    )
+    raise UserError(f"{spec} {_not_a_model(found, spec)}")
 
 
-def _saved_object(path: Path) -> bool:
-    """torch.save's archive (a pickle, data.pkl, and its tensors) rather than TorchScript's (which also
-    holds code/ and constants.pkl): told from the member names alone, nothing is unpickled."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            names = archive.namelist()
-    except (zipfile.BadZipFile, OSError):
-        return False
-    leaves = {name.split("/", 1)[1] if "/" in name else name for name in names}
-    return "data.pkl" in leaves and not any(leaf.startswith("code/") or leaf == "constants.pkl" for leaf in leaves)
+def _not_a_model(found: model_files.ModelFile, spec: str) -> str:
+    """Why a file is not a model edgeopt loads, and what to give instead (said after its name)."""
+    saved = f" ({found.described})" if found.described else ""
+    if found.kind == model_files.STATE_DICT:
+        return (f"holds weights without the model's code{saved}: give file.py:factory (a function that returns "
+                f"the model, from your code or torchvision.models) with --weights {spec}")
+    if found.kind == model_files.PICKLED_MODULE:
+        return (f"is {found.what}{' (legacy torch.save format)' if found.legacy else ''}: unpickling a model runs code, so edgeopt never does; save its weights with "
+                f"torch.save(model.state_dict(), 'weights.pth') and give file.py:factory with --weights weights.pth")
+    if found.kind == model_files.PICKLE:
+        return f"is {found.what or 'a Python pickle'}, not a model (edgeopt never unpickles one)"
+    if found.kind == model_files.ARTIFACT:
+        return (f"is already a {found.what} model, which edgeopt does not convert from; `edgeopt bench {spec}` "
+                f"times it (convert takes PyTorch or ONNX)")
+    if found.kind == model_files.SAFETENSORS:
+        return ("holds weights in the safetensors format, without the model's code: give file.py:factory whose "
+                "function builds the model and loads them (safetensors.torch.load_file)")
+    if found.kind == model_files.ARRAYS:
+        return f"holds {found.what}: data, not a model; give it to --calibration or --eval-data"
+    return (f"is not a model file edgeopt knows{saved}; accepted: file.py:factory, TorchScript, an ExportedProgram "
+            f".pt2, an .onnx file")
 
 
 def _load_factory(path: Path, factory: str, weights: Optional[Path]) -> SourceModel:
@@ -86,7 +95,7 @@ def _load_factory(path: Path, factory: str, weights: Optional[Path]) -> SourceMo
     try:
         model = fn()
     except Exception as exc:
-        raise UserError(f"the factory {path}:{factory}() raised {type(exc).__name__}: {exc}") from exc
+        raise UserError(torchvision_problem(exc) or f"the factory {path}:{factory}() raised {type(exc).__name__}: {exc}") from exc
     if not isinstance(model, torch.nn.Module):
         raise UserError(f"{path}:{factory}() returned {type(model).__name__}, expected a torch.nn.Module")
     digest = hashlib.sha256(path.read_bytes())
@@ -152,8 +161,11 @@ _PREFIXES = ("module.", "model.", "_orig_mod.")  # DataParallel, a Lightning wra
 
 def _load_weights(model, weights: Path) -> None:
     torch = _torch()
-    if not weights.exists():
+    if not weights.is_file():
         raise UserError(f"weights file not found: {weights}")
+    found = model_files.identify(weights)
+    if found.kind != model_files.STATE_DICT:
+        raise UserError(f"--weights {weights} {_not_weights(found, weights)}")
     try:
         state = torch.load(weights, map_location="cpu", weights_only=True)
     except Exception as exc:
@@ -165,6 +177,16 @@ def _load_weights(model, weights: Path) -> None:
         raise UserError(f"{weights} does not fit the model: {len(missing)} of its keys missing (first: "
                         f"{', '.join(missing[:3]) or 'none'}), {len(unexpected)} unexpected (first: "
                         f"{', '.join(unexpected[:3]) or 'none'}); is it this factory's checkpoint?")
+
+
+def _not_weights(found: model_files.ModelFile, weights: Path) -> str:
+    """Why a file given to --weights is not a state_dict, and what to do with it."""
+    if found.kind == model_files.TORCHSCRIPT:
+        return ("is TorchScript, a whole program rather than a state_dict: give it as the model itself (with "
+                "--trust-model-code if you trust its source), or save model.state_dict() with torch.save")
+    if found.kind in (model_files.ONNX, model_files.EXPORTED):
+        return f"is a whole model ({found.what}), not weights: give it as the model instead of file.py:factory"
+    return _not_a_model(found, str(weights))
 
 
 def _unwrapped(state, wanted) -> dict:
@@ -189,10 +211,7 @@ def _load_torchscript(path: Path) -> SourceModel:
     try:
         module = torch.jit.load(str(path), map_location="cpu")
     except Exception as exc:
-        hint = ""
-        if zipfile.is_zipfile(path):
-            hint = " (a pickled nn.Module or state_dict is not loaded for safety: give file.py:factory with --weights)"
-        raise UserError(f"{path} is not a loadable TorchScript file{hint}: {str(exc).splitlines()[0]}") from exc
+        raise UserError(f"{path} is not a loadable TorchScript file: {str(exc).splitlines()[0]}") from exc
     return SourceModel("torchscript", str(path), sha256_file(path), module=module.eval(),
                        input_specs=schema_specs(module))
 

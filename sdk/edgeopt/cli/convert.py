@@ -50,7 +50,7 @@ def _click_type(spec):
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON instead of the summary table.")
 def convert(model, as_json, **options):
     from edgeopt.api import convert as run
-    from edgeopt_converters.progress import ProgressReporter, terminal_progress
+    from edgeopt_converters.progress import LineProgress, ProgressReporter, terminal_progress
 
     reporter = ProgressReporter() if as_json else terminal_progress()
     if as_json:
@@ -58,6 +58,8 @@ def convert(model, as_json, **options):
         click.echo(json.dumps(manifest, indent=2))
         return
     with reporter:
+        if isinstance(reporter, LineProgress):
+            reporter.headline(f"convert {model} for {options['device']} into {options['output_dir']}")
         manifest = run(model, progress=reporter, **options)
     print_summary(manifest, options["output_dir"])
 
@@ -105,11 +107,12 @@ def points(loss: float) -> str:
 
 
 def _speedup(timing: dict) -> str:
+    from edgeopt_converters.cost.host_timing import speedup_text  # the one format, also the recommendation's
+
     speedup = timing.get("speedup")
     if speedup:
-        low, high = speedup["interval"]
-        return f"{speedup['estimate']:.2f}x [{low:.2f}, {high:.2f}]"
-    return _fmt(timing.get("speedup_vs_fp32"), "{:.2f}x")
+        return speedup_text(speedup["estimate"], *speedup["interval"])
+    return "-" if timing.get("speedup_vs_fp32") is None else speedup_text(timing["speedup_vs_fp32"])
 
 
 def _few(names, shown: int = 12) -> str:
@@ -143,12 +146,14 @@ def phases_line(manifest: dict) -> str:
 
 
 def print_summary(manifest: dict, output_dir: str) -> None:
+    from ..report.text import size  # "13.5 MiB": short enough for a row on one line at 100 columns
+
     rows = []
     for a in manifest["artifacts"]:
         acc, timing = a["accuracy"], a["host_timing"] or {}
         rows.append([
             a["key"] + (" *" if a["recommended"] else ""),
-            f"{a['size_bytes'] / 1024:.0f} KiB",
+            size(a["size_bytes"]),
             _verdict(acc),
             _worst(acc),
             _fmt(acc["top1_accuracy"]),
@@ -156,7 +161,7 @@ def print_summary(manifest: dict, output_dir: str) -> None:
             _speedup(timing),
         ])
     for failed in manifest.get("failed_artifacts") or []:
-        rows.append([failed["key"], "-", "repaired" if failed.get("repaired") else "failed", _clip(failed["cause"], 40),
+        rows.append([failed["key"], "-", "repaired" if failed.get("repaired") else "failed", _clip(failed["cause"], 32),
                      "-", "-", "-"])
     out = console()
     basis = manifest["recommendation"]["basis"]

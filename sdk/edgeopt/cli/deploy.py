@@ -118,9 +118,8 @@ def deploy(outdir: Path, device_id, profile, all_devices, max_devices, fleet_db,
         click.echo(json.dumps(rows, indent=2))
     else:
         signed = f"signed with key {key.key_id}" if key else "unsigned"
-        console().print(table(["device", "artifact", "state", "p50 ms", "p99 ms", "energy/inf mJ", "chunks sent",
-                               "result"], [row_cells(r) for r in rows],
-                              title=f"{rows[0]['job_id']} ({signed})" if rows else ""))
+        console().print(table(COLUMNS, [row_cells(r) for r in rows], title=f"{rows[0]['job_id']} ({signed})" if rows else "",
+                              optional=("energy/inf mJ", "chunks sent", "threads")))
         for row in rows:
             if row.get("error"):
                 click.echo(f"{row['device_id']}: {row['error'].get('kind')}: {row['error'].get('message')}", err=True)
@@ -155,14 +154,21 @@ def ran_otherwise(row: Dict[str, Any]) -> List[str]:
     return lines
 
 
+COLUMNS = ["device", "artifact", "runtime", "threads", "state", "p50 ms", "p99 ms", "energy/inf mJ", "chunks sent",
+           "result"]
+
+
 def row_cells(row: Dict[str, Any]) -> List[str]:
+    """A device's row: what it ran (the runtime and threads the board used, after any fallback or cap)
+    and how it went."""
     result = row.get("result") or {}
     latency = result.get("latency_ms") if isinstance(result.get("latency_ms"), dict) else {}
     error = row.get("error")
     outcome = error.get("kind") if error else {True: "ok", None: "waiting"}.get(row["ok"], "failed")
     if outcome == "ok" and invalid(row):
         outcome = "INVALID"
-    return [row["device_id"], row["artifact_key"], row["state"], _number(latency.get("p50")),
+    return [row["device_id"], row["artifact_key"], str(result.get("runtime") or "-"), str(result.get("threads") or "-"),
+            row["state"], _number(latency.get("p50")),
             _number(latency.get("p99")), _number(result.get("energy_per_inference_mj")),
             f"{row['chunks_sent']}/{row['chunks_total']}" if row["chunks_total"] else "-", outcome]
 

@@ -9,6 +9,7 @@ import traceback
 import click
 
 from ..errors import UserError
+from . import output
 
 # (module under edgeopt.cli, command attribute); imported lazily so `edgeopt --help` stays fast.
 COMMANDS = {
@@ -38,16 +39,28 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-v", "--verbose", is_flag=True, help="Show debug logs and full tracebacks.")
+@click.option("--wide", is_flag=True,
+              help="Piped into a file or a program, draw tables with every row on one line (default: "
+                   f"{output.PIPE_WIDTH} columns, or COLUMNS).")
 @click.version_option(package_name="edgeopt")
 @click.pass_context
-def cli(ctx: click.Context, verbose: bool) -> None:
+def cli(ctx: click.Context, verbose: bool, wide: bool) -> None:
     """Quantize and export PyTorch models for edge boards, and benchmark them."""
     ctx.ensure_object(dict)
     ctx.obj["verbose"] = verbose
+    output.wide = wide
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
+
+
+def usage_error(exc: click.ClickException) -> str:
+    """click's message as edgeopt says errors (`error: missing option '--device' (see: edgeopt convert --help)`)."""
+    message = exc.format_message().strip().rstrip(".")
+    message = message[:1].lower() + message[1:]
+    context = getattr(exc, "ctx", None)
+    return f"{message} (see: {context.command_path} --help)" if context is not None else message
 
 
 def run(argv=None) -> int:
@@ -55,11 +68,13 @@ def run(argv=None) -> int:
     try:
         # Without standalone mode click returns ctx.exit()'s code instead of exiting.
         code = cli.main(args=argv, prog_name="edgeopt", standalone_mode=False)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):  # click's own wrapping of Ctrl-C: the caller's to handle
+            raise exc.__cause__ from None
         click.echo("aborted", err=True)
         return 130
-    except click.ClickException as exc:
-        exc.show()
+    except click.ClickException as exc:  # a mistake in the command line: one line in the same style as the rest
+        click.echo(f"error: {usage_error(exc)}", err=True)
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return exc.exit_code
@@ -68,9 +83,6 @@ def run(argv=None) -> int:
             traceback.print_exc()
         click.echo(f"error: {exc}", err=True)
         return 2
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        return 130
     except Exception as exc:  # an internal bug: say so, keep the traceback for -v
         if verbose:
             traceback.print_exc()

@@ -44,9 +44,17 @@ def console(stderr: bool = False):
     return Console(stderr=stderr, width=_fixed_width(stream))
 
 
+PIPE_WIDTH = 100  # a table piped into a file or another program: readable in a log, in an editor, in CI
+WIDE_WIDTH = 1000  # `edgeopt --wide ...`: every row on one line, however long
+wide = False  # set by `edgeopt --wide` for the command it runs
+
+
 def _fixed_width(stream):
-    """Piped into a file or another program, a table must not be cut to 80 columns (unless COLUMNS says so)."""
-    return None if stream.isatty() or os.environ.get("COLUMNS", "").isdigit() else 1000
+    """The width a table is drawn at where rich should not guess: on a terminal and with COLUMNS, rich's
+    own (the terminal's, COLUMNS); piped, PIPE_WIDTH, or WIDE_WIDTH with `edgeopt --wide`."""
+    if stream.isatty() or os.environ.get("COLUMNS", "").isdigit():
+        return None
+    return WIDE_WIDTH if wide else PIPE_WIDTH
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], title: str = "", optional: Sequence[str] = (),
@@ -75,7 +83,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], title: str = ""
             kept.remove(headers.index(name))
             dropped.append(name)
     widths = _fit([words[i] for i in kept], [lines[i] for i in kept], room - 3 * len(kept) - 1)
-    caption = f"left out at this width: {', '.join(dropped)} (wider terminal, or --json)" if dropped else None
+    wider = "a wider terminal" if sys.stdout.isatty() else "COLUMNS=200 or edgeopt --wide"
+    caption = f"left out at this width: {', '.join(dropped)} ({wider}, or --json)" if dropped else None
     # Cells are data (device ids, model names): Text keeps rich from reading "[...]" as markup.
     t = Table(title=Text(title) if title else None, caption=Text(caption) if caption else None)
     for i, width in zip(kept, widths):

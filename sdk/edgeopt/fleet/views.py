@@ -118,6 +118,8 @@ RESULTS = (
     Column("profile", _text("profile")),
     Column("artifact", _text("artifact_key")),
     Column("format", lambda r: " ".join(r[k] for k in ("format", "precision") if r.get(k)) or DASH),
+    Column("runtime", _text("runtime")),  # what the board ran it with, after any fallback
+    Column("threads", _text("threads")),
     Column("p50 ms", _number("p50_ms", 2)),
     Column("p90 ms", _number("p90_ms", 2)),
     Column("p99 ms", _number("p99_ms", 2)),
@@ -130,7 +132,7 @@ RESULTS = (
 
 # Columns a narrow terminal leaves out first, in that order (--json and --csv keep everything).
 DEVICES_OPTIONAL = ("agent", "runtimes", "missing msgs", "temp °C")
-RESULTS_OPTIONAL = ("p90 ms", "peak MB", "inf/s", "profile", "format", "mJ/inf")
+RESULTS_OPTIONAL = ("p90 ms", "peak MB", "inf/s", "profile", "format", "mJ/inf", "threads", "runtime")
 
 TELEMETRY = (
     Column("time (UTC)", lambda r: clock(r.get("ts"))),

@@ -70,6 +70,7 @@ class ArtifactView:
     host_p90: Optional[float]
     speedup: Optional[float]
     recommended: bool
+    speedup_interval: Optional[Tuple[float, float]] = None  # its 95 % interval, where the host timed it in rounds
     predicted_p50: Optional[float] = None  # the roofline's latency on the board (ms), when the host cannot stand for it
     predicted_speedup: Optional[float] = None
     predicted_graph: str = ""  # the ONNX graph the prediction was made on
@@ -162,6 +163,13 @@ def manifest_drops(manifest: Optional[Mapping[str, Any]]) -> Dict[Tuple[str, str
     return drops
 
 
+def _interval(speedup: Any) -> Optional[Tuple[float, float]]:
+    bounds = speedup.get("interval") if isinstance(speedup, Mapping) else None
+    if isinstance(bounds, list) and len(bounds) == 2 and all(number(b) is not None for b in bounds):
+        return number(bounds[0]), number(bounds[1])
+    return None
+
+
 def artifact_views(manifest: Optional[Mapping[str, Any]]) -> List[ArtifactView]:
     artifacts = manifest.get("artifacts") if isinstance(manifest, Mapping) else None
     views = []
@@ -185,6 +193,7 @@ def artifact_views(manifest: Optional[Mapping[str, Any]]) -> List[ArtifactView]:
             host_p90=number(timing.get("p90_ms")),
             speedup=number(timing.get("speedup_vs_fp32")),
             recommended=entry.get("recommended") is True,
+            speedup_interval=_interval(timing.get("speedup")),
             predicted_p50=number(predicted.get("p50_ms")),
             predicted_speedup=number(predicted.get("speedup_vs_fp32")),
             predicted_graph=text(predicted.get("graph")),

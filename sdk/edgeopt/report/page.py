@@ -4,6 +4,8 @@ from __future__ import annotations
 from importlib import metadata, resources
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from edgeopt_converters.cost.host_timing import speedup_text
+
 from .analysis_sections import profile_section, roofline_section
 from .charts import INVALID_MARK, LatencyRow, Point, Series, latency_chart, legend, scatter_chart, time_chart
 from .compare import ArtifactView, ResultView, artifact_views, colors, format_marker, result_views
@@ -34,7 +36,7 @@ def render_report(data: ReportData, title: str = "edgeopt report") -> str:
         if results:
             sections.append(("results", "Benchmark results", _results_section(results)))
             sections.append(("latency", "Latency distribution", _latency_section(results, palette)))
-            sections.append(("energy", "Energy vs latency", _energy_section(results, palette)))
+            sections.append(("energy", "Energy vs latency", _energy_section(results, palette, power_reasons(data.telemetry))))
         if results or data.manifest:
             sections.append(("accuracy", "Accuracy drop vs speed-up", _accuracy_section(results, data.manifest, palette)))
         if data.manifest:
@@ -229,12 +231,33 @@ def _invalid_tip(r: ResultView) -> str:
     return " — INVALID: " + ("; ".join(r.invalid_reasons) or "no reason given")
 
 
-def _energy_section(results: Sequence[ResultView], palette: Mapping[str, str]) -> str:
+def power_reasons(telemetry: Sequence[Mapping[str, Any]]) -> Dict[str, str]:
+    """Why each board measures no power, as its newest telemetry says (its sensor's own words: none
+    found, or found and unreadable, such as RAPL on a virtual machine); boards that measure are left out."""
+    reasons: Dict[str, str] = {}
+    for row in telemetry:  # oldest first: the newest wins
+        body = row.get("body") if isinstance(row.get("body"), Mapping) else {}
+        power = body.get("power") if isinstance(body.get("power"), Mapping) else {}
+        device = _device(row)
+        if power.get("watts") is None and text(power.get("reason")):
+            reasons[device] = text(power.get("reason"))
+        else:
+            reasons.pop(device, None)
+    return reasons
+
+
+def _energy_section(results: Sequence[ResultView], palette: Mapping[str, str],
+                    reasons: Mapping[str, str] = {}) -> str:
     with_energy = [r for r in results if r.measured and r.energy_mj is not None]
     if not with_energy:
         boards = sorted({r.device for r in results})
-        return _missing("No energy figures yet: no board reported a power measurement with its results "
-                        f"({', '.join(boards)}). Boards need a power sensor (RPi 5 PMIC, Jetson INA3221, x86 RAPL, NVML).")
+        said = [f"{board}: {reasons[board]}" for board in boards if board in reasons]
+        unsaid = [board for board in boards if board not in reasons]
+        why = " ".join(f"{line}." for line in said)
+        if unsaid:
+            why += (f" {', '.join(unsaid)}: no power sensor reported (boards measure power with the RPi 5 PMIC, "
+                    "Jetson INA3221, x86 RAPL or NVML).")
+        return _missing(f"No energy figures yet: no board reported a power measurement with its results. {why.strip()}")
     several = len({r.model for r in with_energy}) > 1
     points = [Point(
         x=r.p50, y=r.energy_mj, color=palette[r.device], shape=format_marker(r.format),
@@ -433,7 +456,8 @@ def _artifact_row(a: ArtifactView, predicted: bool) -> str:
              f"<td>{esc(a.scheme or '-')}</td>"]
     cells.append(f'<td class="num">{esc(size(a.size_bytes))}</td>')
     cells.append(f"<td>{_verdict_pill(a.verdict, a.verdict_reason)}</td>")
-    host = (short(a.host_p50), short(a.speedup, "×")) if predicted else (short(a.host_p50), short(a.host_p90), short(a.speedup, "×"))
+    speedup = "-" if a.speedup is None else speedup_text(a.speedup, *(a.speedup_interval or (None, None)), times="×")
+    host = (short(a.host_p50), speedup) if predicted else (short(a.host_p50), short(a.host_p90), speedup)
     cells += [f'<td class="num">{esc(v)}</td>' for v in (
         short(a.top1_accuracy), short(a.top1_agreement), signed(a.drop)) + host]
     if predicted:
