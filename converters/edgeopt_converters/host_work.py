@@ -29,6 +29,7 @@ BATCH_ELEMENTS = 65536  # input elements per run (256 KiB of float32): beyond th
 MAX_BATCH = 64
 PROBE_ROUNDS = 3
 MORE_THREADS_GAIN = 0.8  # all cores must take at most this share of one thread's time to be used
+SLOW_SAMPLE_S = 1.0  # a sample slower than this is timed once per thread count, not PROBE_ROUNDS times
 SAME_OUTPUT = 1e-3  # of an output's largest magnitude: a batched run must give each sample this close
 
 
@@ -66,10 +67,13 @@ def choose_threads(make: Callable[[int], Callable[[], object]], cores: Optional[
     if cores <= 1:
         return 1, ""
     runs = {1: make(1), cores: make(cores)}
+    warmup = []
     for run in runs.values():  # warm-up: first calls allocate
+        start = time.perf_counter()
         run()
+        warmup.append(time.perf_counter() - start)
     seconds: Dict[int, List[float]] = {1: [], cores: []}
-    for _ in range(PROBE_ROUNDS):
+    for _ in range(PROBE_ROUNDS if max(warmup) < SLOW_SAMPLE_S else 1):
         for threads, run in runs.items():
             start = time.perf_counter()
             run()

@@ -123,37 +123,38 @@ def _reference(ctx: ConversionContext, progress: ProgressReporter) -> None:
     """The FP32 source model's outputs on the evaluation data, which every artifact is judged against,
     computed with the threads and samples per run that suit this host (`host_work`)."""
     with ctx.clock.phase("reference"):
-        ctx.accuracy_runs = _accuracy_runs(ctx)
+        ctx.accuracy_runs, ctx.reference_predict = _accuracy_runs(ctx)
         ctx.notes.append(ctx.accuracy_runs.describe())
-        ctx.reference_predict = reference_predictor(ctx.source, ctx.specs, ctx.accuracy_runs.threads)
         ctx.evaluation = fit_outputs_in_memory(ctx.evaluation, ctx.reference_predict, ctx.batch, ctx.notes)
         with progress.step("FP32 reference", ctx.evaluation.size) as advance:
             ctx.reference = acc.collect_outputs(ctx.reference_predict, ctx.evaluation,
                                                 ctx.batch * ctx.accuracy_runs.batch, advance)
 
 
-def _accuracy_runs(ctx: ConversionContext) -> AccuracyRuns:
+def _accuracy_runs(ctx: ConversionContext) -> Tuple[AccuracyRuns, Any]:
     """Threads measured on the source model's first feed; samples per run by input size, kept only where
-    the model gives each sample of a batch what it gives it alone."""
+    the model gives each sample of a batch what it gives it alone. With the reference predictor set up so."""
     feed = ctx.evaluation.first_feed(ctx.batch)
+    predictors: Dict[int, Any] = {}
 
-    def run_with(threads: int):
-        predict = reference_predictor(ctx.source, ctx.specs, threads)
-        return lambda: predict(feed)
+    def predictor(threads: int):
+        if threads not in predictors:
+            predictors[threads] = reference_predictor(ctx.source, ctx.specs, threads)
+        return predictors[threads]
 
-    threads, why = choose_threads(run_with)
+    threads, why = choose_threads(lambda t: (lambda: predictor(t)(feed)))
     batch = 1
     if ctx.batch == 1 and not ctx.evaluation.whole and ctx.evaluation.size > 1:
         batch = min(batch_for(sum(int(np.prod(v.shape[1:])) for v in feed.values())), ctx.evaluation.size)
     if batch > 1:
         batched, _ = next(ctx.evaluation.batches(batch))
         try:
-            same = same_per_sample(reference_predictor(ctx.source, ctx.specs, threads), batched, batch, ctx.batch)
+            same = same_per_sample(predictor(threads), batched, batch, ctx.batch)
         except UserError:  # the model takes one sample at a time
             same = False
         if not same:
             batch, why = 1, why + ("; " if why else "") + "the model does not take several samples per run alike"
-    return AccuracyRuns(threads, batch, why)
+    return AccuracyRuns(threads, batch, why), predictor(threads)
 
 
 def _build_all(ctx: ConversionContext, progress: ProgressReporter) -> List[ArtifactRecord]:
