@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--trusted-key", metavar="FILE",
         help="Ed25519 public key (PEM, from `edgeopt keys init`): run only jobs signed with its private key, and "
              "forget results only on confirmations from a collector it certified")
+    add("--device-key", metavar="FILE",
+        help="this board's own Ed25519 private key (PEM), which signs everything it sends (from `edgeopt fleet "
+             "provision`; default: device.key in the data dir, made at the first start)")
     add("--clock-skew", type=float, metavar="SECONDS",
         help=f"how far the host's clock may be off when a signed job's validity is checked (default {DEFAULT_CLOCK_SKEW_S:g})")
     add("--transfer-timeout", type=float, metavar="SECONDS",

@@ -33,7 +33,7 @@ from edgeopt_agent.wire.session import V5, Message, MqttSession, Received
 
 from ..errors import UserError
 from .store import FleetStore
-from .writer import DUPLICATE, REJECTED, STORED, IngestOutcome
+from .writer import DUPLICATE, NOT_CONFIRMED, REJECTED, STORED, IngestOutcome
 
 if TYPE_CHECKING:
     from ..deploy.collector_keys import CollectorKey
@@ -238,17 +238,18 @@ class Collector:
                       "and keep re-sending; issue a new one with `edgeopt keys collector NAME --force` and restart",
                       self.collector_key.describe())
         for device_id, (committed, rejected) in confirmations(outcomes).items():
-            for start in range(0, len(committed) + len(rejected), wire.MAX_CONFIRM_IDS):
-                ids = (committed + list(rejected))[start:start + wire.MAX_CONFIRM_IDS]
+            entries = [(True, c) for c in committed] + [(False, r) for r in rejected]
+            for start in range(0, len(entries), wire.MAX_CONFIRM_IDS):
+                batch = entries[start:start + wire.MAX_CONFIRM_IDS]
                 self._confirm_seq += 1
                 envelope = wire.confirm_message(
                     device_id, self._confirm_seq,
-                    committed=[i for i in ids if i not in rejected],
-                    rejected={i: rejected[i] for i in ids if i in rejected},
+                    committed=[entry for ok, entry in batch if ok],
+                    rejected=[entry for ok, entry in batch if not ok],
                     signer=self.collector_key.sign if self.collector_key is not None else None,
                 )
                 self.session.publish(wire.confirm_topic(device_id), envelope.encode())
-                self.counters.confirmed += len(ids)
+                self.counters.confirmed += len(batch)
 
     def _presence(self, state: str, reason: str) -> Message:
         """The collector's own retained status, outside the device topics."""
@@ -258,21 +259,29 @@ class Collector:
 
 
 
-def confirmations(outcomes: Sequence[IngestOutcome]) -> Dict[str, Tuple[List[str], Dict[str, str]]]:
-    """Per device: ids of its messages now committed (stored or duplicate) and ids rejected (-> reason).
+def confirmations(outcomes: Sequence[IngestOutcome]
+                  ) -> Dict[str, Tuple[List[Tuple[str, str]], List[Tuple[str, str, str]]]]:
+    """Per device: (id, digest) of its messages now committed (stored or duplicate), and (id, digest,
+    reason) of those rejected for good. The digest is that of the bytes received, so a board forgets
+    only its own message, never on the word about someone's copy under its id.
 
-    Status messages are left out (the agent publishes them directly, never from its outbox), and
-    so are rejections without a readable device or message id: there is nobody to tell.
+    Status messages are left out (the agent publishes them directly, never from its outbox), and so
+    are rejections without a readable device or message id (there is nobody to tell) and those whose
+    sender is unknown (unsigned, a bad signature, another key than the board's: `NOT_CONFIRMED`):
+    the board keeps its own bytes and sends them again.
     """
-    found: Dict[str, Tuple[Dict[str, None], Dict[str, str]]] = {}
+    found: Dict[str, Tuple[Dict[Tuple[str, str], None], Dict[Tuple[str, str], str]]] = {}
     for outcome in outcomes:
         if outcome.device_id is None or not wire.is_message_id(outcome.message_id) \
-                or outcome.kind == wire.STATUS:
+                or not wire.is_sha256(outcome.digest) or outcome.kind == wire.STATUS:
+            continue
+        if outcome.status == REJECTED and outcome.reason in NOT_CONFIRMED:
             continue
         committed, rejected = found.setdefault(outcome.device_id, ({}, {}))
+        entry = (outcome.message_id, outcome.digest)
         if outcome.status == REJECTED:
-            rejected[outcome.message_id] = outcome.reason or "rejected"
+            rejected[entry] = outcome.reason or "rejected"
         else:
-            committed[outcome.message_id] = None
-    return {device: ([i for i in committed if i not in rejected], rejected)
+            committed[entry] = None
+    return {device: ([e for e in committed if e not in rejected], [(i, d, r) for (i, d), r in rejected.items()])
             for device, (committed, rejected) in found.items()}

@@ -100,6 +100,18 @@ def _power(row: Mapping[str, Any]) -> str:
     return f"{row['power_w']:.2f}" + (f" ({row['power_source']})" if row.get("power_source") else "")
 
 
+def _key(row: Mapping[str, Any]) -> str:
+    """The board's pinned signing key, and a loud flag when messages came signed by another one."""
+    if not row.get("key"):
+        return DASH
+    shown = row["key"] + (" (provisioned)" if row.get("key_source") == "provisioned" else "")
+    changed = row.get("key_changed")
+    if changed:
+        shown += (f"; CHANGED: {changed['messages']:,} message(s) signed by {changed['fingerprint']}, last "
+                  f"{ago(changed.get('last_at'))}, refused (edgeopt fleet pin-key)")
+    return shown
+
+
 DEVICES = (
     Column("device", _text("device_id")),
     Column("profile", _text("profile")),
@@ -110,6 +122,7 @@ DEVICES = (
     Column("runtimes", _runtimes),
     Column("temp °C", _number("temperature_c")),
     Column("missing msgs", lambda r: str(r.get("missing_messages") or 0)),
+    Column("key", _key),
 )
 
 RESULTS = (
