@@ -67,7 +67,8 @@ class Agent:
         self.sender = OutboxSender(self.outbox, confirm=self.confirms, confirm_timeout_s=config.confirm_timeout_s)
         self.telemetry = Telemetry(sensors, profile.name if profile else None)
         self.admission = Admission(self.device_id, config.profile, self.trusted_key,
-                                   JobLedger(self.store) if self.trusted_key else None, config.clock_skew_s)
+                                   JobLedger(self.store, clock_skew_s=config.clock_skew_s) if self.trusted_key else None,
+                                   config.clock_skew_s)
         self.transfers = Transfers(
             self.device_id,
             config.data_dir,
