@@ -205,7 +205,7 @@ def test_unsigned_messages_are_never_stored_and_never_confirmed(store):
 # --- the commands ----------------------------------------------------------------------------------------
 
 
-def test_fleet_devices_shows_each_key_and_flags_a_changed_one(tmp_path, capsys):
+def test_fleet_devices_shows_each_key_and_flags_a_changed_one(tmp_path, capsys, monkeypatch):
     url = f"sqlite:///{tmp_path}/fleet.db"
     board, calm = SimulatedDevice(DEVICE), SimulatedDevice("calm-dev")
     with open_store(url) as store:
@@ -217,9 +217,14 @@ def test_fleet_devices_shows_each_key_and_flags_a_changed_one(tmp_path, capsys):
     rows = {r["device_id"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows[DEVICE]["key"] == board.key.fingerprint and rows[DEVICE]["key_changed"]["messages"] == 1
     assert rows["calm-dev"]["key_changed"] is None
+    monkeypatch.setenv("COLUMNS", "250")
     assert main(["fleet", "devices", "--db", url]) == 0
     out = capsys.readouterr().out
-    assert "CHANGED" in out and calm.key.fingerprint in out
+    assert "KEY CHANGED" in out and calm.key.fingerprint in out and board.key.fingerprint in out
+    monkeypatch.setenv("COLUMNS", "80")  # the key column goes first on a narrow terminal; the flag stays
+    assert main(["fleet", "devices", "--db", url]) == 0
+    narrow = capsys.readouterr().out
+    assert "KEY" in narrow and "CHANGED" in narrow  # the cell may wrap between the words
 
 
 def test_pin_key_takes_a_public_key_file_or_accepts_the_changed_one(tmp_path, capsys):

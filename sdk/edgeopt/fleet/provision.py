@@ -68,6 +68,8 @@ ROLE_ACL = {
         "topic read edgeopt/v1/+/telemetry",
         "topic read edgeopt/v1/+/results",
         "topic write edgeopt/v1/+/confirm",
+        # The jobs `edgeopt deploy --db` kept, sent again until their board answers (edgeopt.fleet.jobs).
+        "topic write edgeopt/v1/+/jobs",
         "topic readwrite edgeopt/collectors/{name}/status",
         # The ACL's pattern lines give every login edgeopt/v1/<login>/...: this login is no device.
         "topic deny edgeopt/v1/{name}/#",
