@@ -3,6 +3,7 @@ result (the one naming the job message), dropped when they expire; on SQLite and
 from __future__ import annotations
 
 import json
+import time
 
 from fleet_simulator import SimulatedDevice
 from test_fleet_store import db_url  # noqa: F401  (a fixture: SQLite and PostgreSQL)
@@ -14,9 +15,9 @@ from edgeopt_agent import wire
 T0 = 1_800_000_000.0
 
 
-def job(device_id, job_id, lifetime_s=3600.0):
+def job(device_id, job_id, lifetime_s=3600.0, issued_at=T0):
     return wire.benchmark_job(device_id, 1, job_id, "cd" * 32, "onnx", path="models/m.onnx", size=10,
-                              issued_at=T0, lifetime_s=lifetime_s)
+                              issued_at=issued_at, lifetime_s=lifetime_s)
 
 
 def test_a_kept_job_is_due_again_with_back_off_until_its_board_answers(db_url):  # noqa: F811
@@ -49,3 +50,18 @@ def test_a_kept_job_is_due_again_with_back_off_until_its_board_answers(db_url): 
         assert queue.take_due(T0 + 64) == []  # 40 s would be next: capped at 25 s
         assert [j.job_id for j in queue.take_due(T0 + 65)] == ["j2"]  # j3 expired at T0 + 50
         assert queue.counts(T0 + 65) == {"waiting": 1, "answered": 1, "expired": 1}
+
+
+def test_fleet_stats_counts_the_kept_jobs(tmp_path, capsys):
+    from edgeopt.cli.main import main
+
+    url = f"sqlite:///{tmp_path}/fleet.db"
+    with open_store(url) as store:
+        queue = JobQueue(store.db)
+        queue.keep([job_row("pi-1", job("pi-1", "old", issued_at=time.time() - 7200)),
+                    job_row("pi-1", job("pi-1", "new", issued_at=time.time()))])
+        assert store.stats()["jobs"] == {"waiting": 1, "answered": 0, "expired": 1}
+    capsys.readouterr()
+    assert main(["fleet", "stats", "--db", url]) == 0
+    out = capsys.readouterr().out
+    assert "kept jobs: 1 waiting for their board" in out and "1 expired unanswered" in out

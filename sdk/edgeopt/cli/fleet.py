@@ -312,6 +312,10 @@ def stats(db_url, as_json):
     if jumps:
         headers, cells = views.cells(views.GAPS, jumps)
         out.print(table(headers, cells, title=f"suspect sequence jumps (not counted as missing): {len(jumps):,}"))
+    jobs = counts["jobs"]
+    if any(jobs.values()):
+        out.print(f"kept jobs: {jobs['waiting']:,} waiting for their board (sent again by the collector), "
+                  f"{jobs['answered']:,} answered, {jobs['expired']:,} expired unanswered")
     refused = counts["unauthenticated_confirms"]
     if refused["total"]:
         out.print(f"refused confirmations: {refused['total']:,} (forged or unsigned; the devices forgot nothing)")

@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from edgeopt_agent.wire.errors import REFUSED_BEFORE_RUNNING
 
 from .database import Database
+from .jobs import JobQueue
 from .tables import DEVICE_COLUMNS, RESULT_COLUMNS, TELEMETRY_COLUMNS
 
 
@@ -166,8 +167,9 @@ class FleetQueries:
             )
 
     def stats(self) -> Dict[str, Any]:
-        """Counts: stored and duplicate by topic kind, rejected by reason, gaps open and filled, and the
-        confirmations devices refused (as their newest telemetry reports them)."""
+        """Counts: stored and duplicate by topic kind, rejected by reason, gaps open and filled, the
+        confirmations devices refused (as their newest telemetry reports them), and the jobs `deploy --db`
+        kept (waiting for their board's answer, answered, expired unanswered)."""
         with self.db.transaction(write=False) as tx:
             stored = {r["kind"]: int(r["n"]) for r in tx.rows("SELECT kind, COUNT(*) AS n FROM messages GROUP BY kind")}
             counters = {r["name"]: int(r["value"]) for r in tx.rows("SELECT name, value FROM counters")}
@@ -193,6 +195,7 @@ class FleetQueries:
             "gaps": {"missing": int(gaps.get("missing") or 0), "filled": int(gaps.get("filled") or 0),
                      "suspect_jumps": int(suspect.get("n") or 0)},
             "unauthenticated_confirms": _confirms_refused(latest),
+            "jobs": JobQueue(self.db).counts(),
         }
 
     def roofline_fits(self, profile: Optional[str] = None) -> List[Dict[str, Any]]:
