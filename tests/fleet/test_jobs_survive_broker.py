@@ -11,13 +11,13 @@ once, which is an answer all the same (the benchmark itself is not what is teste
 """
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass
 
 import pytest
 from mqtt_broker import MqttBroker, mosquitto_binary
-from test_delivery_confirmed import MinutelyMosquitto
+from test_delivery_confirmed import MinutelyMosquitto, NoSensors, Threaded
+from test_delivery_confirmed import wait_until as waiting
 
 from edgeopt.deploy.api import keep_jobs
 from edgeopt.deploy.mqtt import HostClient
@@ -34,29 +34,8 @@ DEVICE = "away-dev"
 WAIT_S = 50.0
 
 
-class NoSensors:
-    def snapshot(self):
-        return {}
-
-
 def wait_until(predicate, what, timeout=WAIT_S):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.05)
-
-
-class Threaded:
-    def __init__(self, target, **kwargs):
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=target, args=(self.stop,), kwargs=kwargs, daemon=True)
-        self.thread.start()
-
-    def close(self):
-        self.stop.set()
-        self.thread.join(30)
-        assert not self.thread.is_alive()
+    waiting(predicate, what, timeout)
 
 
 def start_agent(tmp_path, broker):
