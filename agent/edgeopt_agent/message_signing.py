@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import os
 import stat
@@ -54,7 +55,11 @@ def canonical(document: Mapping[str, Any]) -> bytes:
 def message_statement(document: Mapping[str, Any]) -> bytes:
     """The bytes a device key signs: the envelope as its JSON reads, without `sig` (a NaN or infinity,
     which a reader stores as null anyway, stands as null)."""
-    return DOMAIN + canonical(finite({k: v for k, v in document.items() if k != SIGNATURE_FIELD}))
+    unsigned = {k: v for k, v in document.items() if k != SIGNATURE_FIELD}
+    try:
+        return DOMAIN + canonical(unsigned)
+    except ValueError:  # a NaN or infinity somewhere (never from an agent): walked only then
+        return DOMAIN + canonical(finite(unsigned))
 
 
 def fingerprint(raw_public_key: bytes) -> str:
@@ -180,15 +185,20 @@ def verify_message(document: Any) -> bytes:
     except (ValueError, TypeError, RecursionError):
         raise MessageSignatureError("the message cannot be put in canonical form to check its signature",
                                     kind=SIGNATURE_INVALID) from None
-    ed25519 = require("cryptography.hazmat.primitives.asymmetric.ed25519", "fleet", "checking device signatures")
     exceptions = require("cryptography.exceptions", "fleet", "checking device signatures")
     try:
-        ed25519.Ed25519PublicKey.from_public_bytes(public_key).verify(signature, statement)
+        _public_key(public_key).verify(signature, statement)
     except exceptions.InvalidSignature:
         raise MessageSignatureError(f"the message does not match its signature (key {fingerprint(public_key)}): "
                                     "it was changed after signing, or signed by someone else", kind=SIGNATURE_INVALID
                                     ) from None
     return public_key
+
+
+@functools.lru_cache(maxsize=4096)  # a fleet's boards sign with a few keys, one each: made once per key
+def _public_key(raw: bytes) -> Any:
+    ed25519 = require("cryptography.hazmat.primitives.asymmetric.ed25519", "fleet", "checking device signatures")
+    return ed25519.Ed25519PublicKey.from_public_bytes(raw)
 
 
 def parse_public_key(value: Any) -> bytes:
