@@ -2,16 +2,20 @@
 
 For load tests (scripts/bench_fleet.py), demos and tests of the collector. Each device numbers
 its messages per topic kind from 1, like the agent's outbox; `seq=` overrides the number to
-simulate loss, reordering or a replay.
+simulate loss, reordering or a replay. Each signs what it sends with its own device key, as an
+agent does (`key=` gives it one; `key=None` with `signed=False` sends unsigned, as agents from
+before device keys did).
 """
 from __future__ import annotations
 
+import json
 import random
 import time
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional
 
 from edgeopt_agent import wire
+from edgeopt_agent.message_signing import DeviceKey
 
 
 @dataclass(frozen=True)
@@ -20,12 +24,19 @@ class Published:
     payload: bytes
     envelope: wire.Envelope
     retain: bool = False
+    key: Optional[DeviceKey] = None  # the device's, which signed it
+
+    def changed(self, document: Dict[str, Any]) -> bytes:
+        """Another message from the same device: `document` (this one's JSON, changed at will) signed
+        with its key, as the board itself would send it (unsigned for an unsigned device)."""
+        return self.key.sign_payload(json.dumps(document).encode()) if self.key else json.dumps(document).encode()
 
 
 class SimulatedDevice:
     def __init__(self, device_id: str, profile: str = "x86-64", agent_version: str = "0.1.0",
-                 seed: Optional[int] = None, clock=time.time):
+                 seed: Optional[int] = None, clock=time.time, key: Optional[DeviceKey] = None, signed: bool = True):
         self.device_id = wire.validate_device_id(device_id)
+        self.key = key or (DeviceKey.generate() if signed else None)
         self.profile = profile
         self.agent_version = agent_version
         self.started_at = round(clock(), 3)
@@ -46,7 +57,8 @@ class SimulatedDevice:
             body=body,
             ts=round(self._clock(), 3),
         )
-        return Published(wire.topic(self.device_id, kind), envelope.encode(), envelope, retain)
+        payload = self.key.encode(envelope) if self.key is not None else envelope.encode()
+        return Published(wire.topic(self.device_id, kind), payload, envelope, retain, self.key)
 
     def status(self, state: str = wire.ONLINE, reason: str = "connected", seq: Optional[int] = None,
                profile_check: Optional[Mapping[str, Any]] = None) -> Published:

@@ -37,7 +37,7 @@ from test_fleet_store import db_url  # noqa: F401  (the SQLite and PostgreSQL st
 from edgeopt.errors import UserError
 from edgeopt.fleet import provision as provisioning
 from edgeopt.fleet.collector import confirmations
-from edgeopt.fleet.migrations import MIGRATIONS
+from edgeopt.fleet.migrations import MIGRATIONS, latest_version
 from fleet_simulator import SimulatedDevice
 from edgeopt.fleet.store import open_store
 from edgeopt_agent import wire
@@ -206,7 +206,7 @@ def test_collector_and_deploy_logins_cannot_publish_device_messages(secured, tmp
             assert client.publish(as_device.topic, as_device.payload) == NOT_AUTHORIZED, name
             assert client.subscribe(wire.jobs_topic(name)) == [GRANTED_QOS1]  # granted, but nothing arrives
         # Each still does its own job.
-        confirm = wire.confirm_message("dev-a", 1, committed=[wire.new_message_id()]).encode()
+        confirm = wire.confirm_message("dev-a", 1, committed=[(wire.new_message_id(), "0" * 64)]).encode()
         assert logins["collector-1"].publish(wire.confirm_topic("dev-a"), confirm) in ACCEPTED
         job = wire.Envelope("dev-a", 1, wire.BENCHMARK_JOB, {"job_id": "j"}).encode()
         assert logins["deploy-1"].publish(wire.jobs_topic("dev-a"), job) in ACCEPTED
@@ -242,8 +242,9 @@ def test_the_acl_template_shows_the_blocks_provision_writes():
 
 
 def with_id(published, message_id: str, device_id: str = None):
+    """The message under another id, signed by its own device (which chose that id)."""
     envelope = dataclasses.replace(published.envelope, id=message_id, device_id=device_id or published.envelope.device_id)
-    return published.topic, envelope.encode()
+    return published.topic, published.key.encode(envelope)
 
 
 @needs_mosquitto
@@ -283,13 +284,14 @@ def test_duplicates_are_per_device_and_the_migration_keeps_what_was_stored(db_ur
                        (*key, 1, old.envelope.ts, "before", 1, json.dumps(old.envelope.body)))
     with open_store(db_url) as store:
         with store.db.transaction() as tx:
-            assert [r["version"] for r in tx.rows("SELECT version FROM schema_version ORDER BY version")][-1] == 5
+            assert [r["version"] for r in tx.rows("SELECT version FROM schema_version ORDER BY version")][-1] \
+                == latest_version()
         assert [(r["device_id"], r["job_id"]) for r in store.results()] == [("dev-a", "before")]
         assert store.ingest(old.topic, old.payload).status == "duplicate"  # same device, same id
         other = SimulatedDevice("dev-b")
         shadow = with_id(other.result("same-id-other-device"), old.envelope.id)
         assert store.ingest(*shadow).status == "stored"
-        a = SimulatedDevice("dev-a")
+        a = SimulatedDevice("dev-a", key=old.key)
         for mine, theirs in ((a.status(), other.status()), (a.telemetry(), other.telemetry())):  # every kind
             assert store.ingest(*with_id(mine, theirs.envelope.id)).status == "stored"
             assert store.ingest(theirs.topic, theirs.payload).status == "stored"
@@ -314,7 +316,8 @@ def test_messages_not_on_their_devices_topic_are_rejected_and_only_the_sender_he
         assert store.results() == [] and store.devices() == []
         assert store.stats()["rejected"] == {"wrong_device": 3, "invalid_topic": 2}
         # Rejections go to dev-a's confirm topic only (its login published them): none to dev-b.
-        assert confirmations(outcomes) == {"dev-a": ([], {m.envelope.id: "wrong_device" for m in posing})}
+        assert confirmations(outcomes) == {"dev-a": ([], [(m.envelope.id, wire.message_digest(m.payload), "wrong_device")
+                                                          for m in posing])}
 
 
 # --- provisioning's files -----------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from edgeopt_agent.wire.backoff import Backoff  # noqa: E402
 from edgeopt_agent.wire.broker import BrokerSettings  # noqa: E402
 
 DEVICE, OTHER = "conf-dev", "conf-other"
-A, B = "a" * 32, "b" * 32
+A, B = ("a" * 32, "1" * 64), ("b" * 32, "2" * 64)  # (message id, digest of its bytes)
 WAIT_S = 30.0
 
 
@@ -57,7 +57,7 @@ def keys(tmp_path_factory):
     }
 
 
-def signed(key, device=DEVICE, seq=1, committed=(A,), rejected=None, issued_at=None):
+def signed(key, device=DEVICE, seq=1, committed=(A,), rejected=(), issued_at=None):
     return wire.confirm_message(device, seq, committed=list(committed), rejected=rejected, signer=key.sign,
                                 issued_at=issued_at)
 
@@ -94,11 +94,11 @@ def test_unsigned_other_fleets_and_other_devices_confirms_are_refused(keys):
 
 @pytest.mark.parametrize("change", ["add_id", "drop_id", "rejected", "seq", "issued_at"])
 def test_a_confirm_changed_after_signing_is_refused(keys, change):
-    envelope = signed(keys["collector"], committed=(A,), rejected={B: "invalid_body"})
+    envelope = signed(keys["collector"], committed=(A,), rejected=[(*B, "invalid_body")])
     body = copy.deepcopy(envelope.body)
     seq = envelope.seq
     if change == "add_id":
-        body["committed"].append("c" * 32)
+        body["committed"].append({"id": "c" * 32, "digest": "3" * 64})
     elif change == "drop_id":
         body["committed"] = []
     elif change == "rejected":
@@ -182,8 +182,8 @@ def test_a_confirm_is_valid_for_a_day_from_its_issue_and_not_before(keys):
 def test_the_collector_confirms_a_duplicate_again(keys):
     """What makes refusing a late confirm safe: the agent re-sends, and the collector confirms the
     copy it already stored (as committed), signing a fresh confirm."""
-    outcome = IngestOutcome(device_id=DEVICE, message_id=A, kind=wire.RESULTS, status=DUPLICATE)
-    assert confirmations([outcome]) == {DEVICE: ([A], {})}
+    outcome = IngestOutcome(device_id=DEVICE, message_id=A[0], kind=wire.RESULTS, status=DUPLICATE, digest=A[1])
+    assert confirmations([outcome]) == {DEVICE: ([A], [])}
 
 
 @pytest.mark.parametrize("auth", [
@@ -309,10 +309,11 @@ def start_agent(running, tmp_path, broker, trusted_key=None):
 
 
 class Attacker:
-    """Anyone on the open broker: reads the device's results to learn their ids, publishes confirms."""
+    """Anyone on the open broker: reads the device's results to learn their ids (and the digests of
+    their bytes), publishes confirms."""
 
     def __init__(self, broker):
-        self.ids = []
+        self.ids = []  # (id, digest)
         self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"attacker-{uuid.uuid4().hex[:6]}",
                                   protocol=mqtt.MQTTv5 if broker.mqtt_v5 else mqtt.MQTTv311)
         self.client.on_message = self._read
@@ -322,9 +323,9 @@ class Attacker:
         time.sleep(0.3)  # the SUBSCRIBE is through
 
     def _read(self, client, userdata, message):
-        message_id = json.loads(message.payload)["id"]
-        if message_id not in self.ids:  # the agent's probes send some again
-            self.ids.append(message_id)
+        delivery = (json.loads(message.payload)["id"], wire.message_digest(message.payload))
+        if delivery not in self.ids:  # the agent's probes send some again
+            self.ids.append(delivery)
 
     def confirm(self, envelope):
         self.client.publish(wire.confirm_topic(DEVICE), envelope.encode(), qos=1).wait_for_publish(10)
@@ -435,10 +436,11 @@ def test_the_agent_acts_only_on_an_authenticated_confirm_and_never_dies_on_a_bad
                                 "trusted_key": str(keys["fleet"].public_key)}), sensors=NoSensors())
     try:
         produce(agent, 2)
-        first, second = [json.loads(m.payload)["id"] for m in agent.outbox.pending()]
+        first, second = [(m.message_id, wire.message_digest(m.payload)) for m in agent.outbox.pending()]
         bad = [b"not json", b"{}", wire.confirm_message(DEVICE, 1, committed=[first]).encode(),
                json.dumps({**json.loads(signed(keys["collector"], committed=[first]).encode()),
-                           "body": {"committed": [first], "rejected": [], "issued_at": 1.0,
+                           "body": {"committed": [{"id": first[0], "digest": first[1]}], "rejected": [],
+                                    "issued_at": 1.0,
                                     "auth": {"certificate": None, "signature": None}}}).encode()]
         for payload in bad:
             agent._confirmed(payload)
@@ -449,7 +451,7 @@ def test_the_agent_acts_only_on_an_authenticated_confirm_and_never_dies_on_a_bad
         assert len([r for r in caplog.records if "ignoring a confirm message" in r.getMessage()]) == 1
 
         agent._confirmed(signed(keys["collector"], committed=[first]).encode())
-        assert [json.loads(m.payload)["id"] for m in agent.outbox.pending()] == [second]
+        assert [m.message_id for m in agent.outbox.pending()] == [second[0]]
     finally:
         agent.store.close()
         agent._lock.close()

@@ -260,3 +260,23 @@ def test_an_answer_sent_again_is_reported_once(tmp_path):
     outcomes = Rollout(client, chosen, jobs, progress=events.append).run(wait=True, timeout_s=5.0)
     assert [o["state"] for o in outcomes] == ["answered", "answered"]
     assert [e.device_id for e in events if e.stage == "answered"] == ["pi-1", "pi-2"]
+
+
+def test_a_job_the_device_has_not_reacted_to_is_sent_again_the_same_bytes(tmp_path):
+    """A broker that dies with a job loses it: the deploy sends it again (with back-off) until the device
+    asks for the chunks or answers; the board runs one job message once however often it arrives."""
+    chosen = choose_artifact(write_outdir(tmp_path / "out"))
+    jobs = {"pi-1": wire.benchmark_job("pi-1", 1, "job-1", chosen.sha256, chosen.format,
+                                       url="http://models/a.onnx", size=chosen.size)}
+    client = QueuedClient([])
+    [outcome] = Rollout(client, chosen, jobs, resend_s=0.3).run(wait=True, timeout_s=2.2)
+    assert outcome["state"] == "timeout"
+    sent = [payload for topic, payload in client.published if topic == wire.jobs_topic("pi-1")]
+    assert 3 <= len(sent) <= 4  # at 0, 0.3, 0.9 and 2.1 s: the waits double
+    assert set(sent) == {jobs["pi-1"].encode()}
+
+    answer = wire.Envelope("pi-1", 1, wire.RESULT_TYPE,
+                           wire.result_body("job-1", wire.BENCHMARK_JOB, jobs["pi-1"].id, result={"ok": True}))
+    client = QueuedClient([Received(wire.results_topic("pi-1"), answer.encode(), False)])
+    Rollout(client, chosen, jobs, resend_s=0.3).run(wait=True, timeout_s=2.0)
+    assert len(client.published) == 1  # answered: never sent again

@@ -143,19 +143,22 @@ def test_every_kind_of_bad_message_is_rejected_and_the_collector_carries_on(mqtt
     running = start(cleanup, store, mqtt_broker)
     pub = publisher(cleanup, mqtt_broker)
     device = SimulatedDevice("rpi-01")
-    good = json.loads(device.telemetry().payload)
+    sent = device.telemetry()
+    good = json.loads(sent.payload)
     topic = wire.telemetry_topic("rpi-01")
     pub.raw(topic, b"{not json")
     pub.raw(topic, json.dumps({**good, "device_id": "rpi-99"}).encode())
     pub.raw(topic, json.dumps({**good, "schema": 7}).encode())
     pub.raw(topic, json.dumps({**good, "body": {**good["body"], "pad": "x" * 70_000}}).encode())
-    pub.raw(wire.results_topic("rpi-01"), json.dumps({**good, "type": "result", "body": {"ok": 1}}).encode())
+    # The board's own message with a bad body (signed by it), and someone's altered copy of one (not).
+    pub.raw(wire.results_topic("rpi-01"), sent.changed({**good, "type": "result", "body": {"ok": 1}}))
+    pub.raw(topic, json.dumps({**good, "seq": 9}).encode())
     pub.raw(wire.jobs_topic("rpi-01"), b"jobs are not collected")  # not subscribed: never seen
     pub.send([device.telemetry()])
     wait_until(lambda: running.collector.counters.stored == 1, what="the good message")
-    assert running.collector.counters.rejected == 5
+    assert running.collector.counters.rejected == 6
     assert store.stats()["rejected"] == {"malformed_message": 1, "wrong_device": 1, "unsupported_schema": 1,
-                                         "oversized": 1, "invalid_body": 1}
+                                         "oversized": 1, "invalid_body": 1, "signature_invalid": 1}
     assert [r["seq"] for r in store.telemetry()] == [2]
     assert running.thread.is_alive()
 
@@ -166,13 +169,15 @@ def test_values_the_database_cannot_hold_cost_one_message_not_the_collector(mqtt
     running = start(cleanup, store, mqtt_broker)
     pub = publisher(cleanup, mqtt_broker)
     device = SimulatedDevice("rpi-01")
-    huge_seq = json.loads(device.telemetry().payload)
+    first = device.telemetry()
+    huge_seq = json.loads(first.payload)
     huge_seq["seq"] = 2 ** 64
-    odd_text = json.loads(device.status().payload)
+    status = device.status()
+    odd_text = json.loads(status.payload)
     odd_text["body"]["reason"] = "lost\ud800\x00"
     topic = wire.telemetry_topic("rpi-01")
-    pub.raw(topic, json.dumps(huge_seq).encode())
-    pub.raw(wire.status_topic("rpi-01"), json.dumps(odd_text).encode())
+    pub.raw(topic, first.changed(huge_seq))  # what the board itself sent: signed
+    pub.raw(wire.status_topic("rpi-01"), status.changed(odd_text))
     pub.raw(topic, b"[" * 5000)
     pub.send([device.telemetry()])
     wait_until(lambda: running.collector.counters.stored == 2, what="the storable messages")

@@ -11,12 +11,15 @@ from hostile_payloads import hostile_payloads, oversized
 from edgeopt.fleet import messages
 from fleet_simulator import SimulatedDevice
 from edgeopt_agent import wire
+from edgeopt_agent.message_signing import DeviceKey
+from edgeopt_agent.values import finite
 
 DEVICE = "rpi-01"
+BOARD_KEY = DeviceKey.generate()
 
 
 def templates():
-    device = SimulatedDevice(DEVICE, profile="rpi4")
+    device = SimulatedDevice(DEVICE, profile="rpi4", key=BOARD_KEY)
     published = [device.status(), device.telemetry(), device.telemetry(temperature_c=71.5, power_w=4.2),
                  device.result("job-1", p50_ms=4.0, meta={"model": "digits", "format": "onnx", "precision": "int8"}),
                  device.result("job-2", ok=False)]
@@ -45,16 +48,37 @@ def check(label, topic, payload):
     return "accepted"
 
 
+def unsigned(document):
+    """What a signature covers: the envelope without `sig`, NaN and infinity as null."""
+    return finite({k: v for k, v in document.items() if k != "sig"})
+
+
+def signed_by_the_board(payload):
+    """The hostile payload as the board itself would send it (signed), when it is a JSON object at all:
+    so the checks behind the signature are fuzzed too."""
+    try:
+        return BOARD_KEY.sign_payload(payload) if isinstance(json.loads(payload), dict) else None
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+
+
 @pytest.mark.parametrize("count, seed", [(300, 11), pytest.param(3000, 12, marks=pytest.mark.slow)])
 def test_hostile_payloads_are_rejected_with_a_reason(count, seed):
     rng = random.Random(seed)
-    outcomes = {}
+    outcomes, as_sent = {}, {}
     for topic, template in templates():
         cases = list(hostile_payloads(rng, template, count))
         cases.append(("oversized", oversized(template, topic)))
         for label, payload in cases:
             outcome = check(f"{topic} {label}", topic, payload)
+            as_sent[outcome] = as_sent.get(outcome, 0) + 1
+            if outcome == "accepted":  # someone's copy passes only when it says what the board signed
+                assert unsigned(json.loads(payload)) == unsigned(template), label
+            signed = signed_by_the_board(payload)
+            if signed is not None:
+                outcome = check(f"{topic} {label} (signed)", topic, signed)
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    assert as_sent.get("signature_invalid", 0) > 0, as_sent
     assert outcomes.get("malformed_message", 0) > 0 and outcomes.get("invalid_body", 0) > 0, outcomes
     assert outcomes.get("oversized", 0) >= len(templates()), outcomes
     # The untouched templates still go through: the parser rejects what is wrong, not everything.

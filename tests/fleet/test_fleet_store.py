@@ -151,25 +151,30 @@ def test_bad_messages_are_rejected_with_their_reason_and_never_stored(store):
     device = SimulatedDevice("rpi-01")
     good = device.telemetry()
     data = json.loads(good.payload)
+    signed = good.changed  # what the board itself got wrong: signed by it all the same
     cases = {
         "malformed_message": [b"not json", b"[1, 2]", json.dumps({**data, "seq": -1}).encode(),
                               json.dumps({k: v for k, v in data.items() if k != "ts"}).encode(), b"\xff\xfe"],
-        "wrong_device": [json.dumps({**data, "device_id": "rpi-02"}).encode()],
-        "unsupported_schema": [json.dumps({**data, "schema": 2}).encode()],
-        "unexpected_type": [json.dumps({**data, "type": "result"}).encode()],
+        "wrong_device": [signed({**data, "device_id": "rpi-02"})],
+        "unsupported_schema": [signed({**data, "schema": 2})],
+        "unexpected_type": [signed({**data, "type": "result"})],
+        "unsigned_message": [json.dumps({k: v for k, v in data.items() if k != "sig"}).encode()],
+        "signature_invalid": [json.dumps({**data, "seq": 5}).encode(),  # someone's altered copy
+                              json.dumps({**data, "sig": {**data["sig"], "value": "AAAA"}}).encode()],
     }
     for reason, payloads in cases.items():
         for payload in payloads:
             assert rejected_reason(store, good.topic, payload) == reason, payload
-    status = json.loads(device.status().payload)
+    status = device.status()
     assert rejected_reason(store, wire.status_topic("rpi-01"),
-                           json.dumps({**status, "body": {"state": "sleepy"}}).encode()) == "invalid_body"
-    result = json.loads(device.result("job-1").payload)
+                           status.changed({**json.loads(status.payload), "body": {"state": "sleepy"}})) == "invalid_body"
+    published = device.result("job-1")
+    result = json.loads(published.payload)
     for body in ({**result["body"], "ok": "yes"}, {**result["body"], "meta": ["x"]},
                  {**result["body"], "meta": {"accuracy_drop_points": "0.3"}},
                  {**result["body"], "ok": False, "error": None}):
-        assert rejected_reason(store, wire.results_topic("rpi-01"),
-                               json.dumps({**result, "body": body}).encode()) == "invalid_body"
+        assert rejected_reason(store, wire.results_topic("rpi-01"), published.changed({**result, "body": body})) \
+            == "invalid_body"
     assert rejected_reason(store, "edgeopt/v1/rpi-01/jobs", good.payload) == "unexpected_topic"
     assert rejected_reason(store, "edgeopt/v1/-bad/telemetry", good.payload) == "invalid_topic"
     assert rejected_reason(store, "other/topic", good.payload) == "invalid_topic"
@@ -177,7 +182,8 @@ def test_bad_messages_are_rejected_with_their_reason_and_never_stored(store):
     stats = store.stats()
     assert stats["stored"] == {} and store.telemetry() == [] and store.results() == [] and store.devices() == []
     assert stats["rejected"] == {"malformed_message": 5, "wrong_device": 1, "unsupported_schema": 1,
-                                 "unexpected_type": 1, "invalid_body": 5, "unexpected_topic": 1, "invalid_topic": 2}
+                                 "unexpected_type": 1, "invalid_body": 5, "unexpected_topic": 1, "invalid_topic": 2,
+                                 "unsigned_message": 1, "signature_invalid": 2}
     latest = store.rejected(limit=1)[0]
     assert latest["topic"] == "other/topic" and latest["payload_bytes"] == len(good.payload)
     assert latest["excerpt"].startswith('{"id":"') and latest["excerpt"].endswith("…")
@@ -200,7 +206,10 @@ def test_oversized_and_binary_payloads_are_rejected_with_a_printable_excerpt(db_
 def test_non_finite_numbers_are_stored_as_null(store):
     device = SimulatedDevice("rpi-01")
     sent = device.telemetry()
-    payload = sent.payload.replace(b'"swap_used_mb":0.0', b'"swap_used_mb":NaN')
+    data = json.loads(sent.payload)
+    data["body"]["memory"]["swap_used_mb"] = None
+    # NaN is not JSON (the agent sends null); a sender that writes it is read as null, signature included.
+    payload = sent.changed(data).replace(b'"swap_used_mb":null', b'"swap_used_mb":NaN')
     assert b"NaN" in payload
     assert store.ingest(sent.topic, payload).status == "stored"
     assert store.telemetry()[0]["body"]["memory"]["swap_used_mb"] is None
@@ -218,7 +227,8 @@ def test_device_state_follows_the_newest_status_even_when_statuses_arrive_out_of
     [row] = store.devices()
     assert (row["state"], row["profile"], row["agent_version"], row["mqtt_protocol"]) == ("online", "rpi4", "0.1.0", "5")
 
-    restarted = SimulatedDevice("rpi-01", clock=lambda: online.envelope.ts + 60)  # agent state wiped: seqs restart
+    # Agent state wiped (its provisioned key kept): seqs restart.
+    restarted = SimulatedDevice("rpi-01", clock=lambda: online.envelope.ts + 60, key=device.key)
     ingest(store, restarted.status(wire.OFFLINE, "shutdown"))
     assert (store.devices()[0]["state"], store.devices()[0]["state_reason"]) == ("offline", "shutdown")
 
@@ -404,16 +414,18 @@ def test_unreachable_postgresql_is_a_user_error_without_the_password():
 
 
 def with_body(published, seq=None, **changes):
+    """The message with another body or seq, signed by its device: what that board got wrong itself."""
     data = json.loads(published.payload)
     data["body"].update(changes)
     if seq is not None:
         data["seq"] = seq
-    return published.topic, json.dumps(data).encode()
+    return published.topic, published.changed(data)
 
 
 def test_values_no_database_column_takes_are_rejected_or_cleaned(store):
     device = SimulatedDevice("rpi-01")
     result = json.loads(device.result("job-1").payload)["body"]
+    telemetry = device.telemetry()
     batch = [
         with_body(device.telemetry(), seq=2 ** 63),
         with_body(device.result("job-2"), result={**result["result"], "threads": 2 ** 63}),
@@ -422,8 +434,7 @@ def test_values_no_database_column_takes_are_rejected_or_cleaned(store):
                   meta={"model": "m\x00", "accuracy_drop_points": 2 ** 64}),
         with_body(device.telemetry(), memory={"total_mb": 10 ** 400, "available_mb": 1.0}),
         (wire.telemetry_topic("rpi-01"), json.dumps({"id": "\ud800\x00", "type": "x"}).encode()),
-        (wire.telemetry_topic("rpi-01"), json.dumps({**json.loads(device.telemetry().payload),
-                                                         "type": "\ud800\x00"}).encode()),
+        (wire.telemetry_topic("rpi-01"), telemetry.changed({**json.loads(telemetry.payload), "type": "\ud800\x00"})),
         (wire.telemetry_topic("rpi-01"), b"[" * 5000),
         (wire.telemetry_topic("rpi-01"), device.telemetry().payload.replace(b'"ts":', b'"ts":1' + b"0" * 400 + b',"x":')),
     ]
@@ -471,7 +482,7 @@ def test_an_agent_whose_state_was_wiped_gets_a_new_baseline(store):
     ingest(store, before.status(seq=40))
     for seq in (90, 91):
         ingest(store, before.telemetry(seq=seq))
-    wiped = SimulatedDevice("rpi-01", clock=lambda: 2000.0)  # numbers from 1 again
+    wiped = SimulatedDevice("rpi-01", clock=lambda: 2000.0, key=before.key)  # numbers from 1 again (same key)
     ingest(store, wiped.status())
     for seq in (1, 2, 5):
         ingest(store, wiped.telemetry(seq=seq))

@@ -11,6 +11,7 @@ from edgeopt.fleet.store import open_store
 from edgeopt.report import load_report_data, render_report
 from edgeopt.report.text import signed
 from edgeopt_agent import wire
+from edgeopt_agent.message_signing import DeviceKey
 
 pytestmark = pytest.mark.slow
 
@@ -46,6 +47,7 @@ def test_fleet_results_take_their_accuracy_drop_from_the_manifest(converted, tmp
     url = f"sqlite:///{tmp_path / 'fleet.db'}"
     source = manifest["model"]["source"]
     store = open_store(url)
+    board = DeviceKey.generate()  # the board signs what it sends
     try:
         for seq, entry in enumerate(manifest["artifacts"], start=1):
             result = {"ok": True, "runtime": "onnxruntime", "latency_ms": {"p50": 1.0 / seq, "p90": 1.2 / seq},
@@ -55,7 +57,7 @@ def test_fleet_results_take_their_accuracy_drop_from_the_manifest(converted, tmp
             body["meta"] = {"model": source, "artifact_key": entry["key"], "format": entry["format"],
                             "precision": entry["precision"], "accuracy_drop_points": None}
             envelope = wire.Envelope("x86-lab", seq, wire.RESULT_TYPE, body)
-            assert store.ingest(wire.results_topic("x86-lab"), envelope.encode()).status == "stored"
+            assert store.ingest(wire.results_topic("x86-lab"), board.encode(envelope)).status == "stored"
     finally:
         store.close()
     data = load_report_data(db=url, outdir=outdir)

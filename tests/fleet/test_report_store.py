@@ -10,6 +10,7 @@ from edgeopt.cli.main import main
 from edgeopt.fleet.store import DB_ENV, open_store
 from edgeopt.report import load_report_data, render_report
 from edgeopt_agent import wire
+from edgeopt_agent.message_signing import DeviceKey
 
 MODEL = "example:digits-cnn"
 NOW = time.time()
@@ -66,12 +67,13 @@ def fleet_db(tmp_path):
         benchmark_result("orin-02", 2, "onnx-int8", 1.25, drop=0.4),
         failed_result("orin-02", 3),
     ]
+    keys = {device: DeviceKey.generate() for device in ("rpi5-01", "orin-02")}  # each board signs what it sends
     store = open_store(url)
     try:
         for topic, envelope in messages:
-            assert store.ingest(topic, envelope.encode()).status == "stored"
+            assert store.ingest(topic, keys[envelope.device_id].encode(envelope)).status == "stored"
         topic, envelope = messages[-1]
-        assert store.ingest(topic, envelope.encode()).status == "duplicate"
+        assert store.ingest(topic, keys[envelope.device_id].encode(envelope)).status == "duplicate"
         assert store.ingest(wire.results_topic("orin-02"), b"\xff not json").status == "rejected"
     finally:
         store.close()

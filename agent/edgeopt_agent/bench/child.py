@@ -47,8 +47,11 @@ def benchmark(spec: BenchmarkSpec, send: Send) -> None:
         spec, fallback = choose_runtime(spec)
         if fallback is not None:
             send("fallback", fallback=fallback)
-    send("phase", text="loading the model")
+    # Importing a runtime (executorch brings torch) can take longer than loading the model on a loaded board:
+    # a timeout says which of the two it was.
+    send("phase", text=f"importing the {spec.runtime} runtime" if spec.runtime else "importing the runtime")
     runner = open_runner(spec.artifact, threads=spec.resolved_threads(), runtime=spec.runtime, **spec.runner_options())
+    send("phase", text="loading the model")
     notes = []
     rss_before = current_rss_mb()
     if spec.memory_limit_mb is not None and spec.runtime in runtimes.GPU_RUNTIMES:

@@ -22,6 +22,15 @@ an accepted job's issued_at), and expiry is judged by that time too, so a clock 
 ahead and back cannot make a forgotten job valid again. When both copies are lost in a data dir
 that had run jobs, jobs issued before that start are refused (`replayed`).
 
+Failing closed: a valid copy that remembers nothing, beside no ledger in agent.db, counts as lost
+(not as an empty record). A damaged copy with no ledger to rebuild it from stops every start, not
+only the first (the tables are made in the same transaction that reads the copy, so a refused
+start leaves agent.db as it found it), until an operator resets the ledger with
+`edgeopt-agent --accept-replay-risk`: the damaged copy is kept aside and jobs issued before that
+moment are refused. A mark found at start beyond this board's clock plus the skew (a copy from
+elsewhere, or a clock set back while the agent was stopped) is not obeyed: it is refused, the
+clock mark restarts at now, and jobs issued before now are refused as possibly seen.
+
 Without a trusted key none of this is checked (anyone who can publish on the jobs topic could
 write any job anyway): the agent says so at start, on every job and in its status.
 """
@@ -29,6 +38,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Callable, Dict, Optional, Tuple
@@ -94,6 +104,9 @@ class ReplayState:
             merged.marks[name] = max(value, merged.marks.get(name, value))
         return merged
 
+    def empty(self) -> bool:
+        return not (self.jobs or self.releases or self.marks)
+
     def to_json(self) -> bytes:
         return json.dumps({
             "schema": COPY_SCHEMA,
@@ -138,18 +151,29 @@ class JobLedger:
     job issued before this start (beyond the clock skew), as possibly replayed.
     """
 
-    def __init__(self, store: Store, copy_path: Optional[Path] = None, clock: Callable[[], float] = time.time):
+    def __init__(self, store: Store, copy_path: Optional[Path] = None, clock: Callable[[], float] = time.time,
+                 clock_skew_s: float = DEFAULT_CLOCK_SKEW_S, accept_replay_risk: bool = False):
+        """`accept_replay_risk`: an operator said to start a new ledger if this one is damaged beyond
+        repair (`edgeopt-agent --accept-replay-risk`); without it such a ledger stops the start."""
         self._store = store
         self.copy_path = Path(copy_path) if copy_path is not None else store.path.with_name(COPY_FILE)
+        self.clock_skew_s = clock_skew_s
+        self.reset: Optional[str] = None  # what the operator's reset did, when it did anything
+        # One transaction: a start refused below leaves no ledger tables behind, so the next start
+        # finds the same loss and refuses too.
         with store.transaction() as db:
             tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             for statement in filter(str.strip, SCHEMA.split(";")):
                 db.execute(statement)
-        # seen_jobs without ledger_marks: the state of an agent from before the second copy.
-        self._reconcile("seen_jobs" in tables, "ledger_marks" not in tables, clock())
+            # seen_jobs without ledger_marks: the state of an agent from before the second copy.
+            self._reconcile("seen_jobs" in tables, "ledger_marks" not in tables, clock(), accept_replay_risk)
 
-    def _reconcile(self, had_ledger: bool, first_copy: bool, now: float) -> None:
-        copy = self._read_copy(had_ledger)
+    def _reconcile(self, had_ledger: bool, first_copy: bool, now: float, accept_replay_risk: bool) -> None:
+        copy = self._read_copy(had_ledger, accept_replay_risk, now)
+        if copy is not None and not had_ledger and copy.empty():
+            log.warning("%s is valid but remembers nothing, and %s has no job ledger: counted as lost, not as an "
+                        "empty record", self.copy_path, self._store.path.name)
+            copy = None
         with self._store.transaction():
             state = self.state()
             if copy is not None:
@@ -161,12 +185,13 @@ class JobLedger:
                 log.info("keeping a second copy of the job ledger in %s", self.copy_path)
             elif had_ledger:
                 log.warning("%s was missing: rebuilt from %s", self.copy_path, self._store.path)
-            elif self._used_before():
+            elif self.reset is not None or self._used_before():
                 state.marks[NOT_BEFORE] = now
                 log.warning("no job ledger (%s, %s), but this data dir ran jobs before (expected only when this "
                             "agent has just been given its trusted key): to be sure no job runs twice, jobs issued "
                             "before %s are refused; deploy again", self._store.path.name, self.copy_path.name,
                             _utc(now))
+            self._refuse_future_marks(state, now)
             self._write_state(state)
             try:
                 self._write_copy()
@@ -174,7 +199,22 @@ class JobLedger:
                 raise UserError(f"cannot write the job ledger copy {self.copy_path}: {exc.strerror}; "
                                 "pass a writable --data-dir") from None
 
-    def _read_copy(self, had_ledger: bool) -> Optional[ReplayState]:
+    def _refuse_future_marks(self, state: ReplayState, now: float) -> None:
+        """A mark beyond this board's clock (plus the skew) is not obeyed: not a time this board has seen
+        by its clock now, so either the copy came from elsewhere or the clock went back while the agent
+        was stopped. The clock mark restarts at now, and jobs issued before now are refused as possibly
+        seen (a job this board ran while its clock was ahead may have had its id forgotten)."""
+        ahead = {name: value for name, value in state.marks.items() if value > now + self.clock_skew_s}
+        if not ahead:
+            return
+        log.warning("the job ledger holds %s, beyond this board's clock (%s) plus the %g s clock skew: not obeyed. "
+                    "Jobs issued before now are refused as possibly seen; if the clock is wrong, fix it (NTP) and "
+                    "deploy again", ", ".join(f"{name} {_utc(value)}" for name, value in sorted(ahead.items())),
+                    _utc(now), self.clock_skew_s)
+        state.marks[CLOCK_MARK] = now
+        state.marks[NOT_BEFORE] = now
+
+    def _read_copy(self, had_ledger: bool, accept_replay_risk: bool, now: float) -> Optional[ReplayState]:
         try:
             raw = self.copy_path.read_bytes()
         except FileNotFoundError:
@@ -188,9 +228,21 @@ class JobLedger:
             if had_ledger:
                 log.warning("%s is damaged (%s): rebuilt from %s", self.copy_path, exc, self._store.path)
                 return None
-            raise UserError(f"the job ledger copy {self.copy_path} is damaged ({exc}) and {self._store.path} has no "
-                            "ledger: restore either file from a backup; moving the copy away makes this agent "
-                            "refuse every job issued before its next start") from None
+            if not accept_replay_risk:
+                raise UserError(f"the job ledger copy {self.copy_path} is damaged ({exc}) and {self._store.path} has "
+                                "no ledger, so this board cannot tell which signed jobs it already ran: restore either "
+                                "file from a backup, or start a new ledger with `edgeopt-agent --accept-replay-risk` "
+                                "(jobs issued before then are refused; a job it ran may run again only if its clock "
+                                "is behind)") from None
+            aside = self.copy_path.with_name(f"{self.copy_path.name}.damaged-{int(now)}")
+            try:
+                os.replace(self.copy_path, aside)
+            except OSError as exc2:
+                raise UserError(f"cannot move the damaged job ledger copy {self.copy_path} aside: "
+                                f"{exc2.strerror}") from None
+            self.reset = f"the damaged copy is kept as {aside}; jobs issued before {_utc(now)} are refused"
+            log.warning("job ledger reset by the operator (--accept-replay-risk): %s", self.reset)
+            return None
 
     def _used_before(self) -> bool:
         folder = self._store.path.parent
@@ -276,7 +328,8 @@ class Admission:
     def for_data_dir(cls, device_id: str, data_dir: Path, trusted_key: Optional[TrustedKey],
                      profile: Optional[str] = None, clock_skew_s: float = DEFAULT_CLOCK_SKEW_S) -> "Admission":
         """Admission with its ledger in the agent state file of `data_dir` (when there is a key)."""
-        ledger = JobLedger(Store(Path(data_dir) / STATE_FILE)) if trusted_key is not None else None
+        ledger = (JobLedger(Store(Path(data_dir) / STATE_FILE), clock_skew_s=clock_skew_s)
+                  if trusted_key is not None else None)
         return cls(device_id, profile, trusted_key, ledger, clock_skew_s)
 
     def precheck(self, job: wire.BenchmarkJob) -> None:
@@ -347,6 +400,25 @@ class Admission:
                 "this device accepted; deploy with --allow-downgrade to go back on purpose", kind="downgrade")
         if record:
             self.ledger.accept_release(release, job.job_id, now)
+
+
+def accept_replay_risk(data_dir: Path, clock_skew_s: float = DEFAULT_CLOCK_SKEW_S) -> str:
+    """`edgeopt-agent --accept-replay-risk`: start a new job ledger in place of one damaged beyond repair
+    (while no agent runs on `data_dir`); returns what was done, in one line."""
+    from .store import lock_data_dir
+
+    lock = lock_data_dir(Path(data_dir))
+    try:
+        store = Store(Path(data_dir) / STATE_FILE)
+        try:
+            ledger = JobLedger(store, clock_skew_s=clock_skew_s, accept_replay_risk=True)
+        finally:
+            store.close()
+    finally:
+        lock.close()
+    if ledger.reset is None:
+        return f"the job ledger in {data_dir} is not damaged: nothing was reset"
+    return f"started a new job ledger in {data_dir}: {ledger.reset}"
 
 
 def _ago(seconds: float) -> str:

@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Any, Dict, Optional
 
-from .. import confirm_signing, cpu_check, extraction_folders, signing, wire
+from .. import confirm_signing, cpu_check, extraction_folders, message_signing, signing, wire
 from ..bench.leftovers import RECORD_FILE, ChildRecord
 from ..profiles import load_profile
 from .admission import Admission, JobLedger
@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 SHUTDOWN_TIMEOUT_S = 5.0
 CONFIRMS_REFUSED = "confirms_refused:"  # counter prefix: confirm messages not acted on, by kind
 CONFIRM_WARNING_INTERVAL_S = 60.0
+# Counter: confirm entries that named one of this board's ids with the digest of other bytes.
+OTHER_BYTES_CONFIRMED = "confirmed_other_bytes"
 
 
 class Agent:
@@ -54,14 +56,19 @@ class Agent:
         if self.reaped_child:
             log.warning("%s", self.reaped_child)
         extraction_folders.sweep(config.data_dir / BUNDLES_DIR)  # what killed children left mid-load
+        self.device_key = message_signing.DeviceKey.load_or_create(
+            config.device_key or config.data_dir / message_signing.KEY_FILE)
         self.store = Store(config.data_dir / STATE_FILE)
-        self.outbox = Outbox(self.store, self.device_id, max_bytes=config.outbox_max_bytes)
+        self.outbox = Outbox(self.store, self.device_id, max_bytes=config.outbox_max_bytes,
+                             signer=self.device_key.encode)
+        self.outbox.sign_unsigned()
         self.inbox = Inbox(self.store, max_bytes=config.inbox_max_bytes)
         self.confirms = config.delivery == "collector"
         self.sender = OutboxSender(self.outbox, confirm=self.confirms, confirm_timeout_s=config.confirm_timeout_s)
         self.telemetry = Telemetry(sensors, profile.name if profile else None)
         self.admission = Admission(self.device_id, config.profile, self.trusted_key,
-                                   JobLedger(self.store) if self.trusted_key else None, config.clock_skew_s)
+                                   JobLedger(self.store, clock_skew_s=config.clock_skew_s) if self.trusted_key else None,
+                                   config.clock_skew_s)
         self.transfers = Transfers(
             self.device_id,
             config.data_dir,
@@ -92,8 +99,9 @@ class Agent:
 
     def run(self, stop: threading.Event) -> None:
         """Serve until `stop` is set, then shut down cleanly."""
-        log.info("edgeopt-agent %s: device '%s', broker %s, data in %s, job signatures %s",
-                 self.telemetry.agent_version, self.device_id, self.config.broker.address, self.config.data_dir,
+        log.info("edgeopt-agent %s: device '%s' (device key %s, %s), broker %s, data in %s, job signatures %s",
+                 self.telemetry.agent_version, self.device_id, self.device_key.fingerprint, self.device_key.path,
+                 self.config.broker.address, self.config.data_dir,
                  f"required (trusted key {self.trusted_key.key_id})" if self.trusted_key else "off")
         if self.trusted_key is None:
             log.warning("NO TRUSTED KEY: this agent runs any job that anyone who can publish on %s sends, "
@@ -194,15 +202,22 @@ class Agent:
             log.exception("checking a confirm message failed")
             self._confirm_refused("internal_error", f"{type(exc).__name__}: {exc}")
             return
-        for message_id, reason in confirmation.rejected.items():
-            log.warning("the collector rejected message %s (%s); it is not sent again", message_id, reason)
         if not self.confirms:
             return
-        forgotten = self.sender.confirmed(confirmation.ids)
+        done = self.sender.confirmed(confirmation.deliveries)
         log.debug("collector confirmed %d message(s), %d of them still queued here",
-                  len(confirmation.ids), forgotten)
-        if confirmation.rejected:
-            self.store.count("rejected_by_collector", len(confirmation.rejected))
+                  len(confirmation.deliveries), len(done.rows))
+        rejected = [(i, reason) for i, d, reason in confirmation.rejected if (i, d) in done.forgotten]
+        for message_id, reason in rejected:
+            log.warning("the collector rejected message %s (%s); it is not sent again", message_id, reason)
+        if rejected:
+            self.store.count("rejected_by_collector", len(rejected))
+        if done.other_bytes:
+            # Someone published copies of this board's messages under their ids: the collector's word on
+            # those copies makes this board forget nothing.
+            self.store.count(OTHER_BYTES_CONFIRMED, done.other_bytes)
+            log.warning("the collector confirmed %d message(s) under this board's ids with other bytes than it "
+                        "sent (someone's copies); its own stay queued", done.other_bytes)
 
     def _confirm_refused(self, kind: str, why: str) -> None:
         """Count a confirm the agent does not act on; warn at most once a minute (a flood stays one line)."""
@@ -250,7 +265,7 @@ class Agent:
             profile_check=self.profile_check,
         )
         envelope = wire.Envelope(device_id=self.device_id, seq=seq, type=wire.STATUS_TYPE, body=body)
-        return Message(wire.status_topic(self.device_id), envelope.encode(), retain=True)
+        return Message(wire.status_topic(self.device_id), self.device_key.encode(envelope), retain=True)
 
     def _agent_state(self) -> Dict[str, Any]:
         return {
@@ -264,6 +279,7 @@ class Agent:
             "outbox_resent": self.sender.resent,
             "delivery": self.config.delivery,
             "rejected_by_collector": self.store.counters().get("rejected_by_collector", 0),
+            "confirmed_other_bytes": self.store.counters().get(OTHER_BYTES_CONFIRMED, 0),
             **self._confirms_refused(),
             "jobs_open": self.inbox.open_count(),
             "inbox_bytes": self.inbox.size_bytes(),
@@ -281,6 +297,7 @@ class Agent:
             "signatures": "required" if self.trusted_key else "off",
             "trusted_key_id": self.trusted_key.key_id if self.trusted_key else None,
             "confirms": "signed" if self.trusted_key else "any",
+            "device_key_id": self.device_key.fingerprint,
         }
 
     @staticmethod

@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--trusted-key", metavar="FILE",
         help="Ed25519 public key (PEM, from `edgeopt keys init`): run only jobs signed with its private key, and "
              "forget results only on confirmations from a collector it certified")
+    add("--device-key", metavar="FILE",
+        help="this board's own Ed25519 private key (PEM), which signs everything it sends (from `edgeopt fleet "
+             "provision`; default: device.key in the data dir, made at the first start)")
     add("--clock-skew", type=float, metavar="SECONDS",
         help=f"how far the host's clock may be off when a signed job's validity is checked (default {DEFAULT_CLOCK_SKEW_S:g})")
     add("--transfer-timeout", type=float, metavar="SECONDS",
@@ -71,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default {DEFAULT_OUTBOX_MAX_BYTES})")
     add("--inbox-max-bytes", type=int, metavar="BYTES",
         help=f"disk for jobs not yet answered; a job over it is refused with inbox_full (default {DEFAULT_INBOX_MAX_BYTES})")
+    add("--accept-replay-risk", action="store_true",
+        help="when the job ledger (agent.db and replay-state.json) is damaged beyond repair, start a new one and exit: "
+             "jobs issued before now are refused, but a signed job this board already ran may run again if its clock "
+             "is behind. Run it once by hand, then start the agent as usual")
     add("--log-level", choices=LOG_LEVELS, help="default info")
     add("-v", "--verbose", action="store_true", help="same as --log-level debug")
     add("--version", action="store_true", help="print the version and exit")
@@ -84,12 +91,18 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         print(f"edgeopt-agent {versions()['edgeopt']}")
         return 0
-    flags = {key: value for key, value in vars(args).items() if key not in ("config", "verbose", "version")}
+    flags = {key: value for key, value in vars(args).items()
+             if key not in ("config", "verbose", "version", "accept_replay_risk")}
     if args.verbose:
         flags["log_level"] = "debug"
     try:
         config = build_config(flags, args.config)
         _configure_logging(config.log_level)
+        if args.accept_replay_risk:
+            from .admission import accept_replay_risk
+
+            print(f"edgeopt-agent: {accept_replay_risk(config.data_dir, config.clock_skew_s)}")
+            return 0
         from .agent import Agent
 
         agent = Agent(config)

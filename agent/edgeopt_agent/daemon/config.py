@@ -53,6 +53,9 @@ KEYS: Dict[str, Tuple[type, Any]] = {
     "reconnect_max": (float, 60.0),
     "log_level": (str, "info"),
     "trusted_key": (str, None),
+    # This board's own Ed25519 private key (PEM), which signs everything it sends; default: device.key in
+    # the data dir, made at the first start.
+    "device_key": (str, None),
     # How far the host's and this board's clocks may disagree when a job's validity is checked.
     "clock_skew": (float, DEFAULT_CLOCK_SKEW_S),
     "transfer_timeout": (float, DEFAULT_TRANSFER_TIMEOUT_S),
@@ -66,7 +69,7 @@ KEYS: Dict[str, Tuple[type, Any]] = {
     "delivery": (str, "collector"),
     "confirm_timeout": (float, CONFIRM_TIMEOUT_S),
 }
-_PATH_KEYS = ("data_dir", "tls_ca", "tls_cert", "tls_key", "password_file", "trusted_key")
+_PATH_KEYS = ("data_dir", "tls_ca", "tls_cert", "tls_key", "password_file", "trusted_key", "device_key")
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,8 @@ class AgentConfig:
     log_level: str = "info"
     # Ed25519 public key (PEM); with it, only jobs signed by its private key are run.
     trusted_key: Optional[Path] = None
+    # The board's own signing key (PEM); None: device.key in data_dir, made at the first start.
+    device_key: Optional[Path] = None
     clock_skew_s: float = DEFAULT_CLOCK_SKEW_S
     # A chunked transfer that receives nothing for this long fails (what arrived is kept).
     transfer_timeout_s: float = DEFAULT_TRANSFER_TIMEOUT_S
@@ -177,6 +182,7 @@ def build_config(flags: Mapping[str, Any], config_file: Optional[Path] = None) -
         reconnect_max_s=values["reconnect_max"],
         log_level=values["log_level"].lower(),
         trusted_key=existing_file(values["trusted_key"], "trusted_key"),
+        device_key=existing_file(values["device_key"], "device_key"),
         clock_skew_s=values["clock_skew"],
         transfer_timeout_s=values["transfer_timeout"],
         bench_limits=BenchLimits(values["max_job_timeout"], values["max_job_duration"], values["max_job_idle"]),

@@ -13,11 +13,12 @@ reports.
 """
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from .. import wire
 from .store import Store
@@ -46,10 +47,14 @@ class OutgoingMessage:
 
 
 class Outbox:
-    def __init__(self, store: Store, device_id: str, max_bytes: int = DEFAULT_MAX_BYTES):
+    def __init__(self, store: Store, device_id: str, max_bytes: int = DEFAULT_MAX_BYTES,
+                 signer: Optional[Callable[[wire.Envelope], bytes]] = None):
+        """`signer` turns an envelope into its signed bytes (the board's device key); without one the
+        messages go unsigned (tests of the queue alone: a collector stores no unsigned message)."""
         self._store = store
         self._device_id = wire.validate_device_id(device_id)
         self.max_bytes = max_bytes
+        self._encode = signer or (lambda envelope: envelope.encode())
         self._last_id_lock = threading.Lock()
         with store.transaction() as db:
             self._last_id = db.execute("SELECT COALESCE(MAX(id), 0) FROM outbox").fetchone()[0]
@@ -67,7 +72,7 @@ class Outbox:
             envelope = wire.Envelope(
                 device_id=self._device_id, seq=self._store.next_seq(kind), type=message_type, body=body
             )
-            payload = envelope.encode()
+            payload = self._encode(envelope)
             cursor = db.execute(
                 "INSERT INTO outbox (kind, topic, payload, retain, created, message_id, size) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -103,18 +108,52 @@ class Outbox:
         with self._store.transaction() as db:
             db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids])
 
-    def confirm(self, message_ids: Iterable[str]) -> List[int]:
-        """Forget the messages with these envelope ids; returns the row ids that were still queued."""
-        wanted = list(message_ids)
+    def confirm(self, deliveries: Iterable[wire.Delivery]) -> Confirmed:
+        """Forget the queued messages named by (envelope id, sha256 of their bytes): only a row whose own
+        bytes have that digest goes; a digest of other bytes (someone's copy under this board's id) is
+        counted in `other_bytes`, and the row stays."""
+        wanted: Dict[str, Set[str]] = {}
+        for message_id, digest in deliveries:
+            wanted.setdefault(message_id, set()).add(digest)
+        ids = list(wanted)
         removed: List[int] = []
+        forgotten: Set[Tuple[str, str]] = set()
+        other_bytes = 0
         with self._store.transaction() as db:
-            for start in range(0, len(wanted), _SQL_BATCH):
-                batch = wanted[start:start + _SQL_BATCH]
+            for start in range(0, len(ids), _SQL_BATCH):
+                batch = ids[start:start + _SQL_BATCH]
                 marks = ",".join("?" * len(batch))
-                rows = db.execute(f"SELECT id FROM outbox WHERE message_id IN ({marks})", batch).fetchall()
-                db.execute(f"DELETE FROM outbox WHERE message_id IN ({marks})", batch)
-                removed.extend(row[0] for row in rows)
-        return removed
+                rows = db.execute(f"SELECT id, message_id, payload FROM outbox WHERE message_id IN ({marks})",
+                                  batch).fetchall()
+                for row_id, message_id, payload in rows:
+                    digests, own = wanted[message_id], wire.message_digest(bytes(payload))
+                    if own in digests:
+                        removed.append(row_id)
+                        forgotten.add((message_id, own))
+                        other_bytes += len(digests) - 1
+                    else:
+                        other_bytes += len(digests)
+            db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in removed])
+        return Confirmed(removed, forgotten, other_bytes)
+
+    def sign_unsigned(self) -> int:
+        """Sign the queued messages an agent from before device keys left unsigned (a collector stores
+        no unsigned message); returns how many. Their ids stay, so a copy already stored counts as one."""
+        signed = 0
+        with self._store.transaction() as db:
+            for row_id, payload in db.execute("SELECT id, payload FROM outbox").fetchall():
+                try:
+                    document = json.loads(bytes(payload).decode("utf-8"))
+                    if not isinstance(document, dict) or "sig" in document:
+                        continue
+                    fresh = self._encode(wire.Envelope.from_dict(document))
+                except (ValueError, UnicodeDecodeError, RecursionError):
+                    continue  # not a message this agent could have queued: left as it is
+                db.execute("UPDATE outbox SET payload = ?, size = ? WHERE id = ?", (fresh, len(fresh), row_id))
+                signed += 1
+        if signed:
+            log.info("signed %d message(s) queued by an agent from before device keys", signed)
+        return signed
 
     def __len__(self) -> int:
         with self._store.transaction() as db:
@@ -147,6 +186,13 @@ class Outbox:
             excess -= freed
             log.warning("outbox is over its %d-byte cap: dropped the %d oldest %s message(s) (%d bytes)",
                         self.max_bytes, len(victims), kind, freed)
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    rows: List[int]  # outbox rows forgotten
+    forgotten: Set[Tuple[str, str]]  # their (id, digest)
+    other_bytes: int  # entries that named a queued id with the digest of other bytes: kept
 
 
 def _message(row) -> OutgoingMessage:

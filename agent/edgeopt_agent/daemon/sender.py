@@ -28,8 +28,9 @@ import time
 from collections import deque
 from typing import Callable, Deque, Dict, Iterable, List, Tuple
 
+from ..wire import Delivery
 from ..wire.backoff import Backoff
-from .outbox import OutgoingMessage, Outbox
+from .outbox import Confirmed, OutgoingMessage, Outbox
 
 log = logging.getLogger(__name__)
 
@@ -100,16 +101,18 @@ class OutboxSender:
         else:
             self._acked.append(message.id)
 
-    def confirmed(self, message_ids: Iterable[str]) -> int:
-        """The collector committed (or rejected for good) these messages: forget them. Returns how many."""
-        rows = self._outbox.confirm(message_ids)
+    def confirmed(self, deliveries: Iterable[Delivery]) -> Confirmed:
+        """The collector committed (or rejected for good) these messages, named by (id, digest of the bytes
+        it had): forget those whose bytes are this board's own. Returns what was forgotten and kept."""
+        done = self._outbox.confirm(deliveries)
+        rows = done.rows
         for row in rows:
             self._awaiting.pop(row, None)
             self._sends.pop(row, None)
         self._last_confirmed = self._clock()
         self._probe.reset()
         self._probe_at = 0.0
-        return len(rows)
+        return done
 
     def idle(self) -> bool:
         """Nothing handed to the session is still waiting for its PUBACK."""

@@ -56,9 +56,16 @@ class ExecuTorchRunner(Runner):
     def _load(self) -> None:
         if not self.path.is_file():
             raise ArtifactError(f"artifact not found: {self.path}")
-        method = self._backend(self.path, self.method_name)
-        self._inputs = _tensor_infos("input", method.inputs)
-        self._outputs = _tensor_infos("output", method.outputs)
+        try:
+            method = self._backend(self.path, self.method_name)
+            inputs, outputs = _tensor_infos("input", method.inputs), _tensor_infos("output", method.outputs)
+        except KeyError:  # the runtime's table of methods has no such name
+            raise ArtifactError(f"{self.path.name} has no method '{self.method_name}': a damaged file, or a program "
+                                "exported with another method name") from None
+        except (UnicodeDecodeError, IndexError) as exc:  # names that are not UTF-8, tensor tables that do not hold
+            raise ArtifactError(f"{self.path.name} is not a .pte program ExecuTorch can load: its method table is "
+                                f"damaged ({type(exc).__name__}: {exc})") from None
+        self._inputs, self._outputs = inputs, outputs
         self._method = method
         if self.threads:
             self.notes.append(f"threads={self.threads} not applied: the ExecuTorch runtime sizes XNNPACK's "

@@ -31,7 +31,7 @@ from .topics import (
 from .envelope import (
     BENCHMARK_JOB, CHUNK_TYPE, CONFIRM_TYPE, Envelope, JOB_TYPES, MAX_MESSAGE_BYTES, OFFLINE, ONLINE,
     RESULT_TYPE, SCHEMA_VERSION, STATUS_TYPE, TELEMETRY_TYPE, TRANSFER_TYPE, error_info, is_message_id,
-    is_sha256, new_message_id, result_body, status_body,
+    is_sha256, message_digest, new_message_id, parse_json, result_body, status_body,
 )
 from .bench_options import (
     BENCH_OPTIONS, INPUT_DESCRIPTION_KEYS, MAX_DESCRIBED_INPUTS, MAX_INPUT_ELEMENTS, MAX_INPUT_RANK,
@@ -52,8 +52,8 @@ from .transfers import (
     Chunk, TransferRequest, chunk_message, parse_chunk, parse_transfer, transfer_body,
 )
 from .confirms import (
-    CONFIRM_FIELDS, Confirmation, ConfirmSigner, MAX_CONFIRM_IDS, SIGNED_CONFIRM_FIELDS, confirm_message,
-    parse_confirm,
+    CONFIRM_FIELDS, Confirmation, ConfirmSigner, Delivery, MAX_CONFIRM_IDS, SIGNED_CONFIRM_FIELDS,
+    confirm_message, parse_confirm,
 )
 
 __all__ = [
@@ -63,7 +63,7 @@ __all__ = [
     "telemetry_topic", "topic", "transfer_topic", "validate_device_id", "BENCHMARK_JOB", "CHUNK_TYPE",
     "CONFIRM_TYPE", "Envelope", "JOB_TYPES", "MAX_MESSAGE_BYTES", "OFFLINE", "ONLINE", "RESULT_TYPE",
     "SCHEMA_VERSION", "STATUS_TYPE", "TELEMETRY_TYPE", "TRANSFER_TYPE", "error_info", "is_message_id",
-    "is_sha256", "new_message_id", "result_body", "status_body", "BENCH_OPTIONS", "INPUT_DESCRIPTION_KEYS",
+    "is_sha256", "message_digest", "new_message_id", "parse_json", "result_body", "status_body", "BENCH_OPTIONS", "INPUT_DESCRIPTION_KEYS",
     "MAX_DESCRIBED_INPUTS", "MAX_INPUT_ELEMENTS", "MAX_INPUT_RANK", "MAX_REFERENCE_OUTPUTS",
     "MAX_REFERENCE_SAMPLES", "MAX_REFERENCE_VALUES", "REFERENCE_TOLERANCES", "check_input_description",
     "check_reference", "parse_bench", "ChunkPlan", "DEFAULT_CHUNK_BYTES", "MAX_CHUNKS", "MAX_CHUNK_BYTES",
@@ -73,5 +73,5 @@ __all__ = [
     "MAX_TARGET_DEVICES", "MAX_URL_CHARS", "Release", "SIGNATURE_ALGORITHMS", "Signature", "Signer",
     "benchmark_body", "benchmark_job", "job_message", "parse_job", "Chunk", "TransferRequest",
     "chunk_message", "parse_chunk", "parse_transfer", "transfer_body", "Confirmation", "MAX_CONFIRM_IDS",
-    "confirm_message", "parse_confirm", "CONFIRM_FIELDS", "ConfirmSigner", "SIGNED_CONFIRM_FIELDS",
+    "confirm_message", "parse_confirm", "CONFIRM_FIELDS", "ConfirmSigner", "Delivery", "SIGNED_CONFIRM_FIELDS",
 ]

@@ -4,9 +4,13 @@ Every message is one JSON object::
 
     {"id": "<uuid4 hex>", "device_id": "rpi-01", "seq": 17, "ts": 1712345678.123,
      "schema": 1, "type": "telemetry", "body": {...}}
+
+What a board sends also carries `sig`, its device key's signature (`edgeopt_agent.message_signing`
+defines and checks it); readers that do not check signatures ignore the field.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
@@ -49,6 +53,11 @@ def is_message_id(value: Any) -> bool:
     return isinstance(value, str) and bool(_MESSAGE_ID.match(value))
 
 
+def message_digest(payload: bytes) -> str:
+    """What a confirm names a message by besides its id: the sha256 of its bytes as sent."""
+    return hashlib.sha256(payload).hexdigest()
+
+
 def is_sha256(value: Any) -> bool:
     """Whether `value` is a sha256 as the protocol writes it: 64 lowercase hex digits."""
     return isinstance(value, str) and bool(_SHA256.match(value))
@@ -86,15 +95,7 @@ class Envelope:
         max_bytes: int = MAX_MESSAGE_BYTES,
     ) -> "Envelope":
         """Parse and validate one message; ProtocolError says what is wrong with it."""
-        if len(payload) > max_bytes:
-            raise ProtocolError(f"message of {len(payload)} bytes is over the {max_bytes}-byte limit", kind="oversized")
-        try:
-            data = json.loads(payload.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:  # numbers over int_max_str_digits are ValueErrors too
-            raise ProtocolError(f"message is not valid UTF-8 JSON: {exc}") from None
-        except RecursionError:
-            raise ProtocolError("message is not valid JSON: nested too deeply") from None
-        return cls.from_dict(data, expect_device)
+        return cls.from_dict(parse_json(payload, max_bytes), expect_device)
 
     @classmethod
     def from_dict(cls, data: Any, expect_device: Optional[str] = None) -> "Envelope":
@@ -144,6 +145,18 @@ class Envelope:
             ts=float(data["ts"]),
             schema=schema,
         )
+
+
+def parse_json(payload: bytes, max_bytes: int = MAX_MESSAGE_BYTES) -> Any:
+    """The JSON value of a message (checked as an envelope by `Envelope.from_dict`)."""
+    if len(payload) > max_bytes:
+        raise ProtocolError(f"message of {len(payload)} bytes is over the {max_bytes}-byte limit", kind="oversized")
+    try:
+        return json.loads(payload.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:  # numbers over int_max_str_digits are ValueErrors too
+        raise ProtocolError(f"message is not valid UTF-8 JSON: {exc}") from None
+    except RecursionError:
+        raise ProtocolError("message is not valid JSON: nested too deeply") from None
 
 
 def _job_id_of(body: Any) -> Optional[str]:

@@ -44,8 +44,9 @@ class Duration(click.ParamType):
               help="Refuse --all or --profile when they pick more devices than this (a broker without an ACL "
                    "may hold statuses that no agent sent).")
 @click.option("--db", "fleet_db", metavar="URL",
-              help="With --all or --profile: pick only devices this fleet store (e.g. sqlite:///fleet.db) "
-                   "holds a result from.")
+              help="The fleet store (e.g. sqlite:///fleet.db): keep the jobs there, so the collector sends each "
+                   "again until its device answers or the job expires, whatever the broker loses; with --all or "
+                   "--profile, pick only devices it holds a result from.")
 @click.option("--artifact", "artifact_key", metavar="KEY", help="Artifact of the manifest (default: the recommended one).")
 @click.option("--key", "key_path", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
               help="Ed25519 private key to sign with (default: $EDGEOPT_SIGNING_KEY, or the key of "

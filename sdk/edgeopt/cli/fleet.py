@@ -1,6 +1,7 @@
 """`edgeopt fleet`: run the collector, and look at what the fleet sent."""
 from __future__ import annotations
 
+import base64
 import signal
 import sys
 import threading
@@ -311,6 +312,10 @@ def stats(db_url, as_json):
     if jumps:
         headers, cells = views.cells(views.GAPS, jumps)
         out.print(table(headers, cells, title=f"suspect sequence jumps (not counted as missing): {len(jumps):,}"))
+    jobs = counts["jobs"]
+    if any(jobs.values()):
+        out.print(f"kept jobs: {jobs['waiting']:,} waiting for their board (sent again by the collector), "
+                  f"{jobs['answered']:,} answered, {jobs['expired']:,} expired unanswered")
     refused = counts["unauthenticated_confirms"]
     if refused["total"]:
         out.print(f"refused confirmations: {refused['total']:,} (forged or unsigned; the devices forgot nothing)")
@@ -338,20 +343,28 @@ def stats(db_url, as_json):
               help="Where to write the credentials and config (default: ./edgeopt-credentials/NAME).")
 @click.option("--keys-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Where the fleet CA lives (default: beside the signing keys, ~/.config/edgeopt/keys).")
-@click.option("--force", is_flag=True, help="Replace NAME's existing password or certificate.")
+@click.option("--force", is_flag=True, help="Replace NAME's existing password, certificate or device key.")
+@click.option("--db", "db_url", metavar="URL",
+              help="With a device: pin its new signing key in this fleet database (the collector's), so no one "
+                   "else's key is taken for the board's on first sight. " + DB_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def provision(name, role, password_file, cert, acl_file, broker, server_names, out_dir, keys_dir, force, as_json):
+def provision(name, role, password_file, cert, acl_file, broker, server_names, out_dir, keys_dir, force, db_url,
+              as_json):
     """Give NAME (a device id, collector or deploy user) its own broker identity.
 
     A password (written to the broker's password file with mosquitto_passwd) and/or a client
     certificate from the fleet CA, whose CN is NAME. The broker's ACL (scripts/mosquitto.acl)
-    then lets it use only its own topics.
+    then lets it use only its own topics. A device also gets its own signing key (device.key),
+    which signs everything it sends; --db pins it in the fleet database.
     """
+    from ..errors import UserError
     from ..fleet import views
     from ..fleet.provision import provision as make
 
+    if db_url is not None and role != "device":
+        raise UserError("--db pins a device's signing key; a collector, deploy user or broker has none")
     done = make(name, role=role, password_file=password_file, cert=cert, out_dir=out_dir, keys_dir=keys_dir,
-                broker=broker, acl_file=acl_file, server_names=server_names, force=force)
+                broker=broker, acl_file=acl_file, server_names=server_names, force=force, fleet_db=db_url)
     if as_json:
         click.echo(views.to_json(done.to_json()))
         return
@@ -373,8 +386,53 @@ def provision(name, role, password_file, cert, acl_file, broker, server_names, o
         what = "agent config" if role == "device" else "options"
         click.echo(f"{what} ({done.config_path}):")
         click.echo(done.config.rstrip("\n"))
+    if done.device_key:
+        click.echo(f"{name}: signing key {done.device_key} (keep it secret), public key {done.device_public_key}, "
+                   f"key id {done.device_key_id}")
+        if done.pinned_in:
+            click.echo(f"{name}: key {done.device_key_id} pinned in {done.pinned_in}: the collector stores only what "
+                       "this key signed under that name")
+        else:
+            click.echo(f"pin it where the collector stores (else the first key seen under {name} is pinned): "
+                       f"edgeopt fleet pin-key {name} --key {done.device_public_key} --db URL")
     if role == "device":
         click.echo(f"copy {done.folder} to the board (e.g. /etc/edgeopt) and start: edgeopt-agent --config agent.toml")
+
+
+@fleet.command("pin-key")
+@click.argument("device_id", metavar="DEVICE_ID")
+@click.option("--key", "key_file", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="The board's public key (device.pub from `edgeopt fleet provision`, or the PEM public key of the "
+                   "device.key an agent made in its data dir).")
+@click.option("--accept-changed", is_flag=True,
+              help="Pin the other key the board's messages came signed with (a reinstalled board's new key), as "
+                   "`edgeopt fleet devices` shows it. Only when you know the board itself made it: whoever holds "
+                   "that key then speaks for the board.")
+@click.option("--db", "db_url", metavar="URL", help=DB_HELP)
+def pin_key(device_id, key_file, accept_changed, db_url):
+    """Pin DEVICE_ID's signing key: the collector then stores only messages it signed, under that name."""
+    from edgeopt_agent import message_signing, signing
+
+    from ..errors import UserError
+    from ..fleet.store import open_store
+
+    if (key_file is None) == (not accept_changed):
+        raise UserError("say which key: --key FILE (the board's public key) or --accept-changed (the one its "
+                        "messages now come signed with)")
+    with open_store(db_url) as store:
+        if accept_changed:
+            raw = store.accept_changed_key(device_id)
+        else:
+            try:
+                text = key_file.read_text(encoding="ascii")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise UserError(f"cannot read {key_file}: {getattr(exc, 'strerror', None) or exc}") from None
+            raw = signing.parse_public_key_pem(text, str(key_file))
+            before = store.pin_device_key(device_id, raw)
+            if before is not None and before["public_key"] != base64.b64encode(raw).decode("ascii"):
+                click.echo(f"{device_id}: replaced key {before['fingerprint']} ({before['source']})")
+        click.echo(f"{device_id}: key {message_signing.fingerprint(raw)} pinned in {store.url}; messages signed by "
+                   "any other key are refused and flagged")
 
 
 @fleet.command()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import uuid
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from edgeopt_agent import wire
 from edgeopt_agent.wire.broker import BrokerSettings, broker_settings
@@ -60,7 +60,10 @@ def deploy(
     for the artifact (runtime, precision, threads, fallback_runtimes), which `bench`'s `runtime`,
     `precision` and `threads` override. `all_devices` and `profile` pick at most `max_devices`
     devices (more is refused) and, with `fleet_db` (a fleet store URL), only devices that store
-    holds a result from: a retained status alone is no evidence on a broker without an ACL.
+    holds a result from: a retained status alone is no evidence on a broker without an ACL. With
+    `fleet_db` each job message is also kept there, and the collector (`edgeopt fleet serve` on that
+    database) sends it again until the board answers or the job expires; while this call runs it
+    sends a job again itself to a device that has not reacted to it yet.
 
     A job a picked device's retained status says it will refuse (unsigned, or signed with another key
     than the one it trusts, to a device whose status says `"signatures": "required"`) is not sent: a
@@ -99,9 +102,23 @@ def deploy(
             **_with_reference(outdir, chosen, _with_inputs(_with_board(bench, chosen), chosen.inputs)),
         )
         jobs = {target.device_id: wire.job_message(target.device_id, 1, body) for target in targets}
+        if fleet_db is not None:
+            keep_jobs(fleet_db, jobs.items())
         return Rollout(client, chosen, jobs, progress).run(wait, timeout_s)
     finally:
         client.close()
+
+
+def keep_jobs(fleet_db: str, jobs: Iterable[Tuple[str, wire.Envelope]], resend_s: Optional[float] = None) -> None:
+    """Keep job messages, (device id, envelope), in the fleet database before they are first sent: the
+    collector sends each again, first `resend_s` after now (default `edgeopt.fleet.jobs.DEFAULT_RESEND_S`),
+    until its board answers or it expires, whatever the broker loses."""
+    from ..fleet.jobs import DEFAULT_RESEND_S, JobQueue, job_row
+    from ..fleet.store import open_store
+
+    with open_store(fleet_db) as store:
+        JobQueue(store.db, resend_s or DEFAULT_RESEND_S).keep(job_row(device_id, envelope)
+                                                              for device_id, envelope in jobs)
 
 
 def _with_board(bench: Optional[Mapping[str, Any]], chosen) -> Dict[str, Any]:

@@ -5,6 +5,10 @@ delivered ─▶ result answered.  A device that already holds the artifact asks
 refuses the job (bad signature...) answers at once with an error result. Chunks go out at QoS 1
 a window at a time, each checked against the plan first, so a file changed mid-deploy is caught
 here rather than by the board.
+
+A job the device has not reacted to (no transfer request, no answer) is sent again, the same
+bytes, `resend_s` after it was sent and then twice as long each time: a broker that died with it
+lost it. The board runs a job message once however often it arrives.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from .mqtt import HostClient
 log = logging.getLogger(__name__)
 
 WINDOW = 8  # chunks published but not yet acknowledged by the broker
+RESEND_S = 10.0  # a job the device has not reacted to is sent again after this long, doubling
 
 # Device states, in order.
 SENT = "sent"
@@ -60,6 +65,8 @@ class DeviceRun:
     chunks_wanted: int = 0
     answer: Optional[Dict[str, Any]] = None
     requests: List[wire.TransferRequest] = field(default_factory=list)
+    resend_at: float = 0.0
+    sends: int = 0
 
     @property
     def job_id(self) -> str:
@@ -97,12 +104,14 @@ class Rollout:
         jobs: Dict[str, wire.Envelope],
         progress: Optional[ProgressCallback] = None,
         window: int = WINDOW,
+        resend_s: float = RESEND_S,
     ):
         """`jobs`: device id -> its job envelope. With a `url` artifact no chunks are asked for."""
         self.client = client
         self.artifact = artifact
         self.progress = progress or (lambda event: None)
         self.window = window
+        self.resend_s = resend_s
         self.runs = {
             device_id: DeviceRun(device_id, job, artifact.chunks.count if "chunks" in job.body["artifact"] else 0)
             for device_id, job in jobs.items()
@@ -114,7 +123,7 @@ class Rollout:
         self.client.subscribe([wire.subscription(wire.RESULTS), wire.subscription(wire.TRANSFER)])
         deadline = time.monotonic() + timeout_s
         for run in self.runs.values():
-            self.client.wait_acked(self.client.publish(wire.jobs_topic(run.device_id), run.job.encode()))
+            self._send_job(run)
             if not run.chunks_total and not wait:
                 run.state = DELIVERED  # fetched by URL: nothing more to send
             self._report(run)
@@ -125,6 +134,10 @@ class Rollout:
             message = self.client.receive(min(left, 0.5))
             if message is not None:
                 self._handle(message, deadline)
+            for run in self.runs.values():
+                if run.state == SENT and time.monotonic() >= run.resend_at:
+                    log.info("%s has not reacted to job %s: sending it again", run.device_id, run.job_id)
+                    self._send_job(run, acked=False)  # paho keeps it until the broker is back
         for run in self.runs.values():
             if not self._done(run, wait):
                 run.state = TIMEOUT
@@ -132,6 +145,14 @@ class Rollout:
         return [run.outcome(self.artifact.key, wait, timeout_s) for run in self.runs.values()]
 
     # ---------------------------------------------------------------------------------------------
+
+    def _send_job(self, run: DeviceRun, acked: bool = True) -> None:
+        """Publish the job; `acked`: wait for the broker's acknowledgement (the first send)."""
+        info = self.client.publish(wire.jobs_topic(run.device_id), run.job.encode())
+        if acked:
+            self.client.wait_acked(info)
+        run.sends += 1
+        run.resend_at = time.monotonic() + self.resend_s * 2 ** (run.sends - 1)
 
     def _done(self, run: DeviceRun, wait: bool) -> bool:
         return run.state == ANSWERED or (not wait and run.state == DELIVERED)

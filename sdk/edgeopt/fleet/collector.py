@@ -15,6 +15,10 @@ agent with a trusted key acts on no other (edgeopt_agent.confirm_signing).
 
 With `shared_group` the subscriptions are MQTT v5 shared subscriptions ($share/GROUP/...), so
 several collectors split the devices' messages between them.
+
+It also sends again each job that `edgeopt deploy --db` kept in the database until its board
+answers or the job expires (edgeopt.fleet.jobs), so a job reaches a board that was away whatever
+the broker lost meanwhile.
 """
 from __future__ import annotations
 
@@ -32,8 +36,9 @@ from edgeopt_agent.wire.broker import BrokerSettings
 from edgeopt_agent.wire.session import V5, Message, MqttSession, Received
 
 from ..errors import UserError
+from .jobs import DEFAULT_RESEND_S, JobQueue
 from .store import FleetStore
-from .writer import DUPLICATE, REJECTED, STORED, IngestOutcome
+from .writer import DUPLICATE, NOT_CONFIRMED, REJECTED, STORED, IngestOutcome
 
 if TYPE_CHECKING:
     from ..deploy.collector_keys import CollectorKey
@@ -44,6 +49,7 @@ COLLECTED_KINDS = (wire.STATUS, wire.TELEMETRY, wire.RESULTS)
 PRESENCE_ROOT = "edgeopt/collectors"
 DEFAULT_MAX_BATCH = 500
 DEFAULT_MAX_WAIT_S = 0.05
+JOB_CHECK_S = 1.0  # how often the kept jobs are looked at for one due to be sent again
 
 
 def default_client_id(shared_group: Optional[str] = None) -> str:
@@ -78,6 +84,7 @@ class Counters:
     filled: int = 0
     batches: int = 0
     confirmed: int = 0  # message ids confirmed to their devices
+    jobs_resent: int = 0  # kept jobs sent again to boards that had not answered them
     failed_commits: int = 0
     last_error: Optional[str] = None
 
@@ -94,9 +101,12 @@ class Collector:
         backoff: Optional[Backoff] = None,
         shutdown_timeout_s: float = 10.0,
         collector_key: Optional["CollectorKey"] = None,
+        job_resend_s: Optional[float] = DEFAULT_RESEND_S,
     ):
         """`collector_key`: signs every confirm (`edgeopt.deploy.collector_keys.CollectorKey.sign`); without
-        one, confirms are plain and agents with a trusted key ignore them (and keep re-sending)."""
+        one, confirms are plain and agents with a trusted key ignore them (and keep re-sending).
+        `job_resend_s`: how long after a kept job was sent it is sent again (doubling each time) while its
+        board has not answered; None sends none again."""
         if max_batch < 1 or max_wait_s < 0:
             raise UserError(f"batches need max_batch >= 1 and max_wait_s >= 0, got {max_batch} and {max_wait_s}")
         self.store = store
@@ -115,6 +125,8 @@ class Collector:
         self._retry_at = 0.0
         self._retry = Backoff(0.5, 30.0)
         self._confirm_seq = 0
+        self.jobs = JobQueue(store.db, job_resend_s) if job_resend_s else None
+        self._jobs_check_at = 0.0
         self._stop = threading.Event()
         self.session = MqttSession(
             broker,
@@ -124,7 +136,7 @@ class Collector:
             on_message=None,
             on_receive=self._deliver,
             on_ack=lambda mid, accepted: None,
-            on_tick=lambda session: self._flush(),
+            on_tick=lambda session: self._tick(),
             on_new_client=self._on_new_client,
             subscriptions=subscriptions(shared_group),
             backoff=backoff,
@@ -188,6 +200,27 @@ class Collector:
         if len(self._pending) >= self.max_batch or not self.session.more_waiting():
             self._flush(force=True)
 
+    def _tick(self) -> None:
+        self._flush()
+        self._resend_jobs()
+
+    def _resend_jobs(self) -> None:
+        """Send again the kept jobs whose board has not answered in time (network thread)."""
+        now = time.monotonic()
+        if self.jobs is None or now < self._jobs_check_at or not self.session.connected:
+            return
+        self._jobs_check_at = now + min(JOB_CHECK_S, self.jobs.resend_s / 2)
+        try:
+            due = self.jobs.take_due()
+        except Exception as exc:  # the database is away: the next check tries again
+            log.warning("could not read the jobs to send again: %s: %s", type(exc).__name__, exc)
+            return
+        for job in due:
+            self.session.publish(wire.jobs_topic(job.device_id), job.payload)
+        if due:
+            self.counters.jobs_resent += len(due)
+            log.info("sent %d job(s) again whose boards have not answered yet", len(due))
+
     def _flush(self, force: bool = False) -> None:
         if not self._pending:
             return
@@ -238,17 +271,18 @@ class Collector:
                       "and keep re-sending; issue a new one with `edgeopt keys collector NAME --force` and restart",
                       self.collector_key.describe())
         for device_id, (committed, rejected) in confirmations(outcomes).items():
-            for start in range(0, len(committed) + len(rejected), wire.MAX_CONFIRM_IDS):
-                ids = (committed + list(rejected))[start:start + wire.MAX_CONFIRM_IDS]
+            entries = [(True, c) for c in committed] + [(False, r) for r in rejected]
+            for start in range(0, len(entries), wire.MAX_CONFIRM_IDS):
+                batch = entries[start:start + wire.MAX_CONFIRM_IDS]
                 self._confirm_seq += 1
                 envelope = wire.confirm_message(
                     device_id, self._confirm_seq,
-                    committed=[i for i in ids if i not in rejected],
-                    rejected={i: rejected[i] for i in ids if i in rejected},
+                    committed=[entry for ok, entry in batch if ok],
+                    rejected=[entry for ok, entry in batch if not ok],
                     signer=self.collector_key.sign if self.collector_key is not None else None,
                 )
                 self.session.publish(wire.confirm_topic(device_id), envelope.encode())
-                self.counters.confirmed += len(ids)
+                self.counters.confirmed += len(batch)
 
     def _presence(self, state: str, reason: str) -> Message:
         """The collector's own retained status, outside the device topics."""
@@ -258,21 +292,29 @@ class Collector:
 
 
 
-def confirmations(outcomes: Sequence[IngestOutcome]) -> Dict[str, Tuple[List[str], Dict[str, str]]]:
-    """Per device: ids of its messages now committed (stored or duplicate) and ids rejected (-> reason).
+def confirmations(outcomes: Sequence[IngestOutcome]
+                  ) -> Dict[str, Tuple[List[Tuple[str, str]], List[Tuple[str, str, str]]]]:
+    """Per device: (id, digest) of its messages now committed (stored or duplicate), and (id, digest,
+    reason) of those rejected for good. The digest is that of the bytes received, so a board forgets
+    only its own message, never on the word about someone's copy under its id.
 
-    Status messages are left out (the agent publishes them directly, never from its outbox), and
-    so are rejections without a readable device or message id: there is nobody to tell.
+    Status messages are left out (the agent publishes them directly, never from its outbox), and so
+    are rejections without a readable device or message id (there is nobody to tell) and those whose
+    sender is unknown (unsigned, a bad signature, another key than the board's: `NOT_CONFIRMED`):
+    the board keeps its own bytes and sends them again.
     """
-    found: Dict[str, Tuple[Dict[str, None], Dict[str, str]]] = {}
+    found: Dict[str, Tuple[Dict[Tuple[str, str], None], Dict[Tuple[str, str], str]]] = {}
     for outcome in outcomes:
         if outcome.device_id is None or not wire.is_message_id(outcome.message_id) \
-                or outcome.kind == wire.STATUS:
+                or not wire.is_sha256(outcome.digest) or outcome.kind == wire.STATUS:
+            continue
+        if outcome.status == REJECTED and outcome.reason in NOT_CONFIRMED:
             continue
         committed, rejected = found.setdefault(outcome.device_id, ({}, {}))
+        entry = (outcome.message_id, outcome.digest)
         if outcome.status == REJECTED:
-            rejected[outcome.message_id] = outcome.reason or "rejected"
+            rejected[entry] = outcome.reason or "rejected"
         else:
-            committed[outcome.message_id] = None
-    return {device: ([i for i in committed if i not in rejected], rejected)
+            committed[entry] = None
+    return {device: ([e for e in committed if e not in rejected], [(i, d, r) for (i, d), r in rejected.items()])
             for device, (committed, rejected) in found.items()}

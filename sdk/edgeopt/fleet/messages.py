@@ -1,8 +1,10 @@
 """Turn one MQTT message from a device into the row it will become, or say why it is rejected.
 
 Pure functions, no database: the envelope is checked with the wire protocol's own validator
-(edgeopt_agent.wire), then the body with the checks below, and the figures the fleet views
-sort and filter on are lifted into columns. The full body is kept as JSON next to them.
+(edgeopt_agent.wire), its device signature with `edgeopt_agent.message_signing` (whose key it is,
+and whether that is the board's pinned key, the writer decides), then the body with the checks
+below, and the figures the fleet views sort and filter on are lifted into columns. The full body
+is kept as JSON next to them.
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Union
 
-from edgeopt_agent import wire
+from edgeopt_agent import message_signing, wire
 from edgeopt_agent.runtimes import DISTRIBUTIONS
 from edgeopt_agent.values import finite, is_int, is_number
 
@@ -43,6 +45,7 @@ class Rejection:
     excerpt: str
     device_id: Optional[str] = None
     message_id: Optional[str] = None
+    digest: Optional[str] = None  # sha256 of the payload: what a confirm of this rejection names
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,10 @@ class DeviceMessage:
     kind: str  # status, telemetry or results
     envelope: wire.Envelope
     row: Dict[str, Any]  # the columns of its table (status, telemetry or results), id included
+    public_key: bytes = b""  # the device key its signature verifies under (raw 32 bytes)
+    digest: str = ""  # sha256 of the payload as received
+    payload_bytes: int = 0
+    excerpt: str = ""
 
     @property
     def device_id(self) -> str:
@@ -64,11 +71,12 @@ class BodyError(ValueError):
 
 
 def parse(topic: str, payload: bytes, max_bytes: int = wire.MAX_MESSAGE_BYTES) -> Parsed:
-    """Validate one message. Never raises for bad input: that becomes a Rejection."""
+    """Validate one message, its device signature included. Never raises for bad input: that becomes a Rejection."""
+    digest = wire.message_digest(payload)
 
     def reject(reason: str, detail: str, device_id: Optional[str] = None, message_id: Optional[str] = None):
         return Rejection(clean(topic), reason, clean(detail), len(payload), excerpt(payload), device_id,
-                         clean(message_id))
+                         clean(message_id), digest)
 
     try:
         device_id, kind = wire.parse_topic(topic)
@@ -78,12 +86,17 @@ def parse(topic: str, payload: bytes, max_bytes: int = wire.MAX_MESSAGE_BYTES) -
         return reject("unexpected_topic", f"'{kind}' messages go to devices; the collector stores "
                                           f"{', '.join(DEVICE_KINDS)}", device_id)
     try:
-        envelope = wire.Envelope.decode(payload, expect_device=device_id, max_bytes=max_bytes)
+        document = wire.parse_json(payload, max_bytes)
+        envelope = wire.Envelope.from_dict(document, expect_device=device_id)
     except wire.ProtocolError as exc:
         return reject(exc.kind, str(exc), device_id, _message_id_of(payload, max_bytes))
     except Exception as exc:  # RecursionError, OverflowError: a payload the JSON parser cannot take
         return reject("malformed_message", f"message could not be decoded: {type(exc).__name__}", device_id,
                       _message_id_of(payload, max_bytes))
+    try:
+        public_key = message_signing.verify_message(document)
+    except wire.ProtocolError as exc:
+        return reject(exc.kind, str(exc), device_id, envelope.id)
     if envelope.seq > MAX_INT64:
         return reject("malformed_message", f"'seq' must be at most {MAX_INT64}", device_id, envelope.id)
     if envelope.type != DEVICE_KINDS[kind]:
@@ -94,7 +107,7 @@ def parse(topic: str, payload: bytes, max_bytes: int = wire.MAX_MESSAGE_BYTES) -
     except BodyError as exc:
         return reject("invalid_body", str(exc), device_id, envelope.id)
     row.update(id=envelope.id, device_id=device_id, seq=envelope.seq, ts=envelope.ts)
-    return DeviceMessage(kind, envelope, row)
+    return DeviceMessage(kind, envelope, row, public_key, digest, len(payload), excerpt(payload))
 
 
 def excerpt(payload: bytes) -> str:

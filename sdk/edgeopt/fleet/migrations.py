@@ -269,6 +269,46 @@ MIGRATIONS: Tuple[Migration, ...] = (
               "CREATE INDEX results_model ON results (model, artifact_key)")),
         ) for statement in _rekeyed(table, columns, indexes)),
     )),
+    Migration(6, "device_keys: each board's pinned signing key; messages.digest: the sha256 of the bytes stored", (
+        # A board signs every message with its own key (edgeopt_agent.message_signing); the collector
+        # pins it on first sight (source 'first_seen') or from `edgeopt fleet provision` / `pin-key`
+        # ('provisioned', which wins), and stores only messages that verify under it. A message
+        # signed by another key is refused, and that key is kept here (changed_*) so that
+        # `edgeopt fleet devices` flags the board until an operator pins one.
+        """CREATE TABLE device_keys (
+            device_id TEXT PRIMARY KEY,
+            public_key TEXT NOT NULL,
+            fingerprint TEXT NOT NULL,
+            source TEXT NOT NULL,
+            pinned_at {float} NOT NULL,
+            changed_public_key TEXT,
+            changed_fingerprint TEXT,
+            changed_first_at {float},
+            changed_last_at {float},
+            changed_count {bigint} NOT NULL DEFAULT 0
+        )""",
+        # NULL for messages stored before: a copy of one of those counts as a duplicate.
+        "ALTER TABLE messages ADD COLUMN digest TEXT",
+    )),
+    Migration(7, "jobs: the jobs deploy sent, re-sent by the collector until the board answers or they expire", (
+        # The whole job message as first sent (JSON text, up to MAX_MESSAGE_BYTES): every copy is
+        # the same bytes, which the board recognises as one job. answered_at is set when a result
+        # naming the job message's id (request_id) from that board is stored.
+        """CREATE TABLE jobs (
+            device_id TEXT NOT NULL,
+            request_id TEXT NOT NULL,
+            job_id TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            expires_at {float} NOT NULL,
+            created_at {float} NOT NULL,
+            last_sent_at {float},
+            next_send_at {float} NOT NULL,
+            sends INTEGER NOT NULL DEFAULT 0,
+            answered_at {float},
+            PRIMARY KEY (device_id, request_id)
+        )""",
+        "CREATE INDEX jobs_due ON jobs (answered_at, next_send_at)",
+    )),
 )
 
 

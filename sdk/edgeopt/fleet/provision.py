@@ -1,4 +1,4 @@
-"""Broker identities for a fleet: one per device, collector and deploy user.
+"""Broker identities for a fleet: one per device, collector and deploy user; and each device's signing key.
 
     provision("rpi-01", password_file="/etc/mosquitto/edgeopt.passwd")          # a password
     provision("rpi-01", cert=True)                                              # a client certificate
@@ -10,6 +10,12 @@ made on first use beside the signing keys (~/.config/edgeopt/keys/fleet-ca.{crt,
 the identity's name, which Mosquitto takes as the user name with `use_identity_as_username`.
 The broker's ACL (scripts/mosquitto.acl) then ties user name X to the topics edgeopt/v1/X/...;
 collector and deploy users get their own `user` block, appended to the ACL file here.
+
+A device also gets its own Ed25519 signing key (`device.key`, 0600, and `device.pub`; its
+agent.toml names it as `device_key`), which signs everything the board sends. Given the fleet
+database (`fleet_db`), its public key is pinned there at once, so the collector never learns it
+from whoever publishes first under the board's name (a pin from provisioning wins over one made
+on first sight).
 
 Every file and folder written here is checked first: a symlink is refused (a planted link would
 redirect the write), a folder of ours that others may enter is made 0700, and files are written
@@ -35,7 +41,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 from edgeopt_agent import wire
 
-from ..errors import UserError, require
+from ..errors import MissingExtraError, UserError, require
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +53,8 @@ CA_DAYS = 3650
 CERT_DAYS = 825
 MOSQUITTO_PASSWD_FALLBACK = "/usr/bin/mosquitto_passwd"
 DEFAULT_OUT = "edgeopt-credentials"
+DEVICE_KEY_NAME = "device.key"  # the board's signing key (edgeopt_agent.message_signing)
+DEVICE_PUBLIC_NAME = "device.pub"
 BROKER_USER = "mosquitto"  # the user Mosquitto's packages run the broker as (it drops root to it)
 BROKER_FILE_MODE = 0o640
 BROKER_DIR_MODE = 0o750
@@ -60,6 +68,8 @@ ROLE_ACL = {
         "topic read edgeopt/v1/+/telemetry",
         "topic read edgeopt/v1/+/results",
         "topic write edgeopt/v1/+/confirm",
+        # The jobs `edgeopt deploy --db` kept, sent again until their board answers (edgeopt.fleet.jobs).
+        "topic write edgeopt/v1/+/jobs",
         "topic readwrite edgeopt/collectors/{name}/status",
         # The ACL's pattern lines give every login edgeopt/v1/<login>/...: this login is no device.
         "topic deny edgeopt/v1/{name}/#",
@@ -88,6 +98,10 @@ class Provisioned:
     ca_created: bool = False
     acl_file: Optional[Path] = None  # the ACL file the user block was appended to
     acl_lines: List[str] = field(default_factory=list)  # the user block (collector and deploy)
+    device_key: Optional[Path] = None  # a device's signing key (private, 0600), and its public key
+    device_public_key: Optional[Path] = None
+    device_key_id: Optional[str] = None
+    pinned_in: Optional[str] = None  # the fleet database its key was pinned in (display URL)
     config_path: Optional[Path] = None
     config: str = ""  # agent.toml for a device; command-line options otherwise
     notes: List[str] = field(default_factory=list)  # folders made private, files given to the broker's user
@@ -107,8 +121,10 @@ def provision(
     acl_file: Optional[PathLike] = None,
     server_names: Sequence[str] = (),
     force: bool = False,
+    fleet_db: Optional[str] = None,
 ) -> Provisioned:
-    """Make `name`'s broker credentials; see the module's docstring."""
+    """Make `name`'s broker credentials (and a device's signing key, pinned in `fleet_db` when given);
+    see the module's docstring."""
     if role not in ROLES:
         raise UserError(f"unknown role '{role}'; use one of {', '.join(ROLES)}")
     wire.validate_device_id(name)  # one topic level, and a safe file and user name
@@ -122,10 +138,11 @@ def provision(
     folder = Path(out_dir).expanduser() if out_dir is not None else Path(DEFAULT_OUT) / name
     # Every path written below is checked before anything is written: a planted link stops it all.
     for path in (folder, *(folder / f for f in ("password", f"{name}.crt", f"{name}.key", "ca.crt", "agent.toml",
-                                                "options.txt")),
+                                                "options.txt", DEVICE_KEY_NAME, DEVICE_PUBLIC_NAME)),
                  *(Path(p).expanduser() for p in (password_file, acl_file) if p is not None)):
         _lstat(path)
-    existing = [p for p in (folder / "password", folder / f"{name}.crt", folder / f"{name}.key") if p.exists()]
+    mine = ("password", f"{name}.crt", f"{name}.key") + ((DEVICE_KEY_NAME,) if role == "device" else ())
+    existing = [folder / f for f in mine if (folder / f).exists()]
     if existing and not force:
         raise UserError(f"{name} already has credentials in {folder}; pass --force to replace them "
                         "(the old ones then stop working)")
@@ -153,9 +170,32 @@ def provision(
             result.acl_file = Path(acl_file).expanduser()
             _append_acl(result.acl_file, name, result.acl_lines, force, result.notes)
             _give_to_broker(result.acl_file, account, result.notes)
+    if role == "device":
+        _device_key(result, fleet_db)
     if role != "broker":
         result.config_path, result.config = _write_config(result, broker)
     return result
+
+
+def _device_key(result: Provisioned, fleet_db: Optional[str]) -> None:
+    """The board's own signing key, beside its credentials; pinned in the fleet database when given."""
+    from edgeopt_agent.message_signing import DeviceKey
+
+    try:
+        key = DeviceKey.generate()
+    except MissingExtraError:
+        raise UserError("making a device's signing key needs the cryptography package: "
+                        "pip install 'edgeopt[fleet]'") from None
+    result.device_key, result.device_public_key = result.folder / DEVICE_KEY_NAME, result.folder / DEVICE_PUBLIC_NAME
+    _write_private(result.device_key, key.private_pem())
+    _write_file(result.device_public_key, key.public_pem(), 0o644)
+    result.device_key_id = key.fingerprint
+    if fleet_db is not None:
+        from .store import open_store
+
+        with open_store(fleet_db) as store:
+            store.pin_device_key(result.name, key.public_key)
+            result.pinned_in = store.url
 
 
 # --- passwords ----------------------------------------------------------------------------------
@@ -349,6 +389,8 @@ def _write_config(result: Provisioned, broker: str) -> tuple:
             lines += [f"username = {json.dumps(result.name)}",
                       f"password_file = {json.dumps(result.password_path.name)}"]
         lines += [f"{key} = {json.dumps(path.name)}" for key, path in tls.items() if path is not None]
+        if result.device_key is not None:
+            lines.append(f"device_key = {json.dumps(result.device_key.name)}")
         path = result.folder / "agent.toml"
         text = "# edgeopt-agent settings (paths are relative to this file)\n" + "\n".join(lines) + "\n"
     else:

@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from edgeopt_agent.wire.errors import REFUSED_BEFORE_RUNNING
 
 from .database import Database
+from .jobs import JobQueue
 from .tables import DEVICE_COLUMNS, RESULT_COLUMNS, TELEMETRY_COLUMNS
 
 
@@ -20,9 +21,17 @@ class FleetQueries:
         self.db = db
 
     def devices(self) -> List[Dict[str, Any]]:
-        """Every device seen: state is "online", "offline" or "unknown" (no status message yet)."""
+        """Every device seen or whose key is pinned: state is "online", "offline" or "unknown" (no status
+        message yet); `key` is the fingerprint of its pinned signing key, `key_source` where that came
+        from (first_seen, provisioned, accepted), and `key_changed` is None, or what signed messages
+        under its name with another key ({fingerprint, first_at, last_at, messages}): refused, until
+        an operator pins one (`edgeopt fleet pin-key`)."""
         with self.db.transaction(write=False) as tx:
             rows = tx.rows(f"SELECT device_id, {', '.join(DEVICE_COLUMNS)} FROM devices ORDER BY device_id")
+            keys = {r["device_id"]: r for r in tx.rows("SELECT * FROM device_keys")}
+            seen = {r["device_id"] for r in rows}
+            rows += [dict({c: None for c in DEVICE_COLUMNS}, device_id=d) for d in sorted(keys) if d not in seen]
+            rows.sort(key=lambda r: r["device_id"])
             missing = {
                 r["device_id"]: int(r["missing"])
                 for r in tx.rows(
@@ -53,6 +62,7 @@ class FleetQueries:
                 "mqtt_protocol": r["mqtt_protocol"],
                 "missing_messages": missing.get(r["device_id"], 0),
                 "profile_check": checks.get(r["device_id"]),
+                **_key_fields(keys.get(r["device_id"])),
             }
             for r in rows
         ]
@@ -157,8 +167,9 @@ class FleetQueries:
             )
 
     def stats(self) -> Dict[str, Any]:
-        """Counts: stored and duplicate by topic kind, rejected by reason, gaps open and filled, and the
-        confirmations devices refused (as their newest telemetry reports them)."""
+        """Counts: stored and duplicate by topic kind, rejected by reason, gaps open and filled, the
+        confirmations devices refused (as their newest telemetry reports them), and the jobs `deploy --db`
+        kept (waiting for their board's answer, answered, expired unanswered)."""
         with self.db.transaction(write=False) as tx:
             stored = {r["kind"]: int(r["n"]) for r in tx.rows("SELECT kind, COUNT(*) AS n FROM messages GROUP BY kind")}
             counters = {r["name"]: int(r["value"]) for r in tx.rows("SELECT name, value FROM counters")}
@@ -184,6 +195,7 @@ class FleetQueries:
             "gaps": {"missing": int(gaps.get("missing") or 0), "filled": int(gaps.get("filled") or 0),
                      "suspect_jumps": int(suspect.get("n") or 0)},
             "unauthenticated_confirms": _confirms_refused(latest),
+            "jobs": JobQueue(self.db).counts(),
         }
 
     def roofline_fits(self, profile: Optional[str] = None) -> List[Dict[str, Any]]:
@@ -217,6 +229,16 @@ def _latest_order(row: Dict[str, Any]) -> Tuple[Any, ...]:
     """Which result of a (device, model, artifact) is its latest: any that ran before any refusal, then the newest."""
     refused = not row["ok"] and row["error_kind"] in REFUSED_BEFORE_RUNNING
     return (not refused, row["ts"], row["seq"])
+
+
+def _key_fields(row: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    if row is None:
+        return {"key": None, "key_source": None, "key_changed": None}
+    changed = None
+    if row["changed_fingerprint"] is not None:
+        changed = {"fingerprint": row["changed_fingerprint"], "first_at": row["changed_first_at"],
+                   "last_at": row["changed_last_at"], "messages": int(row["changed_count"] or 0)}
+    return {"key": row["fingerprint"], "key_source": row["source"], "key_changed": changed}
 
 
 def _profile_check(body: str) -> Optional[Dict[str, Any]]:

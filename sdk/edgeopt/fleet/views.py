@@ -100,11 +100,30 @@ def _power(row: Mapping[str, Any]) -> str:
     return f"{row['power_w']:.2f}" + (f" ({row['power_source']})" if row.get("power_source") else "")
 
 
+def _key(row: Mapping[str, Any]) -> str:
+    """The fingerprint of the board's pinned signing key, and of the other one its name was used with."""
+    if not row.get("key"):
+        return DASH
+    shown = row["key"] + (" (provisioned)" if row.get("key_source") == "provisioned" else "")
+    changed = row.get("key_changed")
+    if changed:
+        shown += (f"; other key {changed['fingerprint']}: {changed['messages']:,} message(s), last "
+                  f"{ago(changed.get('last_at'))}")
+    return shown
+
+
+def _state_and_key(row: Mapping[str, Any]) -> str:
+    """The state, flagged when messages came under the board's name signed by another key than its pinned
+    one (refused until `edgeopt fleet pin-key`): at every terminal width."""
+    return _state(row) + (" · KEY CHANGED" if row.get("key_changed") else "")
+
+
 DEVICES = (
     Column("device", _text("device_id")),
     Column("profile", _text("profile")),
     Column("profile check", _profile_check),
-    Column("state", _state),
+    Column("state", _state_and_key),
+    Column("key", _key),
     Column("last seen", lambda r: ago(r.get("last_seen"))),
     Column("agent", _text("agent_version")),
     Column("runtimes", _runtimes),
@@ -131,7 +150,7 @@ RESULTS = (
 )
 
 # Columns a narrow terminal leaves out first, in that order (--json and --csv keep everything).
-DEVICES_OPTIONAL = ("agent", "runtimes", "missing msgs", "temp °C")
+DEVICES_OPTIONAL = ("key", "agent", "runtimes", "missing msgs", "temp °C")
 RESULTS_OPTIONAL = ("p90 ms", "peak MB", "inf/s", "profile", "format", "mJ/inf", "threads", "runtime")
 
 TELEMETRY = (

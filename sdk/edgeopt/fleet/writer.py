@@ -1,13 +1,17 @@
 """The fleet database's write path: device messages stored once, with gaps and rejections in plain sight.
 
 `ingest_many` stores a batch in one transaction (the collector acknowledges the batch to the
-broker only after that commit). A message is stored once per (device, envelope id); a second
-copy is counted as a duplicate (the same id from another device is another message). Anything
-malformed is kept in the `rejected` table with its reason and the start of its payload, and
-never reaches the data tables.
+broker only after that commit). Only a message signed by its board's key is stored: the key is
+pinned at the board's first verified message (or beforehand by `pin_device_key`, from
+`edgeopt fleet provision`), and a message signed by any other key is refused as `key_changed`
+and flags the board. A message is stored once per (device, envelope id) with the sha256 of its
+bytes; the very same bytes again are a duplicate, other bytes under a stored id a `conflict`
+(recorded, never stored in place of the first). Anything malformed or unsigned is kept in the
+`rejected` table with its reason and the start of its payload, and never reaches the data tables.
 """
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import time
@@ -16,7 +20,7 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from edgeopt_agent import wire
+from edgeopt_agent import message_signing, wire
 
 from . import messages as msg
 from .database import Database, DataError, Transaction
@@ -28,6 +32,15 @@ log = logging.getLogger(__name__)
 STORED = "stored"
 DUPLICATE = "duplicate"
 REJECTED = "rejected"
+KEY_CHANGED = "key_changed"  # signed, but by another key than the board's pinned one
+CONFLICT = "conflict"  # a stored message's id with other bytes, signed by the board's key
+# Rejections a confirm never names: who sent the message is unknown, so the board keeps its own
+# bytes and sends them again (a board whose key changed is heard once an operator pins the new key).
+NOT_CONFIRMED = (message_signing.UNSIGNED, message_signing.SIGNATURE_INVALID, KEY_CHANGED)
+# Where a board's pinned key came from.
+FIRST_SEEN = "first_seen"
+PROVISIONED = "provisioned"
+ACCEPTED = "accepted"  # a changed key an operator accepted (`edgeopt fleet pin-key --accept-changed`)
 
 
 @dataclass(frozen=True)
@@ -38,6 +51,7 @@ class IngestOutcome:
     kind: Optional[str] = None  # topic kind: status, telemetry, results
     device_id: Optional[str] = None
     message_id: Optional[str] = None
+    digest: Optional[str] = None  # sha256 of the bytes received: what a confirm names
 
 
 @dataclass
@@ -99,7 +113,7 @@ class FleetWriter:
             if isinstance(item, msg.Rejection):
                 self._reject(tx, item, now)
                 report.outcomes[index] = IngestOutcome(REJECTED, item.reason, item.detail, None,
-                                                       item.device_id, item.message_id)
+                                                       item.device_id, item.message_id, item.digest)
             else:
                 good.append((index, item))
         # One lock order for every writer (device, kind, seq), so collectors sharing a
@@ -107,19 +121,22 @@ class FleetWriter:
         good.sort(key=lambda pair: (pair[1].device_id, pair[1].kind, pair[1].envelope.seq))
         for device_id, grouped in groupby(good, key=lambda pair: pair[1].device_id):
             of_device = list(grouped)
+            pinned = self._device_key(tx, device_id, of_device[0][1].public_key, now)
+            for index, message in of_device:
+                if message.public_key != pinned:
+                    report.outcomes[index] = self._key_changed(tx, message, pinned, now)
+            of_device = [(i, m) for i, m in of_device if m.public_key == pinned]
             self._forget_baselines_if_reset(tx, device_id, [m for _, m in of_device if m.kind == wire.STATUS])
             stored: List[msg.DeviceMessage] = []
             for kind, of_kind in groupby(of_device, key=lambda pair: pair[1].kind):
                 seqs = []
                 for index, message in of_kind:
-                    outcome = IngestOutcome(STORED, kind=kind, device_id=device_id, message_id=message.envelope.id)
-                    if self._insert(tx, message, now):
+                    outcome = self._insert(tx, message, now)
+                    if outcome.status == STORED:
                         stored.append(message)
                         seqs.append(message.envelope.seq)
-                    else:
+                    elif outcome.status == DUPLICATE:
                         duplicates[kind] += 1
-                        outcome = IngestOutcome(DUPLICATE, kind=kind, device_id=device_id,
-                                                message_id=message.envelope.id)
                     report.outcomes[index] = outcome
                 if kind in msg.GAP_CHECKED_KINDS and seqs:
                     found = track(tx, self.db.dialect, device_id, kind, seqs, now)
@@ -129,9 +146,41 @@ class FleetWriter:
                     report.suspect += found.suspect
             if stored:
                 self._update_device(tx, device_id, stored)
+                self._answered(tx, device_id, [m for m in stored if m.kind == wire.RESULTS], now)
         self._count(tx, {f"duplicate:{kind}": n for kind, n in duplicates.items()})
         report.counts = Counter(o.status for o in report.outcomes)
         return report
+
+    def _device_key(self, tx: Transaction, device_id: str, presented: bytes, now: float) -> bytes:
+        """The board's pinned key; `presented` (its first message's in this batch) is pinned now, on
+        first sight, when it has none."""
+        row = tx.one(f"SELECT public_key FROM device_keys WHERE device_id = ?{self.db.dialect.for_update}",
+                     (device_id,))
+        if row is None:
+            tx.execute("INSERT INTO device_keys (device_id, public_key, fingerprint, source, pinned_at) "
+                       "VALUES (?, ?, ?, ?, ?) ON CONFLICT (device_id) DO NOTHING",
+                       (device_id, _b64(presented), message_signing.fingerprint(presented), FIRST_SEEN, now))
+            # Another collector sharing the database may have pinned one meanwhile: its pin stands.
+            row = tx.one("SELECT public_key FROM device_keys WHERE device_id = ?", (device_id,))
+            if row["public_key"] == _b64(presented):
+                log.info("pinned the signing key of %s on first sight: %s", device_id,
+                         message_signing.fingerprint(presented))
+        return base64.b64decode(row["public_key"])
+
+    def _key_changed(self, tx: Transaction, message: msg.DeviceMessage, pinned: bytes, now: float) -> IngestOutcome:
+        e, presented = message.envelope, message.public_key
+        tx.execute("UPDATE device_keys SET changed_public_key = ?, changed_fingerprint = ?, "
+                   "changed_first_at = COALESCE(changed_first_at, ?), changed_last_at = ?, "
+                   "changed_count = changed_count + 1 WHERE device_id = ?",
+                   (_b64(presented), message_signing.fingerprint(presented), now, now, e.device_id))
+        detail = (f"signed by key {message_signing.fingerprint(presented)}, not by {e.device_id}'s pinned key "
+                  f"{message_signing.fingerprint(pinned)}: someone else's message, or the board has a new key "
+                  f"(reinstalled?); if it is the board, accept its new key with `edgeopt fleet pin-key "
+                  f"{e.device_id} --accept-changed`")
+        self._reject(tx, msg.Rejection(wire.topic(e.device_id, message.kind), KEY_CHANGED,
+                                       detail, message.payload_bytes, message.excerpt, e.device_id, e.id,
+                                       message.digest), now)
+        return IngestOutcome(REJECTED, KEY_CHANGED, detail, message.kind, e.device_id, e.id, message.digest)
 
     def _forget_baselines_if_reset(self, tx: Transaction, device_id: str, statuses: List[msg.DeviceMessage]) -> None:
         """An agent whose state was wiped numbers from 1 again, so its streams take a new baseline.
@@ -150,21 +199,32 @@ class FleetWriter:
                         "new numbers on", device_id)
             tx.execute("DELETE FROM streams WHERE device_id = ?", (device_id,))
 
-    def _insert(self, tx: Transaction, message: msg.DeviceMessage, now: float) -> bool:
+    def _insert(self, tx: Transaction, message: msg.DeviceMessage, now: float) -> IngestOutcome:
         e = message.envelope
+        stored = IngestOutcome(STORED, kind=message.kind, device_id=e.device_id, message_id=e.id,
+                               digest=message.digest)
         fresh = tx.execute(
-            "INSERT INTO messages (id, device_id, kind, seq, ts, received_at) VALUES (?, ?, ?, ?, ?, ?) "
+            "INSERT INTO messages (id, device_id, kind, seq, ts, received_at, digest) VALUES (?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (device_id, id) DO NOTHING",
-            (e.id, e.device_id, message.kind, e.seq, e.ts, now),
+            (e.id, e.device_id, message.kind, e.seq, e.ts, now, message.digest),
         )
         if not fresh:
-            return False
+            first = tx.one("SELECT digest FROM messages WHERE device_id = ? AND id = ?", (e.device_id, e.id))
+            if first is None or first["digest"] is None or first["digest"] == message.digest:
+                return IngestOutcome(DUPLICATE, kind=message.kind, device_id=e.device_id, message_id=e.id,
+                                     digest=message.digest)
+            detail = (f"message {e.id} of {e.device_id} is stored with other bytes (sha256 {first['digest'][:16]}...; "
+                      f"these: {message.digest[:16]}...), both signed by its key: the first stays")
+            self._reject(tx, msg.Rejection(wire.topic(e.device_id, message.kind), CONFLICT, detail,
+                                           message.payload_bytes, message.excerpt, e.device_id, e.id,
+                                           message.digest), now)
+            return IngestOutcome(REJECTED, CONFLICT, detail, message.kind, e.device_id, e.id, message.digest)
         columns = list(message.row)
         tx.execute(
             f"INSERT INTO {TABLES[message.kind]} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
             [message.row[c] for c in columns],
         )
-        return True
+        return stored
 
     def _reject(self, tx: Transaction, item: msg.Rejection, now: float) -> None:
         log.warning("rejected a message on %s (%s): %s", item.topic, item.reason, item.detail)
@@ -232,6 +292,46 @@ class FleetWriter:
                 [*values, device_id],
             )
 
+    def _answered(self, tx: Transaction, device_id: str, results: List[msg.DeviceMessage], now: float) -> None:
+        """A stored result answers the job message it names (its request_id): that job is re-sent no more."""
+        for message in results:
+            request_id = message.row.get("request_id")
+            if request_id:
+                tx.execute("UPDATE jobs SET answered_at = ? WHERE device_id = ? AND request_id = ? "
+                           "AND answered_at IS NULL", (now, device_id, request_id))
+
+    # --- device keys --------------------------------------------------------------------------------
+
+    def pin_device_key(self, device_id: str, public_key: bytes, source: str = PROVISIONED) -> Optional[Dict[str, Any]]:
+        """Pin `device_id`'s signing key (raw 32 bytes), whatever was pinned before, and clear its
+        changed-key flag; returns the row it replaced (None when there was none)."""
+        wire.validate_device_id(device_id)
+        message_signing.parse_public_key(_b64(public_key))
+
+        def work(tx: Transaction) -> Optional[Dict[str, Any]]:
+            before = tx.one(f"SELECT * FROM device_keys WHERE device_id = ?{self.db.dialect.for_update}", (device_id,))
+            tx.execute("DELETE FROM device_keys WHERE device_id = ?", (device_id,))
+            tx.execute("INSERT INTO device_keys (device_id, public_key, fingerprint, source, pinned_at) "
+                       "VALUES (?, ?, ?, ?, ?)",
+                       (device_id, _b64(public_key), message_signing.fingerprint(public_key), source, time.time()))
+            return before
+
+        return self.db.run(work)
+
+    def accept_changed_key(self, device_id: str) -> bytes:
+        """Pin the other key `device_id`'s messages were last signed by (a reinstalled board's new key);
+        UserError when none was seen."""
+        from ..errors import UserError
+
+        with self.db.transaction(write=False) as tx:
+            row = tx.one("SELECT changed_public_key FROM device_keys WHERE device_id = ?", (device_id,))
+        if row is None or row["changed_public_key"] is None:
+            raise UserError(f"no message from {device_id} was signed by another key than its pinned one; nothing to "
+                            "accept (`edgeopt fleet devices` flags a board whose key changed)")
+        key = base64.b64decode(row["changed_public_key"])
+        self.pin_device_key(device_id, key, ACCEPTED)
+        return key
+
     def prune(self, before: float) -> Dict[str, int]:
         """Delete telemetry sent before `before` and rejected messages received before it.
 
@@ -276,7 +376,7 @@ def _unstorable(message: Tuple[str, bytes], parsed: msg.Parsed, error: DataError
     device_id = parsed.device_id
     message_id = parsed.message_id if isinstance(parsed, msg.Rejection) else parsed.envelope.id
     return msg.Rejection(topic, "unstorable", f"the database refused it: {error}", len(payload),
-                         msg.excerpt(bytes(payload)), device_id, message_id)
+                         msg.excerpt(bytes(payload)), device_id, message_id, wire.message_digest(bytes(payload)))
 
 
 def _merged(reports: List[BatchReport]) -> BatchReport:
@@ -287,6 +387,10 @@ def _merged(reports: List[BatchReport]) -> BatchReport:
     merged.suspect = sum(r.suspect for r in reports)
     merged.counts = Counter(o.status for o in merged.outcomes)
     return merged
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode("ascii")
 
 
 def _update_known(device: Dict[str, Any], facts: Dict[str, Any], keys: Iterable[str]) -> None:

@@ -61,13 +61,37 @@ def test_results_go_only_when_nothing_else_is_left_and_the_newest_message_always
     assert Outbox(store, DEVICE).dropped() == outbox.dropped()  # counted in the state file
 
 
-def test_confirmation_forgets_by_message_id_and_frees_the_bytes(store):
+def digests(outbox):
+    """Message id -> sha256 of its bytes as queued (what a confirm names a message by)."""
+    return {m.message_id: wire.message_digest(m.payload) for m in outbox.pending(limit=1000)}
+
+
+def test_confirmation_forgets_by_id_and_digest_and_frees_the_bytes(store):
     outbox = Outbox(store, DEVICE)
     sent = [outbox.add("telemetry", "telemetry", padded("t", n)) for n in range(3)]
+    digest = digests(outbox)
     before = outbox.size_bytes()
-    rows = outbox.confirm([sent[0].id, sent[2].id, "0" * 32])
-    assert len(rows) == 2 and [b["n"] for b in bodies(outbox)] == [1]
+    done = outbox.confirm([(sent[0].id, digest[sent[0].id]), (sent[2].id, digest[sent[2].id]),
+                           (sent[1].id, "e" * 64),  # someone's copy under this id: its own bytes stay
+                           ("0" * 32, "0" * 64)])
+    assert len(done.rows) == 2 and [b["n"] for b in bodies(outbox)] == [1] and done.other_bytes == 1
+    assert done.forgotten == {(sent[0].id, digest[sent[0].id]), (sent[2].id, digest[sent[2].id])}
     assert outbox.size_bytes() == before - sum(len(e.encode()) for e in (sent[0], sent[2]))
+
+
+def test_an_outbox_with_a_signer_signs_what_an_older_agent_left_unsigned(store):
+    from edgeopt_agent.message_signing import DeviceKey, verify_message
+
+    old = Outbox(store, DEVICE)
+    queued = old.add("results", "result", {"job_id": "old"})
+    key = DeviceKey.generate()
+    outbox = Outbox(store, DEVICE, signer=key.encode)
+    assert outbox.sign_unsigned() == 1 and outbox.sign_unsigned() == 0
+    fresh = outbox.add("results", "result", {"job_id": "new"})
+    for message, envelope in zip(outbox.pending(), (queued, fresh)):
+        document = json.loads(message.payload)
+        assert verify_message(document) == key.public_key and document["id"] == envelope.id
+        assert message.message_id == envelope.id
 
 
 def test_the_inbox_refuses_a_job_over_its_byte_cap_and_remembers_it(store):
@@ -114,17 +138,25 @@ def test_the_agent_forgets_what_the_collector_confirms_and_logs_rejections(tmp_p
     kept = agent.outbox.add(wire.RESULTS, wire.RESULT_TYPE, {"job_id": "kept"})
     stored = agent.outbox.add(wire.RESULTS, wire.RESULT_TYPE, {"job_id": "stored"})
     bad = agent.outbox.add(wire.TELEMETRY, wire.TELEMETRY_TYPE, {"bad": True})
-    confirm = wire.confirm_message(DEVICE, 1, committed=[stored.id], rejected={bad.id: "invalid_body"})
+    digest = digests(agent.outbox)
+    confirm = wire.confirm_message(DEVICE, 1, committed=[(stored.id, digest[stored.id]), (kept.id, "c" * 64)],
+                                   rejected=[(bad.id, digest[bad.id], "invalid_body"), (kept.id, "d" * 64, "x")])
     agent._on_message(wire.confirm_topic(DEVICE), confirm.encode())
-    assert [json.loads(m.payload)["id"] for m in agent.outbox.pending()] == [kept.id]
+    assert [json.loads(m.payload)["id"] for m in agent.outbox.pending()] == [kept.id]  # other bytes: kept
     assert "rejected message %s (invalid_body)" % bad.id in caplog.text
+    assert "rejected message %s" % kept.id not in caplog.text
 
-    other = wire.confirm_message("another-dev", 2, committed=[kept.id])
+    other = wire.confirm_message("another-dev", 2, committed=[(kept.id, digest[kept.id])])
     agent._on_message(wire.confirm_topic(DEVICE), other.encode())  # addressed to someone else
     agent._on_message(wire.confirm_topic(DEVICE), b"{not json")
+    by_id_only = wire.Envelope(device_id=DEVICE, seq=3, type=wire.CONFIRM_TYPE,
+                               body={"committed": [kept.id], "rejected": []})  # the form before digests
+    agent._on_message(wire.confirm_topic(DEVICE), by_id_only.encode())
     assert len(agent.outbox) == 1 and "ignoring a confirm message" in caplog.text
     agent.send_telemetry()
-    assert json.loads(agent.outbox.pending()[-1].payload)["body"]["agent"]["rejected_by_collector"] == 1
+    state = json.loads(agent.outbox.pending()[-1].payload)["body"]["agent"]
+    assert state["rejected_by_collector"] == 1 and state["confirmed_other_bytes"] == 2
+    assert state["confirms_refused"] == {"malformed_message": 2, "wrong_device": 1}
 
 
 def test_broker_delivery_does_not_subscribe_to_confirmations(tmp_path):
@@ -155,4 +187,5 @@ def test_a_state_file_of_an_older_agent_keeps_its_queue_and_can_be_confirmed(tmp
     outbox = Outbox(Store(path), DEVICE)
     [message] = outbox.pending()
     assert message.message_id == envelope.id and outbox.size_bytes() == len(envelope.encode())
-    assert len(outbox.confirm([envelope.id])) == 1 and len(outbox) == 0
+    assert len(outbox.confirm([(envelope.id, wire.message_digest(envelope.encode()))]).rows) == 1
+    assert len(outbox) == 0

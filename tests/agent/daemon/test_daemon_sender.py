@@ -4,6 +4,8 @@ import json
 
 import pytest
 
+from edgeopt_agent import wire
+
 from edgeopt_agent.daemon.outbox import Outbox
 from edgeopt_agent.daemon.sender import RETRY_AFTER_S, OutboxSender
 from edgeopt_agent.daemon.store import Store
@@ -40,6 +42,12 @@ def fill(outbox, count, kind="telemetry"):
     return [outbox.add(kind, kind.rstrip("s"), {"n": n}) for n in range(count)]
 
 
+def deliveries(outbox, *envelopes):
+    """(id, digest of the queued bytes) of each envelope still queued: what a collector's confirm names."""
+    digest = {m.message_id: wire.message_digest(m.payload) for m in outbox.pending(limit=1000)}
+    return [(e.id, digest[e.id]) for e in envelopes if e.id in digest]
+
+
 def ack_all(sender, session, start=1):
     for packet_id in range(start, len(session.published) + 1):
         sender.acknowledged(packet_id, True)
@@ -61,9 +69,10 @@ def test_a_window_awaits_puback_and_rows_leave_only_on_confirmation(outbox):
     sender.flush()
     assert sender.idle() and len(outbox) == 5 and sender.unconfirmed == 5
 
-    assert sender.confirmed([sent[0].id, sent[3].id, "f" * 32]) == 2  # an unknown id is ignored
+    confirmed = sender.confirmed(deliveries(outbox, sent[0], sent[3]) + [("f" * 32, "f" * 64)])
+    assert len(confirmed.rows) == 2  # an unknown id is ignored
     assert len(outbox) == 3 and sender.unconfirmed == 3
-    assert sender.confirmed([e.id for e in sent]) == 3
+    assert len(sender.confirmed(deliveries(outbox, *sent)).rows) == 3
     assert len(outbox) == 0
 
 
@@ -103,7 +112,7 @@ def test_a_reconnect_sends_every_unconfirmed_message_again(outbox):
     session, sender = RecordingSession(), OutboxSender(outbox, window=10)
     sender.tick(session.publish)
     ack_all(sender, session)
-    sender.confirmed([sent[1].id])
+    sender.confirmed(deliveries(outbox, sent[1]))
     sender.reconnected()  # e.g. the broker was killed: what it acknowledged may be gone
     sender.tick(session.publish)
     assert session.seqs(4) == [1, 3, 4] and sender.resent == 3
@@ -119,7 +128,7 @@ def test_an_overdue_confirmation_is_resent_with_back_off(outbox):
     sender.tick(session.publish)
     ack_all(sender, session)
     clock.now = 9.0
-    sender.confirmed([sent[1].id])  # the collector is alive: it confirmed the second one
+    sender.confirmed(deliveries(outbox, sent[1]))  # the collector is alive: it confirmed the second one
     sender.tick(session.publish)
     assert len(session.published) == 2
     clock.now = 10.5  # the first one is overdue
@@ -157,7 +166,7 @@ def test_a_new_client_starts_over_from_the_oldest_row(outbox):
     session, sender = RecordingSession(), OutboxSender(outbox, window=5)
     sender.tick(session.publish)
     sender.acknowledged(1, True)
-    sender.confirmed([sent[0].id])
+    sender.confirmed(deliveries(outbox, sent[0]))
     sender.restart()
     sender.tick(session.publish)
     assert session.seqs(3) == [2, 3]
@@ -167,7 +176,7 @@ def test_a_confirmation_before_the_puback_forgets_the_message_all_the_same(outbo
     sent = fill(outbox, 1)
     session, sender = RecordingSession(), OutboxSender(outbox, window=5)
     sender.tick(session.publish)
-    sender.confirmed([sent[0].id])
+    sender.confirmed(deliveries(outbox, sent[0]))
     sender.acknowledged(1, True)
     sender.reconnected()
     sender.tick(session.publish)

@@ -7,6 +7,7 @@ model file the board does not have: `missing_artifact` shows a job got past ever
 import base64
 import json
 import logging
+import time
 
 import pytest
 
@@ -146,9 +147,10 @@ def test_a_clock_set_ahead_and_back_cannot_revive_a_forgotten_job(board, fleet_k
     board.now = T0 + 3600  # and back, to a time at which j1 would still be valid
     kind, message = board.send(old)
     assert kind == "expired" and "set back" in message
-    assert board.restart().send(old)[0] == "expired"  # the mark is kept across restarts
+    # After a restart the mark, beyond the clock, is not obeyed: jobs issued before now are refused instead.
+    assert board.restart().send(old)[0] == "replayed"
     board.delete(STATE_FILE)
-    assert board.send(old)[0] == "expired"  # and in the copy
+    assert board.send(old)[0] == "replayed"  # and from the copy
 
 
 def test_a_clock_behind_the_latest_issued_job_judges_expiry_by_that_job(board, fleet_key):
@@ -174,3 +176,87 @@ def test_a_damaged_copy_beside_agent_db_is_rebuilt(board, fleet_key):
     board.restart()
     assert json.loads((board.data_dir / COPY_FILE).read_text())["jobs"][0][0] == "j1"
     assert board.send(body)[0] == "replayed"
+
+
+# --- failing closed, and staying closed (issue 38) ----------------------------------------------------
+
+
+def used(board):
+    """Leave what a data dir that ran a job holds (its artifact)."""
+    (board.data_dir / "artifacts").mkdir(exist_ok=True)
+    (board.data_dir / "artifacts" / f"{SHA}.onnx").write_bytes(b"an artifact this board ran")
+
+
+def test_a_damaged_copy_without_agent_db_refuses_every_start_until_the_operator_resets(board, fleet_key, capsys):
+    board.now = time.time()  # the reset below runs on the real clock
+    body = signed_job(fleet_key, "j1", issued_at=board.now - 600)
+    assert board.send(body)[0] == ADMITTED
+    used(board)
+    board.store.close()
+    board.store = None
+    for path in board.data_dir.glob(STATE_FILE + "*"):
+        path.unlink()
+    (board.data_dir / COPY_FILE).write_text("{damaged")
+    for attempt in range(3):  # systemd's Restart= starts it again and again: each start refuses
+        with pytest.raises(UserError, match="accept-replay-risk"):
+            board.restart()
+        board.store.close()
+        board.store = None
+    assert (board.data_dir / COPY_FILE).read_text() == "{damaged"  # nothing was taken for a ledger
+
+    from edgeopt_agent.daemon.cli import main
+
+    assert main(["--device-id", DEVICE, "--data-dir", str(board.data_dir), "--accept-replay-risk"]) == 0
+    out = capsys.readouterr().out
+    assert "started a new job ledger" in out and "damaged" in out
+    assert list(board.data_dir.glob(COPY_FILE + ".damaged-*"))  # kept aside, for whoever looks into it
+    board.now = time.time()
+    board.restart()
+    assert board.send(body)[0] == "replayed"  # issued before the reset
+    assert board.send(signed_job(fleet_key, "j2", issued_at=board.now))[0] == ADMITTED
+    from edgeopt_agent.daemon.store import lock_data_dir
+
+    running = lock_data_dir(board.data_dir)  # an agent running on it: no reset under its feet
+    try:
+        assert main(["--device-id", DEVICE, "--data-dir", str(board.data_dir), "--accept-replay-risk"]) == 2
+    finally:
+        running.close()
+    assert "already running" in capsys.readouterr().err
+
+
+def test_a_valid_but_empty_copy_without_agent_db_is_a_lost_ledger(board, fleet_key, caplog):
+    body = signed_job(fleet_key, "j1", issued_at=T0)
+    assert board.send(body)[0] == ADMITTED
+    used(board)
+    empty = json.dumps({"schema": "edgeopt.replay-state/1", "marks": {}, "jobs": [], "releases": []})
+    board.store.close()
+    board.store = None
+    for path in board.data_dir.glob(STATE_FILE + "*"):
+        path.unlink()
+    (board.data_dir / COPY_FILE).write_text(empty)
+    board.now = T0 + 3600
+    caplog.set_level(logging.WARNING, logger="edgeopt_agent.daemon.admission")
+    board.restart()
+    assert "remembers nothing" in caplog.text
+    kind, message = board.send(body)
+    assert kind == "replayed" and "lost its record" in message
+
+
+def test_a_clock_mark_far_ahead_is_refused_not_obeyed(board, fleet_key, caplog):
+    body = signed_job(fleet_key, "j1", issued_at=T0)
+    assert board.send(body)[0] == ADMITTED
+    copy = json.loads((board.data_dir / COPY_FILE).read_text())
+    copy["marks"]["clock_mark"] = T0 + 3650 * DAY  # ten years ahead: it used to make every job `expired`
+    board.store.close()
+    board.store = None
+    for path in board.data_dir.glob(STATE_FILE + "*"):
+        path.unlink()
+    (board.data_dir / COPY_FILE).write_text(json.dumps(copy))
+    board.now = T0 + 60
+    caplog.set_level(logging.WARNING, logger="edgeopt_agent.daemon.admission")
+    board.restart()
+    assert "not obeyed" in caplog.text
+    assert board.send(body)[0] == "replayed"  # still refused: its id is remembered, and it predates the start
+    assert board.send(signed_job(fleet_key, "j2", issued_at=board.now))[0] == ADMITTED  # new jobs run
+    marks = json.loads((board.data_dir / COPY_FILE).read_text())["marks"]
+    assert marks["clock_mark"] < T0 + DAY  # the far mark is gone from both copies
