@@ -9,6 +9,8 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
+import numpy as np
+
 Z_ONE_SIDED_95 = 1.6449
 MAX_SAMPLES_NEEDED = 10_000_000
 
@@ -30,6 +32,17 @@ def wilson(successes: float, trials: int, z: float = Z_ONE_SIDED_95) -> Bounds:
     centre = (p + z2 / (2 * trials)) / (1 + z2 / trials)
     half = z * math.sqrt(p * (1 - p) / trials + z2 / (4 * trials * trials)) / (1 + z2 / trials)
     return Bounds(p, max(0.0, centre - half), min(1.0, centre + half))
+
+
+def mean_bounds(values: np.ndarray, z: float = Z_ONE_SIDED_95) -> Bounds:
+    """One-sided 95 % bounds of the mean of per-sample values in [0, 1] from their spread (normal
+    approximation, as paired_difference), clipped to [0, 1]."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.size < 2:
+        return Bounds(float(values.mean()) if values.size else 0.0, 0.0, 1.0)
+    mean = float(values.mean())
+    half = z * float(values.std(ddof=1)) / math.sqrt(values.size)
+    return Bounds(mean, max(0.0, mean - half), min(1.0, mean + half))
 
 
 def paired_difference(lost: int, gained: int, trials: int, z: float = Z_ONE_SIDED_95) -> Bounds:

@@ -216,18 +216,22 @@ def _expected_accuracy_lost(name, kind, figures, ref, ref_top, cand_top, tol: To
     sample counts p(FP32's class) - p(the artifact's class) under FP32's softmax, so a flip between two
     classes FP32 could not tell apart costs nearly nothing and a flip away from a confident answer nearly a
     whole sample. It is what the accuracy would lose were FP32's probabilities right, and never more than the
-    share of changed answers. Its 95 % bound is Wilson's, as for a count (a [0, 1] variable of that mean varies
-    at most as much)."""
+    share of changed answers. Its 95 % bound (one-sided, as every verdict's) comes from the spread of the
+    per-sample losses (intervals.mean_bounds); with fewer than MIN_SPREAD_SAMPLES changed answers there is no
+    spread to trust and it is Wilson's, as for a count (a [0, 1] variable of that mean varies at most as much)."""
     probs = _as_probabilities(ref.reshape(len(ref), -1).astype(np.float64))
     rows = np.arange(len(ref))
     lost = np.clip(probs[rows, ref_top] - probs[rows, cand_top], 0.0, 1.0)
     changed = int((ref_top != cand_top).sum())
     figures["top1_changed_pct"] = changed / len(ref) * 100
     figures["expected_top1_lost_pct"] = float(lost.mean() * 100)
-    bounds = intervals.wilson(float(lost.sum()), len(ref))
+    bounds = intervals.mean_bounds(lost) if changed >= MIN_SPREAD_SAMPLES else intervals.wilson(float(lost.sum()), len(ref))
     judged = _against_budget(name, kind, figures, bounds, len(ref), "expected top-1 accuracy lost", tol)
     return replace(judged, reason=f"{judged.reason}; top-1 changed on {changed} of {len(ref)} samples, weighed by "
                                   f"FP32's own probabilities (no labels)")
+
+
+MIN_SPREAD_SAMPLES = 10  # changed answers needed before their spread decides the expected loss's bound
 
 
 def _as_probabilities(scores: np.ndarray) -> np.ndarray:
