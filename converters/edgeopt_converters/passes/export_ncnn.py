@@ -5,6 +5,10 @@ torch.export program, and starting from ONNX serves ONNX sources too. pnnx's own
 traces with TorchScript and ignores the converter's exit status, so the step calls the converter
 binary itself.
 
+Patterns pnnx would leave to ncnn as operators it has no layer for are rewritten in the ONNX graph
+first (`ncnn_rewrites`: a Focus stem's strided slices); an operator still left fails the step with
+every such operator named, instead of an artifact ncnn cannot load.
+
 pnnx names the blobs in0.. and out0..; the step renames them to the ONNX model's names and writes
 each input's per-sample shape into its Input layer, which is where the ncnn runner reads it.
 The artifact is one file, an edgeopt bundle (an uncompressed zip: `unzip model.fp32.ncnn` gives
@@ -26,6 +30,7 @@ from edgeopt_agent.runners.ncnn_runner import FACTS, PARAM, PARAM_MAGIC, WEIGHTS
 
 from .base import Step, StepContext, StepResult, option
 from .errors import StepFailed, first_line
+from .ncnn_rewrites import Rewrite, rewrite_for_pnnx, unsupported_layers
 
 TIMEOUT_S = 600
 # pnnx's names for tensor element types in `inputshape=`.
@@ -68,8 +73,9 @@ class ExportNcnn(Step):
         if ctx.fix_dims:  # one shape per input in the data: an ONNX source's open sizes are the data's
             inputs = with_example_sizes(inputs, ctx.example)
         with tempfile.TemporaryDirectory(prefix="edgeopt-pnnx-") as work:
-            param, weights = convert(model, inputs, Path(work), fp16=self.options.precision == "fp16")
+            param, weights, rewrites = convert(model, inputs, Path(work), fp16=self.options.precision == "fp16")
             original = param.read_text(encoding="utf-8")
+            refuse_unsupported(original, rewrites)
             taken = pnnx_blobs(original)
             text = rewrite_param(original, inputs, outputs, taken)
             # ncnn lists a graph's outputs in layer order, not the model's: the runner reads the order here.
@@ -77,11 +83,11 @@ class ExportNcnn(Step):
                                 "outputs": blob_names("out", outputs, taken)}).encode("utf-8")
             write_bundle({PARAM: text.encode("utf-8"), WEIGHTS: weights, FACTS: facts}, output)
         pnnx = require("pnnx", "ncnn", "ncnn export")
-        return StepResult(output, {
-            "files": [PARAM, WEIGHTS, FACTS],
-            "ncnn_weights": self.options.precision,
-            "converter": f"pnnx {getattr(pnnx, '__version__', '?')}",
-        })
+        info = {"files": [PARAM, WEIGHTS, FACTS], "ncnn_weights": self.options.precision,
+                "converter": f"pnnx {getattr(pnnx, '__version__', '?')}"}
+        if rewrites:
+            info["rewrites"] = [r.text() for r in rewrites]
+        return StepResult(output, info)
 
 
 def read_onnx_io(model: Path) -> Tuple[List[OnnxTensor], List[str]]:
@@ -131,11 +137,18 @@ def input_shape_argument(inputs: Sequence[OnnxTensor]) -> str:
     return ",".join(parts)
 
 
-def convert(model: Path, inputs: Sequence[OnnxTensor], work: Path, fp16: bool) -> Tuple[Path, Path]:
-    """Run the pnnx binary on a copy of `model` in `work`; returns the .param and .bin it wrote."""
+def convert(model: Path, inputs: Sequence[OnnxTensor], work: Path, fp16: bool) -> Tuple[Path, Path, List[Rewrite]]:
+    """Run the pnnx binary on a copy of `model` in `work`, rewritten where pnnx would leave operators ncnn
+    lacks; returns the .param and .bin it wrote and the rewrites made."""
     pnnx = require("pnnx", "ncnn", "ncnn export")
-    source = work / "model.onnx"
-    source.write_bytes(model.read_bytes())  # pnnx writes its side files next to its input
+    source = work / "model.onnx"  # pnnx writes its side files next to its input
+    onnx = require("onnx", "convert")
+    graph = onnx.load(str(model))
+    rewrites = rewrite_for_pnnx(graph)
+    if rewrites:
+        onnx.save(graph, str(source))
+    else:
+        source.write_bytes(model.read_bytes())
     param, weights = work / "model.ncnn.param", work / "model.ncnn.bin"
     command = [pnnx.EXEC_PATH, str(source), "inputshape=" + input_shape_argument(inputs), "device=cpu",
                f"fp16={1 if fp16 else 0}", f"ncnnparam={param}", f"ncnnbin={weights}",
@@ -150,7 +163,17 @@ def convert(model: Path, inputs: Sequence[OnnxTensor], work: Path, fp16: bool) -
     if done.returncode != 0 or not param.is_file() or not weights.is_file():
         tail = done.stdout.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
         raise StepFailed(f"pnnx could not convert {model.name} (exit status {done.returncode}): {tail[0]}")
-    return param, weights
+    return param, weights, rewrites
+
+
+def refuse_unsupported(param_text: str, rewrites: Sequence[Rewrite] = ()) -> None:
+    """Fail with every operator pnnx left that this ncnn has no layer for (and the count of each)."""
+    ncnn = require("ncnn", "ncnn", "ncnn export")
+    left = unsupported_layers(param_text, lambda kind: ncnn.layer_to_index(kind) >= 0)
+    if left:
+        made = f" (after rewriting {'; '.join(r.text() for r in rewrites)})" if rewrites else ""
+        raise StepFailed(f"pnnx left operators ncnn {getattr(ncnn, '__version__', '')} has no layer for{made}: "
+                         + ", ".join(f"{kind} ({count} layer{'s' if count > 1 else ''})" for kind, count in sorted(left.items())))
 
 
 def pnnx_blobs(text: str) -> Set[str]:
