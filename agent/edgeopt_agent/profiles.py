@@ -54,6 +54,28 @@ class Accelerator:
     kind: str  # "gpu" | "dla"
     precisions: Tuple[str, ...]
     notes: str = ""
+    max_freq_mhz: Optional[float] = None  # the clock its [peak_tops] assume; a measurement at another clock scales by it
+
+
+@dataclass(frozen=True)
+class EfficiencyPrior:
+    """How fast one runtime runs on the board against the roofline, fitted on cited published measurements
+    (`scripts/bench_published.py` writes them from device_profiles/published/): measured / predicted over
+    the whole graph, and per roof key ("fp32/depthwise", "overhead") where the measurements separate them.
+    `median_error_pct` is the median absolute error of the priors' predictions on the held-out rows, the
+    figure that says how far to trust them."""
+
+    runtime: str
+    precision: str
+    factor: float
+    rows: int  # published measurements of this board, runtime and precision the priors were fitted on
+    heldout_rows: int
+    median_error_pct: Optional[float]  # on the held-out rows; None: none held out
+    kinds: Mapping[str, float] = field(default_factory=dict)
+    sources: Tuple[str, ...] = ()  # ids in device_profiles/published/sources.csv
+    # Amdahl's parallel share of a CPU runtime's work (n threads run 1 / ((1 - p) + p / n) times faster than
+    # one), where its measurements ran at several thread counts; None: threads scale the peak linearly.
+    parallel_fraction: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +110,13 @@ class DeviceProfile:
     thermal: Thermal
     peak_tops: Mapping[str, float] = field(default_factory=dict)
     notes: str = ""
+    # The CPU's own peaks where [peak_tops] are an accelerator's (a Jetson): what CPU runtimes are timed with.
+    cpu_peak_tops: Mapping[str, float] = field(default_factory=dict)
+    priors: Tuple[EfficiencyPrior, ...] = ()
+
+    def prior(self, runtime: str, precision: str) -> Optional[EfficiencyPrior]:
+        """The published-evidence priors of a runtime at a precision on this board, if any were fitted."""
+        return next((p for p in self.priors if p.runtime == runtime and p.precision == precision), None)
 
     @property
     def precisions(self) -> Tuple[str, ...]:
@@ -166,6 +195,7 @@ def parse_profile(data: Mapping[str, Any], source: str) -> DeviceProfile:
                 _one_of(p, PRECISIONS, "precision", where) for p in _expect(a, "precisions", list, where)
             ),
             notes=a.get("notes", ""),
+            max_freq_mhz=_optional_float(a, "max_freq_mhz", where + " [[accelerators]]"),
         )
         for a in data.get("accelerators", [])
     )
@@ -184,10 +214,8 @@ def parse_profile(data: Mapping[str, Any], source: str) -> DeviceProfile:
     threads = _expect(data, "default_threads", int, where)
     if not 1 <= threads <= cpu.cores:
         raise ProfileError(f"{where}: default_threads {threads} must be between 1 and {cpu.cores}")
-    peak = data.get("peak_tops", {})
-    for precision, value in peak.items():
-        _one_of(precision, PRECISIONS, "peak_tops precision", where)
-        _expect(peak, precision, float, where + " [peak_tops]")
+    peak = _peaks(data, "peak_tops", where)
+    cpu_peak = _peaks(data, "cpu_peak_tops", where)
     return DeviceProfile(
         name=_expect(data, "name", str, where),
         description=_expect(data, "description", str, where),
@@ -202,9 +230,47 @@ def parse_profile(data: Mapping[str, Any], source: str) -> DeviceProfile:
             throttle_c=_optional_float(thermal_t, "throttle_c", where + " [thermal]"),
             critical_c=_optional_float(thermal_t, "critical_c", where + " [thermal]"),
         ),
-        peak_tops={k: float(v) for k, v in peak.items()},
+        peak_tops=peak,
         notes=data.get("notes", ""),
+        cpu_peak_tops=cpu_peak,
+        priors=tuple(_prior(p, f"{where} [[priors]]") for p in data.get("priors", [])),
     )
+
+
+def _peaks(data: Mapping[str, Any], key: str, where: str) -> Dict[str, float]:
+    table = data.get(key, {})
+    if not isinstance(table, dict):
+        raise ProfileError(f"{where}: [{key}] must be a table of precision = TOPS")
+    for precision in table:
+        _one_of(precision, PRECISIONS, f"{key} precision", where)
+        if _expect(table, precision, float, f"{where} [{key}]") <= 0:
+            raise ProfileError(f"{where} [{key}]: {precision} must be above 0")
+    return {k: float(v) for k, v in table.items()}
+
+
+def _prior(table: Mapping[str, Any], where: str) -> EfficiencyPrior:
+    if not isinstance(table, dict):
+        raise ProfileError(f"{where}: each [[priors]] entry must be a table")
+    runtime = _one_of(_expect(table, "runtime", str, where), runtime_table.RUNTIMES, "runtime", where)
+    precision = _one_of(_expect(table, "precision", str, where), PRECISIONS, "precision", where)
+    kinds = table.get("kinds", {})
+    if not isinstance(kinds, dict):
+        raise ProfileError(f"{where}: kinds must be a table of roof key = factor")
+    factors = {"factor": _expect(table, "factor", float, where)}
+    factors.update({f"kinds.{k}": _expect(kinds, k, float, where) for k in kinds})
+    bad = [k for k, v in factors.items() if not v > 0]
+    if bad:
+        raise ProfileError(f"{where}: {runtime} {precision}: {', '.join(bad)} must be above 0")
+    counts = {k: _expect(table, k, int, where) for k in ("rows", "heldout_rows")}
+    if min(counts.values()) < 0 or counts["rows"] < 1:
+        raise ProfileError(f"{where}: {runtime} {precision}: rows must be at least 1 and heldout_rows at least 0")
+    sources = _expect(table, "sources", list, where) if "sources" in table else []
+    parallel = _optional_float(table, "parallel_fraction", where)
+    if parallel is not None and not 0 < parallel <= 1:
+        raise ProfileError(f"{where}: {runtime} {precision}: parallel_fraction must be above 0 and at most 1")
+    return EfficiencyPrior(runtime, precision, factors["factor"], counts["rows"], counts["heldout_rows"],
+                           _optional_float(table, "median_error_pct", where),
+                           {k: float(v) for k, v in kinds.items()}, tuple(str(s) for s in sources), parallel)
 
 
 def _profile_files() -> Dict[str, Path]:

@@ -28,7 +28,7 @@ from .accuracy.user_metric import UserMetric, load_metric
 from .build import build_artifact, with_dynamic_axes
 from .context import ConversionContext
 from .host_work import AccuracyRuns, batch_for, choose_threads, same_per_sample
-from .cost.roofline import predict_artifacts
+from .cost.roofline import artifact_costs, roofline_ms
 from .cost.time_artifacts import time_artifacts
 from .manifest_build import ArtifactRecord, build_manifest, fed_shapes_by_artifact, publish
 from .options import RECOMMEND_BUDGET, ConvertOptions
@@ -103,9 +103,11 @@ def _convert(source: SourceModel, profile: DeviceProfile, metric: Optional[UserM
         ctx.warnings.extend(unresolved_warnings(records))
         measured, why_not = _measured_on_host(profile, opts.time_on_host)
         with ctx.clock.phase("prediction"):
-            predicted = {} if measured else predict_artifacts(profile, {r.planned.key: work / r.path for r in records},
-                                                              fed_shapes_by_artifact(ctx, records))
-        rec = recommend(records, profile, measured=measured, why_predicted=why_not, predicted_ms=predicted)
+            costs = {} if measured else artifact_costs({r.planned.key: work / r.path for r in records},
+                                                        fed_shapes_by_artifact(ctx, records))
+            predicted = roofline_ms(profile, costs)
+        rec = recommend(records, profile, measured=measured, why_predicted=why_not, predicted_ms=predicted,
+                        board_costs=costs)
         manifest = build_manifest(ctx, records, rec, stands_for_target=(measured, why_not), predicted_ms=predicted)
         with ctx.clock.phase("board reference"):
             record_reference_figures(work, manifest)  # never fails the conversion: a warning per artifact it misses

@@ -7,9 +7,14 @@ shown faster than FP32 of its format (the whole interval at or above MIN_SPEEDUP
 artifact is chosen over another only where the 95 % interval of their ratio, over the rounds they were
 timed in together, lies above 1; artifacts it cannot tell apart go to the profile's order of runtimes and
 precisions, and the reason says so. For other
-boards nothing here can be measured: the choice is a prediction, and says so: the roofline
-latency of each artifact's graph on the board (`roofline.predict_artifacts`) where the profile
-states peak figures and bandwidth, else the profile's peak throughput per precision.
+boards nothing here can be measured: the choice is a prediction, and says so. Where the board's
+profile holds efficiency priors fitted on published measurements (`cost/priors.py`), each artifact
+is predicted with those of its runtime and precision, and the reason names the evidence (rows, median
+error on held-out rows); an artifact whose runtime or precision has no published evidence on the board
+is not ranked against those that have, and the reason says so. Without priors: the roofline latency
+of each artifact's graph on the board (`roofline.predict_artifacts`) where the profile states peak
+figures and bandwidth, else the profile's peak throughput per precision, and a tie between runtimes
+the roofline cannot tell apart is said to be one.
 """
 from __future__ import annotations
 
@@ -22,6 +27,8 @@ from edgeopt_agent.profiles import DeviceProfile
 
 from .accuracy import OK, UNRESOLVED
 from .cost.host_timing import ratio_interval, speedup_text
+from .cost.priors import BoardEstimate, estimate
+from .recipe import board_config
 
 MIN_SPEEDUP = 1.05  # a lower precision must be shown at least this much faster than FP32 to be chosen
 NOTHING_QUANTIZED = 0.9  # an "INT8" artifact whose weights take this share of FP32's is not offered at all
@@ -69,9 +76,11 @@ def _accuracy_note(record) -> str:
 
 
 def recommend(records: List, profile: DeviceProfile, measured: bool, why_predicted: str = "",
-              predicted_ms: Optional[Mapping[str, float]] = None, host_machine: Optional[str] = None) -> Recommendation:
+              predicted_ms: Optional[Mapping[str, float]] = None, host_machine: Optional[str] = None,
+              board_costs: Optional[Mapping] = None) -> Recommendation:
     """`predicted_ms`: roofline latency on the board by artifact key, used when nothing was measured;
-    `host_machine`: this host's `platform.machine()` (by default, read here)."""
+    `host_machine`: this host's `platform.machine()` (by default, read here); `board_costs`: the GraphCost
+    of each ONNX artifact by key, which the profile's priors predict from (None: no prediction with priors)."""
     formats = set(_profile_formats(profile))
     usable, excluded = _accuracy_split([r for r in records if r.planned.format in formats])
     dropped = f"; not recommended for accuracy: {'; '.join(excluded)}" if excluded else ""
@@ -82,8 +91,11 @@ def recommend(records: List, profile: DeviceProfile, measured: bool, why_predict
         basis = "measured"
     else:
         why = why_predicted or "nothing was timed on the target"
-        by_roofline = _by_roofline(usable, profile, why, predicted_ms or {}, host_machine)
+        by_priors = _by_priors(usable, profile, why, board_costs) if board_costs is not None else None
+        by_roofline = by_priors or _by_roofline(usable, profile, why, predicted_ms or {}, host_machine)
         key, reason = by_roofline or _by_prediction(usable, profile, why)
+        if by_priors is None and board_costs is not None:
+            reason += _no_evidence_note(profile)
         basis = "predicted"
     chosen = next(r for r in usable if r.planned.key == key)
     return Recommendation(key, basis, reason + _accuracy_note(chosen) + dropped)
@@ -192,6 +204,49 @@ def _by_roofline(usable, profile: DeviceProfile, why: str, predicted_ms: Mapping
         f"{_not_costed(usable, estimates)}. Confirm on the board: "
         f"`edgeopt deploy OUTDIR --wait` to its edgeopt-agent."
     )
+
+
+def _board_estimates(usable, profile: DeviceProfile, costs: Mapping) -> Dict[str, BoardEstimate]:
+    return {r.planned.key: estimate(profile, r.planned.key, board_config(profile, r.planned)["runtime"],
+                                    r.planned.precision, costs) for r in usable}
+
+
+def _by_priors(usable, profile: DeviceProfile, why: str, costs: Mapping) -> Optional[Tuple[str, str]]:
+    """The fastest artifact by the priors of its runtime and precision on this board; None where no usable
+    artifact has published evidence there (the roofline alone decides, and says so)."""
+    found = _board_estimates(usable, profile, costs)
+    ranked = [r for r in usable if found[r.planned.key].ms is not None]
+    if not ranked:
+        return None
+    estimates = {k: (e.ms, "") for k, e in found.items() if e.ms is not None}
+    candidates, slow = _predicted_gain_split(ranked, estimates)
+    fastest = min(estimates[r.planned.key][0] for r in candidates)
+    tied = [r for r in candidates if estimates[r.planned.key][0] <= fastest * TIE]
+    best = min(tied, key=lambda r: _preference(profile, r))
+    order = sorted(ranked, key=lambda r: estimates[r.planned.key][0])
+    shown = "; ".join(f"{r.planned.key} {estimates[r.planned.key][0]:.3g} ms on {found[r.planned.key].runtime} "
+                      f"({found[r.planned.key].evidence.text()})" for r in order)
+    close = (f"; {', '.join(r.planned.key for r in tied)} are within {(TIE - 1) * 100:.0f} % of each other, closer "
+             f"than the evidence separates them: {best.planned.key} by the profile's order" if len(tied) > 1 else "")
+    not_faster = (f"; not predicted at least {MIN_SPEEDUP:g}x faster than FP32, so not worth a lower precision's "
+                  f"accuracy cost: {', '.join(slow)}" if slow else "")
+    unranked = [found[r.planned.key] for r in usable if found[r.planned.key].ms is None]
+    left = ("; not ranked, for want of evidence: " + "; ".join(f"{e.key} ({e.why_not})" for e in unranked)
+            if unranked else "")
+    return best.planned.key, (
+        f"predicted, not measured: {why}; fastest on {profile.name} by its runtimes' efficiency priors (fitted on "
+        f"published measurements, device_profiles/published/) among artifacts that pass their accuracy verdict, "
+        f"fastest first: {shown}{close}{not_faster}{left}. Confirm on the board: "
+        f"`edgeopt deploy OUTDIR --wait` to its edgeopt-agent."
+    )
+
+
+def _no_evidence_note(profile: DeviceProfile) -> str:
+    if profile.priors:
+        return (f" No artifact here runs a runtime and precision with published evidence on {profile.name} (it has "
+                f"priors for {', '.join(sorted({f'{p.runtime} {p.precision}' for p in profile.priors}))}).")
+    return (f" {profile.name} has no published measurements (no efficiency priors in its profile): runtimes that run "
+            f"the same graph predict alike, and their order is the profile's, not evidence.")
 
 
 def _predicted_gain_split(costed, estimates: Mapping[str, Tuple[float, str]]) -> Tuple[list, List[str]]:

@@ -11,7 +11,10 @@ small onnxruntime kernels; a board is timed at its profile's stated peaks on the
 Where the fleet has results of the same artifacts, each board's measured p50 is set against its
 prediction, the pair is stored (`roofline_fits`, with the predicted time per kernel kind), and the
 board's efficiency factors (whole graph, and per kernel kind where its measured artifacts allow:
-`roofline_fit`) calibrate its later predictions.
+`roofline_fit`) calibrate its later predictions. Until the fleet has measured the board, a profile's
+efficiency priors (fitted on published measurements of it, `cost/priors.py`) calibrate the prediction
+for the runtime the artifact runs on there, on that runtime's processor, and the notes name their
+evidence; the fleet's own measurements take their place once there are some.
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ class Target:
     path: Path
     format: str
     shapes: Optional[Dict[str, List[int]]] = None  # each input's shape as the conversion fed it (its manifest)
+    runtime: Optional[str] = None  # the runtime the board runs it with (its manifest entry's board configuration)
 
 
 def targets(path: Path) -> Tuple[Optional[Dict[str, Any]], List[Target], List[str]]:
@@ -51,7 +55,8 @@ def targets(path: Path) -> Tuple[Optional[Dict[str, Any]], List[Target], List[st
     found, notes = [], []
     for a in manifest.artifacts:
         if a.format == "onnx":
-            found.append(Target(a.data["key"], manifest.folder / a.data["path"], "onnx", fed_shapes(a.data)))
+            found.append(Target(a.data["key"], manifest.folder / a.data["path"], "onnx", fed_shapes(a.data),
+                                (a.data.get("board") or {}).get("runtime")))
         else:
             notes.append(f"{a.key}: only ONNX graphs are analysed; a {a.format} artifact of the same "
                          f"precision runs the same arithmetic")
@@ -66,6 +71,27 @@ def machine(device: str, threads: Optional[int] = None) -> Machine:
 
         return measure_host(threads)
     return machine_for(load_profile(device))
+
+
+def board_runtime(profile, runtime: Optional[str]) -> Optional[str]:
+    """The runtime an ONNX artifact runs with on the board: its manifest's, else the profile's first for ONNX."""
+    from edgeopt_agent import runtimes
+
+    return runtime or next((r for r in profile.runtimes if "onnx" in runtimes.BY_NAME[r].formats), None)
+
+
+def artifact_machine(profile, runtime: Optional[str], precision: str) -> Machine:
+    """The roofline of the processor the artifact's runtime uses on the board (`cost/priors.runtime_machine`: a
+    GPU runtime at the GPU's peaks, a CPU runtime at the CPU's, threads at its priors' parallel share, and a
+    nominal per-node dispatch cost that priors and fleet fits calibrate); the profile's peaks where it has none."""
+    from edgeopt_converters.cost.priors import runtime_machine
+
+    runtime = board_runtime(profile, runtime)
+    prior = profile.prior(runtime, precision) if runtime else None
+    try:
+        return runtime_machine(profile, runtime, parallel_fraction=prior.parallel_fraction if prior else None)
+    except (UserError, KeyError):
+        return machine_for(profile)
 
 
 def efficiency(fits: Sequence[Dict[str, Any]], profile: str, precision: str,
@@ -132,7 +158,8 @@ def _error_pct(predicted: float, measured: float) -> float:
     return round((predicted - measured) / measured * 100.0, 2)
 
 
-def compare_with_fleet(store, manifest: Dict[str, Any], costs: Dict[str, GraphCost]
+def compare_with_fleet(store, manifest: Dict[str, Any], costs: Dict[str, GraphCost],
+                       runtimes: Optional[Dict[str, Optional[str]]] = None
                        ) -> Tuple[List[Dict[str, Any]], List[str], List[Dict[str, Any]]]:
     """Predicted against measured for every board that ran these artifacts; stores each pair. Also returns the
     devices whose results were left out (`mismatched_devices`): device_id, the profiles and artifacts, why."""
@@ -154,7 +181,7 @@ def compare_with_fleet(store, manifest: Dict[str, Any], costs: Dict[str, GraphCo
         if key not in costs:
             continue
         try:
-            board = machine_for(load_profile(profile_name))
+            board = artifact_machine(load_profile(profile_name), (runtimes or {}).get(key), costs[key].precision)
         except UserError as exc:
             notes.append(f"{profile_name}: no prediction ({exc})")
             continue
@@ -210,7 +237,8 @@ def analyze(path, device: str, input_shapes: Sequence[Sequence[int]] = (), db: O
             if manifest is not None:
                 # The fleet's boards: each artifact's own graph.
                 own = costs if runtime is None else {t.key: analyze_onnx(t.path, shapes[t.key]) for t in found}
-                fleet_rows, fleet_notes, left_out = compare_with_fleet(store, manifest, own)
+                fleet_rows, fleet_notes, left_out = compare_with_fleet(store, manifest, own,
+                                                                       {t.key: t.runtime for t in found})
                 notes.extend(fleet_notes)
             else:
                 notes.append("an ONNX file alone has no model hash to find fleet results by; give the OUTDIR")
@@ -221,8 +249,11 @@ def analyze(path, device: str, input_shapes: Sequence[Sequence[int]] = (), db: O
     for t in found:
         cost = costs[t.key]
         fitted, scope = efficiency(fits, device, cost.precision)
-        prediction = predict(cost, board, fitted.factor, fitted.samples, fitted.kinds)
-        if fitted.factor is not None:
+        on = board if device == HOST else artifact_machine(load_profile(device), t.runtime, cost.precision)
+        prediction = predict(cost, on, fitted.factor, fitted.samples, fitted.kinds)
+        if fitted.factor is None and device != HOST:
+            prediction = with_priors(cost, on, device, t) or prediction
+        elif fitted.factor is not None:
             prediction.notes.append(
                 f"calibrated by {device}'s efficiency {fitted.factor:.2f} (measured / predicted) over {fitted.samples} "
                 f"fleet result(s) at {scope}" + (
@@ -246,7 +277,25 @@ def figures(board: Machine, device: str) -> List[str]:
     return [f"from device profile {device} (not measured here): peak throughput per precision "
             f"({', '.join(sorted(board.peak_gops))}) and memory bandwidth, theoretical figures cited in the profile",
             "no per-kernel-kind figures for a board: every node is timed at the profile's peaks; per-kind "
-            "efficiency comes only from the fleet's measurements of this board"]
+            "efficiency comes from the fleet's measurements of this board, else from the profile's priors fitted on "
+            "published measurements of it (each artifact's notes say which)"]
+
+
+def with_priors(cost: GraphCost, on: Machine, device: str, target: Target) -> Optional[Prediction]:
+    """The prediction on `on` (the artifact's runtime's processor) calibrated by the profile's priors for that
+    runtime and the artifact's precision; None where the profile has none."""
+    from edgeopt_converters.cost.priors import evidence, with_prior
+
+    profile = load_profile(device)
+    runtime = board_runtime(profile, target.runtime)
+    prior = profile.prior(runtime, cost.precision) if runtime else None
+    if prior is None:
+        return None
+    prediction = with_prior(predict(cost, on), prior)
+    prediction.notes.append(f"calibrated by {device}'s efficiency priors for {runtime} {cost.precision}: "
+                            f"{evidence(profile, runtime, cost.precision).text()} (device_profiles/published/; "
+                            "the fleet's own measurements replace them: --db)")
+    return prediction
 
 
 def artifact_summary(target: Target, cost: GraphCost, prediction: Prediction, top: Optional[int]) -> Dict[str, Any]:

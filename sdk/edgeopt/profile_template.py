@@ -76,15 +76,35 @@ def profile_template(source: DeviceProfile, name: str) -> str:
     lines += ["", f"# Peak TOPS per precision ({', '.join(PRECISIONS)}) for the roofline; leave out what you do "
                   "not know.", "[peak_tops]"]
     lines += [f"{precision} = {_value(value)}" for precision, value in source.peak_tops.items()]
+    if source.cpu_peak_tops:
+        lines += ["", "# The CPU's own peak TOPS where [peak_tops] are an accelerator's: CPU runtimes are timed with them.",
+                  "[cpu_peak_tops]"]
+        lines += [f"{precision} = {_value(value)}" for precision, value in source.cpu_peak_tops.items()]
     for accelerator in source.accelerators:
         lines += ["", "# A GPU, DLA or NPU: the precisions it runs.", "[[accelerators]]"]
         _field(lines, "Its name.", "name", accelerator.name)
         _field(lines, "gpu, dla or npu.", "kind", accelerator.kind)
         _field(lines, f"Of {', '.join(PRECISIONS)}.", "precisions", list(accelerator.precisions))
         _field(lines, "Free text.", "notes", accelerator.notes)
+        if accelerator.max_freq_mhz is not None:
+            _field(lines, "The clock in MHz its [peak_tops] assume.", "max_freq_mhz", accelerator.max_freq_mhz)
     if not source.accelerators:
         lines += ["", "# A GPU, DLA or NPU, one [[accelerators]] table each (none here):",
                   "# [[accelerators]]", '# name = "..."', '# kind = "gpu"', '# precisions = ["fp32", "fp16", "int8"]']
+    if source.priors:
+        lines += ["", f"# Efficiency priors fitted on published measurements of {source.name} (docs/BOARDS.md): they",
+                  "# describe that board; delete them unless your board is one, and fit your own from its measurements."]
+    for prior in source.priors:
+        lines += ["[[priors]]"]
+        for key in ("runtime", "precision", "factor", "rows", "heldout_rows", "median_error_pct", "parallel_fraction"):
+            value = getattr(prior, key)
+            if value is not None:
+                lines.append(f"{key} = {_value(value)}")
+        lines.append(f"sources = {_value(list(prior.sources))}")
+        if prior.kinds:
+            lines.append("[priors.kinds]")
+            lines += [f"{_value(kind)} = {_value(value)}" for kind, value in prior.kinds.items()]
+        lines.append("")
     lines += ["", f"# What `edgeopt convert` builds for this board, one [[recipe]] per artifact: format "
                   f"({', '.join(FORMATS)}) and precision ({', '.join(PRECISIONS)})."]
     for artifact in source.recipe:

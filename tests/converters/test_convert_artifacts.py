@@ -128,10 +128,12 @@ def test_other_architectures_get_a_prediction_not_a_measurement(tmp_path, nets_p
     assert manifest["host"]["matches_target"] is False
     rec = manifest["recommendation"]
     assert rec["basis"] == "predicted" and "not measured" in rec["reason"]
-    assert rec["key"] == "onnx-int8"  # rpi5's Cortex-A76 has SDOT: its INT8 peak is far above FP32
-    # Ranked by each graph's roofline on rpi5 (uncalibrated), not by the ratio of peak figures.
-    assert "roofline" in rec["reason"] and "uncalibrated" in rec["reason"]
-    assert "onnx-int8" in rec["reason"].split("artifacts that pass their accuracy verdict: ")[1]
+    # Ranked by rpi5's efficiency priors for ONNX Runtime FP32 (published measurements), which the reason quotes;
+    # rpi5's SDOT gives INT8 a far higher peak, but nothing published measures ONNX Runtime INT8 on a Pi 5, so
+    # INT8 is not ranked on the peak's word (a precision ships only on evidence that it helps on the target).
+    assert rec["key"] == "onnx-fp32"
+    assert "predicted with priors fitted on" in rec["reason"] and "published measurements of this board" in rec["reason"]
+    assert "onnx-int8 (no published measurement of onnxruntime at int8 on rpi5)" in rec["reason"]
     graph = onnx.load(str(tmp_path / "model.int8.onnx")).graph
     inits = {i.name: i for i in graph.initializer}
     assert {inits[n.input[2]].data_type for n in graph.node if n.op_type == "QuantizeLinear"

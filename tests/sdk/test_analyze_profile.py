@@ -40,7 +40,7 @@ def _message(published):
     return published.topic, published.payload
 
 
-def test_without_fleet_data_the_prediction_says_it_is_uncalibrated(outdir):
+def test_without_fleet_data_the_prediction_says_what_calibrates_it(outdir):
     result = analyze(outdir, "rpi5")
     by_key = {a["key"]: a for a in result["artifacts"]}
     fp32, int8 = by_key["onnx-fp32"], by_key["onnx-int8"]
@@ -49,9 +49,14 @@ def test_without_fleet_data_the_prediction_says_it_is_uncalibrated(outdir):
     conv_bytes = {a["key"]: next(n["bytes"] for n in a["prediction"]["nodes"] if n["name"] == "conv")
                   for a in (fp32, int8)}
     assert conv_bytes["onnx-int8"] < conv_bytes["onnx-fp32"] / 3  # INT8 weights and activations
-    assert int8["prediction"]["predicted_ms"] < fp32["prediction"]["predicted_ms"]  # rpi5 has SDOT
-    assert not fp32["prediction"]["calibrated"]
-    assert any("uncalibrated" in n for n in fp32["prediction"]["notes"])
+    assert int8["prediction"]["roofline_ms"] < fp32["prediction"]["roofline_ms"]  # rpi5 has SDOT
+    # ONNX Runtime FP32 on a Pi 5 has published measurements: the profile's priors calibrate it, and say how far.
+    assert fp32["prediction"]["calibrated"]
+    assert any("efficiency priors for onnxruntime fp32: predicted with priors fitted on" in n
+               for n in fp32["prediction"]["notes"])
+    # ONNX Runtime INT8 has none: uncalibrated, and it says so.
+    assert not int8["prediction"]["calibrated"]
+    assert any("uncalibrated" in n for n in int8["prediction"]["notes"])
     conv = next(n for n in fp32["prediction"]["nodes"] if n["name"] == "conv")
     assert conv["bound"] in ("compute", "memory") and conv["predicted_ms"] > 0
     assert fp32["roofline_points"] and result["fleet"] == []
@@ -77,8 +82,9 @@ def test_fleet_measurements_are_compared_stored_and_calibrate_the_board(outdir, 
     by_key = {a["key"]: a["prediction"] for a in result["artifacts"]}
     assert by_key["onnx-fp32"]["calibrated"] and by_key["onnx-fp32"]["efficiency"] == pytest.approx(3.0, rel=1e-3)
     assert by_key["onnx-int8"]["predicted_ms"] == pytest.approx(measured["onnx-int8"], rel=1e-3)
-    # Another board has no fit: its prediction stays uncalibrated.
-    assert not analyze(outdir, "rpi4", db=url)["artifacts"][0]["prediction"]["calibrated"]
+    # Another board has no fleet fit: its published priors calibrate it, and its notes say so.
+    other = analyze(outdir, "rpi4", db=url)["artifacts"][0]["prediction"]
+    assert other["calibrated"] and any("rpi4's efficiency priors" in n for n in other["notes"])
 
 
 def test_the_cli_prints_tables_and_json(outdir, tmp_path, capsys):

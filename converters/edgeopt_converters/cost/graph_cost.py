@@ -49,6 +49,7 @@ MOVES = ("Transpose", "Concat", "Split", "Slice", "Gather", "GatherElements", "G
          "Cast", "DepthToSpace", "SpaceToDepth", "Resize", "Upsample", "ScatterND", "Where", "NonZero", "TopK",
          "ReorderInput", "ReorderOutput", "QLinearConcat")
 GATHERS = ("Gather", "GatherElements", "GatherND")
+_CONVS_WITH_FORM = ("Conv", "ConvInteger", "QLinearConv", "FusedConv", "NhwcConv", "ConvTranspose")
 FUSABLE = ("Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Tanh", "BatchNormalization",
            "PRelu", "Elu", "Selu", "Softplus")
 POOLS = ("MaxPool", "AveragePool", "LpPool", "NhwcMaxPool", "QLinearAveragePool")
@@ -85,6 +86,7 @@ class NodeCost:
     note: str = ""
     kind: str = ""  # the kernel kind it runs (node_kinds): what its achieved speed depends on
     padded_ops: float = 0.0  # operations its kernel performs where padding makes them more than `ops`; 0: `ops`
+    form: str = ""  # a convolution's kernel and stride, "3x3/1" ("/g" where grouped, not depthwise); "": not one
 
     @property
     def kernel_ops(self) -> float:
@@ -436,6 +438,20 @@ class _Graph:
             return GEMM_CONV
         return kind
 
+    def conv_form(self, node, kind: str) -> str:
+        """A convolution's kernel and stride, "3x3/1" (and "/g" when grouped but not depthwise): what runtimes
+        pick their algorithm by (Winograd for 3x3 stride 1); "" for any other node."""
+        if node.op_type not in _CONVS_WITH_FORM:
+            return ""
+        weight = self.tensor(node.input[3 if node.op_type == "QLinearConv" else 1]).shape if len(node.input) > 1 else None
+        kernel = _attribute(node, "kernel_shape", None) or (list(weight[2:]) if weight else [])
+        strides = _attribute(node, "strides", None) or [1] * len(kernel)
+        if not kernel:
+            return ""
+        grouped = int(_attribute(node, "group", 1)) > 1 and kind != DEPTHWISE
+        return "x".join(str(k) for k in kernel) + "/" + "x".join(str(s) for s in dict.fromkeys(strides)) + \
+            ("/g" if grouped else "")
+
     def cost(self, node, index: int) -> NodeCost:
         name = node.name or f"{node.op_type}_{index}"
         op = node.op_type
@@ -467,7 +483,7 @@ class _Graph:
             return NodeCost(name, op, ops, 0.0, 0.0, precision, "fused", "fused into the node before it", kind)
         padded = gemm_conv_ops(ops, math.prod(outputs[0].shape[2:])) if kind == GEMM_CONV else 0.0
         return NodeCost(name, op, ops, weight_bytes, activation_bytes, precision, role, kind=kind,
-                        padded_ops=padded if padded > ops else 0.0)
+                        padded_ops=padded if padded > ops else 0.0, form=self.conv_form(node, kind))
 
     def _precision(self, node) -> str:
         if node.op_type == "MatMulNBits":  # weight-only: the product runs in float unless accuracy_level 4 asks int8

@@ -254,15 +254,27 @@ def predict_artifacts(profile: DeviceProfile, paths: Mapping[str, Path],
     Empty where the profile states no peak figures or bandwidth; an artifact whose graph cannot
     be analysed is left out.
     """
+    return roofline_ms(profile, artifact_costs(paths, input_shapes))
+
+
+def artifact_costs(paths: Mapping[str, Path],
+                   input_shapes: Optional[Mapping[str, InputShapes]] = None) -> Dict[str, GraphCost]:
+    """The graph cost of each artifact the roofline reads (ONNX), by key; one it cannot analyse is left out."""
+    costs: Dict[str, GraphCost] = {}
+    for key, path in paths.items():
+        if runtimes.format_of(detect_format(path)).roofline == "own":
+            try:
+                costs[key] = analyze_onnx(path, (input_shapes or {}).get(key, ()))
+            except UserError:
+                continue
+    return costs
+
+
+def roofline_ms(profile: DeviceProfile, costs: Mapping[str, GraphCost]) -> Dict[str, float]:
+    """Uncalibrated roofline latency (ms) of each costed graph on the board; empty where the profile
+    states no peak figures or bandwidth."""
     try:
         board = machine_for(profile)
     except UserError:
         return {}
-    predicted: Dict[str, float] = {}
-    for key, path in paths.items():
-        if runtimes.format_of(detect_format(path)).roofline == "own":
-            try:
-                predicted[key] = predict(analyze_onnx(path, (input_shapes or {}).get(key, ())), board).roofline_ms
-            except UserError:
-                continue
-    return predicted
+    return {key: predict(cost, board).roofline_ms for key, cost in costs.items()}
