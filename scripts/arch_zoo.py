@@ -12,6 +12,7 @@ where the model's authors give them (multiply-accumulates counted twice).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Callable, Dict, Optional, Tuple
 
@@ -68,25 +69,18 @@ ZOO: Dict[str, Arch] = {
     # detectors
     "mobilenet_ssd": Arch(c.MobileNetSSD, 5.7699, _NCNN.format("mobilenet_ssd"), weights_only=True),
     "yolov4_tiny": Arch(d.YOLOv4Tiny, 6.0499, _NCNN.format("yolov4-tiny"), weights_only=True),
-    "yolov8n": Arch(lambda: d.Ultralytics("yolov8", "n"), 3.2, _UL, 8.7, (1, 3, 640, 640)),
-    "yolov8s": Arch(lambda: d.Ultralytics("yolov8", "s"), 11.2, _UL, 28.6, (1, 3, 640, 640)),
-    "yolo11n": Arch(lambda: d.Ultralytics("yolo11", "n"), 2.6, _UL, 6.5, (1, 3, 640, 640)),
-    "yolo11s": Arch(lambda: d.Ultralytics("yolo11", "s"), 9.4, _UL, 21.5, (1, 3, 640, 640)),
-    "yolo11m": Arch(lambda: d.Ultralytics("yolo11", "m"), 20.1, _UL, 68.0, (1, 3, 640, 640)),
-    "yolo11l": Arch(lambda: d.Ultralytics("yolo11", "l"), 25.3, _UL, 86.9, (1, 3, 640, 640)),
-    "yolo11x": Arch(lambda: d.Ultralytics("yolo11", "x"), 56.9, _UL, 194.9, (1, 3, 640, 640)),
-    "yolo26n": Arch(lambda: d.Ultralytics("yolo26", "n"), 2.4, _UL, 5.4, (1, 3, 640, 640)),
-    "yolo26s": Arch(lambda: d.Ultralytics("yolo26", "s"), 9.5, _UL, 20.7, (1, 3, 640, 640)),
-    "yolo26m": Arch(lambda: d.Ultralytics("yolo26", "m"), 20.4, _UL, 68.2, (1, 3, 640, 640)),
-    "yolo26l": Arch(lambda: d.Ultralytics("yolo26", "l"), 24.8, _UL, 86.4, (1, 3, 640, 640)),
-    "yolo26x": Arch(lambda: d.Ultralytics("yolo26", "x"), 55.7, _UL, 193.9, (1, 3, 640, 640)),
-    "yolox_nano": Arch(lambda: d.YOLOX("nano"), 0.91, _YX, 1.08, (1, 3, 416, 416)),
-    "yolox_tiny": Arch(lambda: d.YOLOX("tiny"), 5.06, _YX, 6.45, (1, 3, 416, 416)),
-    "yolox_s": Arch(lambda: d.YOLOX("s"), 9.0, _YX, 26.8, (1, 3, 640, 640)),
-    "yolox_m": Arch(lambda: d.YOLOX("m"), 25.3, _YX, 73.8, (1, 3, 640, 640)),
-    "yolox_l": Arch(lambda: d.YOLOX("l"), 54.2, _YX, 155.6, (1, 3, 640, 640)),
-    "yolox_x": Arch(lambda: d.YOLOX("x"), 99.1, _YX, 281.9, (1, 3, 640, 640)),
 }
+
+# Ultralytics' and YOLOX's scales: published parameters (M) and GFLOPs (at 640x640; YOLOX nano and tiny at 416x416)
+_ULTRALYTICS = {"yolov8": {"n": (3.2, 8.7), "s": (11.2, 28.6)},
+                "yolo11": {"n": (2.6, 6.5), "s": (9.4, 21.5), "m": (20.1, 68.0), "l": (25.3, 86.9), "x": (56.9, 194.9)},
+                "yolo26": {"n": (2.4, 5.4), "s": (9.5, 20.7), "m": (20.4, 68.2), "l": (24.8, 86.4), "x": (55.7, 193.9)}}
+_YOLOX = {"nano": (0.91, 1.08, 416), "tiny": (5.06, 6.45, 416), "s": (9.0, 26.8, 640), "m": (25.3, 73.8, 640),
+          "l": (54.2, 155.6, 640), "x": (99.1, 281.9, 640)}
+ZOO.update({f"{family}{scale}": Arch(partial(d.Ultralytics, family, scale), params, _UL, gflops, (1, 3, 640, 640))
+            for family, scales in _ULTRALYTICS.items() for scale, (params, gflops) in scales.items()})
+ZOO.update({f"yolox_{scale}": Arch(partial(d.YOLOX, scale), params, _YX, gflops, (1, 3, size, size))
+            for scale, (params, gflops, size) in _YOLOX.items()})
 
 
 def build(name: str):

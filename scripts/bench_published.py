@@ -237,15 +237,7 @@ def report(items: List[dict], fitted: dict, judged: str = "heldout") -> dict:
         held = [m for m in members if m["row"].split == judged]
         before = [abs(error_pct(m["predicted_ms"], m["measured_ms"])) for m in held]
         after = [abs(error_pct(m["calibrated_ms"], m["measured_ms"])) for m in held if m["calibrated_ms"]]
-        right = total = 0
-        for a, b in pairs:
-            if a.board != board or a.split != judged:
-                continue
-            pa, pb = by_item[id(a)]["calibrated_ms"], by_item[id(b)]["calibrated_ms"]
-            if pa is None or pb is None:
-                continue
-            total += 1
-            right += (pa < pb) == (a.latency_ms < b.latency_ms)
+        right, total = order_right([(a, b) for a, b in pairs if a.board == board and a.split == judged], by_item)
         summary["boards"][board] = {"rows": len(members), judged: len(held),
                                     "median_before": statistics.median(before) if before else None,
                                     "median_after": statistics.median(after) if after else None,
@@ -253,25 +245,26 @@ def report(items: List[dict], fitted: dict, judged: str = "heldout") -> dict:
         lines.append(f"| {board} | {sum(m['row'].split == 'train' for m in members)} / "
                      f"{sum(m['row'].split == 'heldout' for m in members)} | {stats(before)} | {stats(after)} "
                      f"({len(after)} of {len(held)} predicted) | {right} / {total} |")
-    all_right = all_total = 0
     for split in ("train", "heldout") if judged == "heldout" else ("train",):
-        right = total = 0
-        for a, b in pairs:
-            if a.split != split:
-                continue
-            pa, pb = by_item[id(a)]["calibrated_ms"], by_item[id(b)]["calibrated_ms"]
-            if pa is None or pb is None:
-                continue
-            total += 1
-            right += (pa < pb) == (a.latency_ms < b.latency_ms)
-        summary["pairs"][split] = (right, total)
-        all_right, all_total = all_right + right, all_total + total
+        summary["pairs"][split] = order_right([(a, b) for a, b in pairs if a.split == split], by_item)
     lines.append("")
     for split, (right, total) in summary["pairs"].items():
         lines.append(f"runtime order right in {right} of {total} {split} pairs"
                      + (f" ({right / total * 100:.0f} %)" if total else ""))
     summary["table"] = "\n".join(lines)
     return summary
+
+
+def ordered_right(a, b, by_item) -> Optional[bool]:
+    """Whether the predictions order a pair's two runtimes as the measurements do (None: one is not predicted)."""
+    pa, pb = by_item[id(a)]["calibrated_ms"], by_item[id(b)]["calibrated_ms"]
+    return None if pa is None or pb is None else (pa < pb) == (a.latency_ms < b.latency_ms)
+
+
+def order_right(pairs, by_item) -> Tuple[int, int]:
+    """(pairs ordered right, pairs predicted)."""
+    verdicts = [v for v in (ordered_right(a, b, by_item) for a, b in pairs) if v is not None]
+    return sum(verdicts), len(verdicts)
 
 
 def pair_lines(items: List[dict]) -> List[str]:
@@ -281,7 +274,7 @@ def pair_lines(items: List[dict]) -> List[str]:
     out = []
     for a, b in runtime_pairs([i["row"] for i in items]):
         pa, pb = by_item[id(a)]["calibrated_ms"], by_item[id(b)]["calibrated_ms"]
-        verdict = "-" if pa is None or pb is None else ("right" if (pa < pb) == (a.latency_ms < b.latency_ms) else "WRONG")
+        verdict = {None: "-", True: "right", False: "WRONG"}[ordered_right(a, b, by_item)]
         out.append(f"{a.split:7s} {a.board:16s} {a.model:20s} {a.precision} {a.runtime} {a.latency_ms:.1f} vs "
                    f"{b.runtime} {b.latency_ms:.1f} ms; predicted {pa or float('nan'):.1f} vs {pb or float('nan'):.1f}: {verdict}")
     return out
