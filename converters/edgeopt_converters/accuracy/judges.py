@@ -74,6 +74,7 @@ class Judgement:
     figures: Dict[str, Optional[float]] = field(default_factory=dict)
     loss_points: Optional[intervals.Bounds] = None  # decisions changed, in percentage points
     samples_needed: Optional[int] = None
+    trials: Optional[int] = None  # the decisions its loss is counted over (samples, frames, detections)
     parts: Tuple[str, ...] = ()  # semantic parts its kind has (a head's boxes and scores), each with figures
     # Where the kind has a task figure finer than its decisions (a bin head's decoded value): whether that
     # figure is excellent, which then decides `excellent` instead of whole-tensor cosine and SQNR.
@@ -184,13 +185,13 @@ def _against_budget(name, kind, figures, bounds: intervals.Bounds, trials: int, 
     shown = (f"{what} {bounds.estimate * 100:.2f} points (95% bound {bounds.low * 100:.2f}-{bounds.high * 100:.2f}) "
              f"on {trials}")
     if bounds.high <= budget + 1e-12:
-        return Judgement(name, kind, OK, f"{shown}, within {tol.budget_points:g}", figures, bounds)
+        return Judgement(name, kind, OK, f"{shown}, within {tol.budget_points:g}", figures, bounds, trials=trials)
     if bounds.low > budget:
-        return Judgement(name, kind, FAILED, f"{shown}, over {tol.budget_points:g}", figures, bounds)
+        return Judgement(name, kind, FAILED, f"{shown}, over {tol.budget_points:g}", figures, bounds, trials=trials)
     needed = intervals.samples_needed(max(bounds.estimate, 0.0), budget)
     more = f"about {needed} would decide it" if needed else "no sample count decides it (the loss sits on the budget)"
     return Judgement(name, kind, UNRESOLVED, f"{shown} cannot resolve a {tol.budget_points:g}-point budget; {more}",
-                     figures, bounds, needed)
+                     figures, bounds, needed, trials=trials)
 
 
 def judge_classes(name, kind, ref, cand, labels, tol: Tolerances) -> Judgement:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 from .. import accuracy as acc
+from ..accuracy import intervals
 from ..context import ConversionContext
 from ..manifest_build import ArtifactRecord
 from ..progress import ProgressReporter
@@ -75,19 +76,25 @@ def _check_int8(ctx: ConversionContext, record: ArtifactRecord, validate: Valida
 
 def _can_improve(ctx: ConversionContext, record: ArtifactRecord) -> bool:
     """Whether a search can turn the verdict ok: it is failed, or unresolved with decisions lost that
-    keeping nodes in float may win back. Unresolved with none lost is the data's doing (too few samples),
-    which no split changes: said, and no time spent."""
+    keeping nodes in float may win back, on enough decisions that losing none would be ok. An unresolved
+    verdict that no split can change (nothing lost, or too few decisions for even none lost to decide: 6
+    detections bound a loss of 0 at 31 %) is the data's doing: said, and no time spent on it."""
     a = record.accuracy
     if a.verdict == acc.OK:
         return False
     open_ = [j for j in a.judgements if j.verdict != acc.OK]
-    if a.verdict == acc.UNRESOLVED and a.metric is None and open_ and all(
-            j.loss_points is not None and j.loss_points.estimate <= 0 for j in open_):
-        needed = max((j.samples_needed or 0) for j in open_)
-        ctx.notes.append(f"{record.planned.key}: unresolved with no decision lost on {a.samples} samples: no split "
-                         f"can change that" + (f"; about {needed} evaluation samples would decide it" if needed else ""))
-        return False
-    return True
+    if a.verdict != acc.UNRESOLVED or a.metric is not None or not open_ or any(j.loss_points is None for j in open_):
+        return True
+    budget = ctx.tolerances.budget_points / 100.0
+    too_few = [j for j in open_ if j.trials and intervals.wilson(0, j.trials).high > budget]
+    if not too_few and any(j.loss_points.estimate > 0 for j in open_):
+        return True
+    needed = max((j.samples_needed or 0) for j in open_)
+    why = (f"too few decisions for the data to decide even with none lost ({', '.join(f'{j.name}: {j.trials}' for j in too_few)})"
+           if too_few else f"no decision lost on {a.samples} samples")
+    ctx.notes.append(f"{record.planned.key}: unresolved with {why}: no split can change that"
+                     + (f"; about {needed} evaluation samples would decide it" if needed else ""))
+    return False
 
 
 def _blame_fp16(ctx: ConversionContext, record: ArtifactRecord, validate: Validate,
