@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 from .. import accuracy as acc
-from ..accuracy import intervals
 from ..context import ConversionContext
 from ..manifest_build import ArtifactRecord
 from ..progress import ProgressReporter
 from ..recipe import PlannedArtifact, architecture_variants, tflite_dynamic_variant
 from .architecture import classify
 from ..phase_clock import SEARCH
+from .data_bound import data_bound
 from .mixed_precision import search_mixed_precision
 from .quant_check import check_weights
 from .sensitivity import node_sensitivity
@@ -75,26 +75,14 @@ def _check_int8(ctx: ConversionContext, record: ArtifactRecord, validate: Valida
 
 
 def _can_improve(ctx: ConversionContext, record: ArtifactRecord) -> bool:
-    """Whether a search can turn the verdict ok: it is failed, or unresolved with decisions lost that
-    keeping nodes in float may win back, on enough decisions that losing none would be ok. An unresolved
-    verdict that no split can change (nothing lost, or too few decisions for even none lost to decide: 6
-    detections bound a loss of 0 at 31 %) is the data's doing: said, and no time spent on it."""
-    a = record.accuracy
-    if a.verdict == acc.OK:
+    """Whether a search can turn the verdict ok: not where it is ok, nor where the data alone keeps it open
+    (data_bound: said, and no time spent on it)."""
+    if record.accuracy.verdict == acc.OK:
         return False
-    open_ = [j for j in a.judgements if j.verdict != acc.OK]
-    if a.verdict != acc.UNRESOLVED or a.metric is not None or not open_ or any(j.loss_points is None for j in open_):
-        return True
-    budget = ctx.tolerances.budget_points / 100.0
-    too_few = [j for j in open_ if j.trials and intervals.wilson(0, j.trials).high > budget]
-    if not too_few and any(j.loss_points.estimate > 0 for j in open_):
-        return True
-    needed = max((j.samples_needed or 0) for j in open_)
-    why = (f"too few decisions for the data to decide even with none lost ({', '.join(f'{j.name}: {j.trials}' for j in too_few)})"
-           if too_few else f"no decision lost on {a.samples} samples")
-    ctx.notes.append(f"{record.planned.key}: unresolved with {why}: no split can change that"
-                     + (f"; about {needed} evaluation samples would decide it" if needed else ""))
-    return False
+    why = data_bound(record.accuracy, ctx.tolerances.budget_points)
+    if why:
+        ctx.notes.append(f"{record.planned.key}: {why}")
+    return why is None
 
 
 def _blame_fp16(ctx: ConversionContext, record: ArtifactRecord, validate: Validate,

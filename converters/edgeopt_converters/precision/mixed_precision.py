@@ -37,6 +37,7 @@ from edgeopt_agent.errors import require
 
 from .. import accuracy as acc
 from ..accuracy.judges import SEVERITY
+from .data_bound import data_bound
 from .graph_regions import mac_shares, post_processing_tail
 from .mac_only import mac_only_stage, restricted
 from ..passes.errors import StepFailed
@@ -86,8 +87,9 @@ class _Search:
 
     @property
     def failed(self) -> bool:
-        """The best attempt so far is not ok yet: the search goes on."""
-        return self.best.accuracy.verdict != acc.OK
+        """The best attempt so far is not ok yet, and another attempt could make it ok: the search goes on.
+        Once the best is open only for want of data (data_bound), no split can close it."""
+        return self.best.accuracy.verdict != acc.OK and data_bound(self.best.accuracy, self.budget_points) is None
 
     @property
     def floats(self) -> List[str]:
@@ -202,6 +204,9 @@ def search_mixed_precision(ctx: ConversionContext, record, prepared: Path, valid
     floats = search.floats
     report["float_nodes"] = floats
     report["calibrate_method"] = best.planned.int8.calibrate_method
+    bound = data_bound(best.accuracy, search.budget_points)
+    if bound and best is not record:
+        report["stopped"] = f"the best attempt is {bound}"
     if best.accuracy.verdict != acc.OK:
         report["result"] = no_split_found(search, len(candidates))
         within = " in the attempts the time budget allowed" if search.out_of_time else ""
