@@ -217,7 +217,7 @@ def measure(row: Row, onnx: Path, input_name: str, output_name: str, inputs, ref
     from edgeopt_agent.bench import BenchmarkSpec, run_benchmark
     from edgeopt_agent.errors import UserError
     from edgeopt_agent.runners import open_runner
-    from edgeopt_agent.runners.cuda_runtime import CudaError
+    from edgeopt_agent.runners.tensorrt.cuda_runtime import CudaError
 
     try:
         with open_runner(onnx, runtime="tensorrt", precision=row.precision, cache_dir=engines) as runner:

@@ -1,6 +1,9 @@
-"""The runtimes edgeopt knows: one table every other place reads (stdlib only, nothing imported).
+"""The runtimes edgeopt knows: one table every other place reads.
 
-Adding a runtime is one row here and one runner module (with its availability check).
+Adding a runtime is one row here and one backend (its runner, availability check, options and profiler;
+the built-in ones are the folders of edgeopt_agent.runners). A row points at its backend's functions
+themselves, so a reader can follow them; each backend package is light (it imports its runtime and numpy
+inside those functions), so importing this table imports no runtime and no numpy.
 
   onnxruntime            ONNX Runtime with the best execution provider the build has
   onnxruntime-tensorrt   ONNX Runtime's TensorRT execution provider (must be in the build)
@@ -15,12 +18,18 @@ reader that looks them up here when it needs them (`runtimes.FORMATS`) sees ever
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
-PRECISIONS = ("fp32", "fp16", "int8")
+from .runners import executorch, ncnn, onnxruntime, tensorrt, tflite
+from .runners.precision import PRECISIONS
+
+# A row's hooks, each a function of its backend.
+RunnerClass = Callable[[], type]  # imports the runtime's module and returns its Runner subclass
+Availability = Callable[["Runtime"], Optional[str]]  # None when it can run here, else why not (or raises UserError)
+SpecOptions = Callable[[Any], Dict[str, Any]]  # (benchmark spec) -> what open_runner takes beyond threads
+# (runner, artifact, feeds, threads, runs, top) -> the per-op profile (edgeopt_agent.op_profile.summarize's shape)
+Profiler = Callable[[Any, str, Mapping[str, Any], Optional[int], int, Optional[int]], Dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -44,18 +53,17 @@ class Format:
 class Runtime:
     name: str
     formats: Tuple[str, ...]  # artifact formats it runs
-    runner: str  # "module:Class" inside edgeopt_agent.runners (or a module of its own), imported when first used
-    available: str  # "module:function", found like `runner`: function(runtime) -> None or why not
+    runner: RunnerClass
+    available: Availability
     gpu: bool = False  # runs on an NVIDIA GPU through CUDA
     builds_engine: bool = False  # builds an engine on the board, so takes the precision to build it at
     in_profiles: bool = True  # a device profile may list it (the provider variants are chosen when benchmarking)
     provider: Optional[str] = None  # the ONNX Runtime execution provider it insists on
     distributions: Tuple[str, ...] = ()  # the packages whose versions a result reports
     defines: Tuple[Format, ...] = ()  # the formats this runtime brings (a format is defined by one row)
-    spec_options: Optional[str] = None  # "module:function"(benchmark spec) -> open_runner options beyond threads
-    profiler: Optional[str] = None  # "module:function"(runner, artifact, feeds, threads, runs, top) -> per-op profile
-    no_profiler: str = ""  # without `profiler` (and a runner's profile_layers): why there is no per-op profile
-    engine_step: Optional[str] = None  # the on-target converter step that builds its engine from the artifact
+    spec_options: Optional[SpecOptions] = None  # what its runner takes from a benchmark spec beyond threads
+    profiler: Optional[Profiler] = None  # its per-op profiler
+    no_profiler: str = ""  # without `profiler`: why there is no per-op profile
     int8_scheme: Optional[str] = None  # "symmetric": takes ONNX INT8 only as symmetric QDQ (explicit quantization)
     dynamic_int8: bool = False  # runs ONNX dynamic INT8 (MatMulInteger & co.), so the recipe may plan it
     executed_graph: bool = False  # the converter can cost the graph this runtime executes (graph_cost)
@@ -65,18 +73,10 @@ class Runtime:
     notes: str = ""  # what this runtime does not offer, in words (runtime_report shows it)
 
     def runner_class(self) -> type:
-        return load(self.runner)
+        return self.runner()
 
     def unavailable_reason(self) -> Optional[str]:
-        return load(self.available)(self)
-
-
-def load(target: str) -> Any:
-    """The object a row names, "module:name": a module of edgeopt_agent.runners, else (a runtime shipped
-    outside edgeopt) the module of that name."""
-    module, _, name = target.partition(":")
-    inside = f"{__package__}.runners.{module}"
-    return getattr(importlib.import_module(inside if importlib.util.find_spec(inside) else module), name)
+        return self.available(self)
 
 
 ONNX = Format("onnx", "ONNX", ".onnx", precisions=PRECISIONS, roofline="own")
@@ -89,31 +89,30 @@ PTE = Format("pte", "ExecuTorch", ".pte", magic=(4, b"ET12"), precisions=("fp32"
 
 # In order of preference: the first runtime that runs a format is its default.
 TABLE: Tuple[Runtime, ...] = (
-    Runtime("onnxruntime", ("onnx",), "onnxruntime_runner:OnnxRuntimeRunner", "availability:onnxruntime_reason",
-            distributions=("onnxruntime",), defines=(ONNX,), profiler="onnxruntime_runner:profile_ops",
+    Runtime("onnxruntime", ("onnx",), onnxruntime.runner, onnxruntime.unavailable_reason,
+            distributions=("onnxruntime",), defines=(ONNX,), profiler=onnxruntime.profile_ops,
             dynamic_int8=True, executed_graph=True),
-    Runtime("tensorrt", ("onnx",), "tensorrt_runner:TensorRTRunner", "availability:tensorrt_reason",
-            gpu=True, builds_engine=True, distributions=("tensorrt",), spec_options="engine_options:tensorrt",
-            engine_step="build-tensorrt-engine", int8_scheme="symmetric"),
-    Runtime("onnxruntime-tensorrt", ("onnx",), "ort_gpu_runner:OnnxRuntimeGpuRunner",
-            "availability:onnxruntime_reason", gpu=True, builds_engine=True, in_profiles=False,
-            provider="TensorrtExecutionProvider", spec_options="engine_options:onnxruntime_tensorrt",
+    Runtime("tensorrt", ("onnx",), tensorrt.runner, tensorrt.unavailable_reason,
+            gpu=True, builds_engine=True, distributions=("tensorrt",), spec_options=tensorrt.spec_options,
+            profiler=tensorrt.profile_ops, int8_scheme="symmetric"),
+    Runtime("onnxruntime-tensorrt", ("onnx",), onnxruntime.gpu_runner, onnxruntime.unavailable_reason,
+            gpu=True, builds_engine=True, in_profiles=False, provider="TensorrtExecutionProvider",
+            spec_options=onnxruntime.tensorrt_provider_options,
             no_profiler="onnxruntime's TensorRT provider reports one fused node per engine"),
-    Runtime("onnxruntime-cuda", ("onnx",), "ort_gpu_runner:OnnxRuntimeGpuRunner",
-            "availability:onnxruntime_reason", gpu=True, in_profiles=False, provider="CUDAExecutionProvider",
-            profiler="onnxruntime_runner:profile_ops"),
-    Runtime("tflite", ("tflite",), "tflite_runner:TFLiteRunner", "availability:tflite_reason",
+    Runtime("onnxruntime-cuda", ("onnx",), onnxruntime.gpu_runner, onnxruntime.unavailable_reason,
+            gpu=True, in_profiles=False, provider="CUDAExecutionProvider", profiler=onnxruntime.profile_ops),
+    Runtime("tflite", ("tflite",), tflite.runner, tflite.unavailable_reason,
             distributions=("ai-edge-litert", "tflite-runtime"), defines=(TFLITE,),
             no_profiler="the LiteRT/TFLite Python interpreter exposes no per-op profiler (its op profiling is C++ "
                         "and benchmark_model only)"),
-    Runtime("ncnn", ("ncnn",), "ncnn_runner:NcnnRunner", "ncnn_runner:unavailable_reason",
-            distributions=("ncnn",), defines=(NCNN,), spec_options="ncnn_runner:spec_options",
+    Runtime("ncnn", ("ncnn",), ncnn.runner, ncnn.unavailable_reason,
+            distributions=("ncnn",), defines=(NCNN,), spec_options=ncnn.spec_options,
             no_profiler="ncnn's Python bindings expose no per-layer timing (its benchncnn tool is C++)",
             foreign_host_timing="ncnn's CPU kernels are hand-written per architecture and tuned for ARM NEON; on an "
                                 "x86 host it measured 0.01x to 1.8x ONNX Runtime's speed by threads and load "
                                 "(docs/BENCHMARKS.md)",
             notes="no INT8: ncnn's INT8 tools (ncnn2table, ncnn2int8) are in no registry package"),
-    Runtime("executorch", ("pte",), "executorch_runner:ExecuTorchRunner", "executorch_runner:unavailable_reason",
+    Runtime("executorch", ("pte",), executorch.runner, executorch.unavailable_reason,
             distributions=("executorch-numpy-runtime", "executorch"), defines=(PTE,),
             no_profiler="ExecuTorch's Python runtimes expose no per-op timing (ETDump needs a devtools build)"),
 )

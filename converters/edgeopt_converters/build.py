@@ -14,18 +14,14 @@ from .recipe import PlannedArtifact
 
 
 def build_artifact(ctx: ConversionContext, item: PlannedArtifact, target: Path, advance=None) -> Dict[str, Any]:
-    """Run the artifact's host steps in order (the last writes `target`); returns the facts they report."""
+    """Run the artifact's steps in order (the last writes `target`); returns the facts they report."""
     step_ctx = ctx.step_context(advance)
     current: Optional[Path] = ctx.built.get(item.base) if item.base else None
     if item.base and current is None:
         raise StepFailed(f"needs {item.base}, which was not built")
     info: Dict[str, Any] = {"steps": [c.name for c in item.steps]}
-    last_here = max((i for i, c in enumerate(item.steps) if not c.on_target), default=-1)  # writes the artifact
     for index, call in enumerate(item.steps):
-        if call.on_target:
-            info.setdefault("on_target_steps", []).append(call.name)
-            continue
-        output = target if index == last_here else ctx.work / ".steps" / f"{item.key}.{index}.{call.name}.onnx"
+        output = target if index == len(item.steps) - 1 else ctx.work / ".steps" / f"{item.key}.{index}.{call.name}.onnx"
         output.parent.mkdir(exist_ok=True)
         try:
             result = call.build().run(step_ctx, current, output)

@@ -125,7 +125,6 @@ def _artifact_entry(record: ArtifactRecord, work: Path, fp32_p50: Dict[str, floa
         "scheme": record.scheme,
         "why": item.why,
         "steps": record.info.get("steps", []),
-        "on_target_steps": record.info.get("on_target_steps", []),
         "preprocess": record.info.get("preprocess", []),
         "float_nodes": record.info.get("float_nodes", []),
         "mixed_precision": record.info.get("mixed_precision"),
@@ -141,7 +140,7 @@ def _artifact_entry(record: ArtifactRecord, work: Path, fp32_p50: Dict[str, floa
         "accuracy": record.accuracy.to_dict(),
         "host_timing": None,
         "recommended": item.key == recommended,
-        # How the board runs it (runtime, engine precision, threads, fallbacks, engine build): what
+        # How the board runs it (runtime, engine precision, threads, fallbacks): what
         # deploy sends and `edgeopt bench OUTDIR` uses; see manifest.board_options.
         "board": board_config(profile, item) if profile is not None else None,
     }

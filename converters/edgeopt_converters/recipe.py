@@ -22,7 +22,6 @@ from .passes.preprocess_onnx import PreprocessOptions
 from .passes.quantize_dynamic import RECURRENT_OPS, TRANSFORMER_OPS, OnnxDynamicOptions
 from .passes.quantize_onnx import OnnxInt8Options
 from .passes.quantize_weight_only import WeightOnlyOptions
-from .passes.tensorrt import BuildTensorrtEngine
 
 
 @dataclass(frozen=True)
@@ -41,8 +40,8 @@ class PlannedArtifact:
 
     @property
     def main_step(self) -> Step:
-        """The step that writes the artifact: the last one run on the host."""
-        return next(c for c in reversed(self.steps) if not c.on_target).build()
+        """The step that writes the artifact: the last one."""
+        return self.steps[-1].build()
 
     @property
     def label(self) -> str:
@@ -50,7 +49,7 @@ class PlannedArtifact:
 
     @property
     def calibrates(self) -> bool:
-        return any(c.build().calibrates for c in self.steps if not c.on_target)
+        return any(c.build().calibrates for c in self.steps)
 
     @property
     def scales_per_run(self) -> bool:
@@ -92,7 +91,8 @@ def board_config(profile: DeviceProfile, item: PlannedArtifact) -> Dict[str, Any
     runtime that builds an engine only where the artifact suits one), the precision such an engine is
     built at (the artifact's own: FP32/FP16 from the float ONNX, INT8 from the QDQ ONNX; None for a
     runtime that runs the file as it is), the profile's threads, the profile's other runtimes for the
-    format to fall back to when the board lacks the first, and the step the board performs (an engine build).
+    format to fall back to when the board lacks the first. The board reads each of them from the job; how it
+    builds an engine (workspace, cache) is its runtime's own (edgeopt_agent.runners.tensorrt.options).
     """
     rows = runtimes.BY_NAME
     able = [name for name in profile.runtimes if item.format in rows[name].formats
@@ -100,23 +100,12 @@ def board_config(profile: DeviceProfile, item: PlannedArtifact) -> Dict[str, Any
     if not able:  # the profile lists none for this format: the format's default runtime
         able = [runtimes.FORMAT_RUNTIMES[item.format][0]]
     runtime = rows[able[0]]
-    engine = runtime.engine_step
     return {
         "runtime": runtime.name,
         "precision": item.precision if runtime.builds_engine else None,
         "threads": profile.default_threads,
         "fallback_runtimes": able[1:],
-        "engine_build": {"step": engine, "precision": item.precision} if engine else None,
     }
-
-
-def _with_board_steps(profile: DeviceProfile, item: PlannedArtifact) -> PlannedArtifact:
-    """The artifact with the on-target step its board configuration needs (the engine build) planned last."""
-    build = board_config(profile, item)["engine_build"]
-    if build is None or any(c.name == build["step"] for c in item.steps):
-        return item
-    options = step_class(build["step"]).Options(precision=build["precision"])
-    return replace(item, steps=item.steps + (StepCall(build["step"], options),))
 
 
 def architecture_variants(plan: "Plan", arch: Architecture, profile: DeviceProfile) -> List[PlannedArtifact]:
@@ -237,7 +226,7 @@ def make_plan(profile: DeviceProfile, formats: Sequence[str] = (), precisions: S
         base = "onnx-fp32" if a.format == "onnx" and a.precision != "fp32" else runtimes.format_of(a.format).export_base
         planned = PlannedArtifact(a.format, a.precision, _why(profile, a, int8 if a.format == "onnx" else None),
                                   steps=_steps(a.format, a.precision, own, opset), base=base)
-        artifacts.append(_with_board_steps(profile, planned))
+        artifacts.append(planned)
     return Plan(artifacts, notes)
 
 
@@ -295,8 +284,7 @@ def with_exclusions(item: PlannedArtifact, nodes: Sequence[str], calibrate_metho
 
 def with_int8(item: PlannedArtifact, int8: OnnxInt8Options) -> PlannedArtifact:
     """The same static INT8 artifact quantized with `int8` instead."""
-    steps = tuple(StepCall(c.name, int8) if c.name == "quantize-onnx-static" else c for c in item.steps
-                  if int8.symmetric_activations or c.name != BuildTensorrtEngine.name)  # TensorRT takes only its layout
+    steps = tuple(StepCall(c.name, int8) if c.name == "quantize-onnx-static" else c for c in item.steps)
     return replace(item, steps=steps)
 
 

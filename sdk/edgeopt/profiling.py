@@ -3,7 +3,7 @@
     from edgeopt.profiling import profile
     result = profile("out")          # every artifact of a conversion, FP32 and INT8 side by side
 
-ONNX artifacts run under onnxruntime's profiler (edgeopt_agent.op_profile). TFLite artifacts
+ONNX artifacts run under onnxruntime's profiler (edgeopt_agent.runners.onnxruntime.profiler). TFLite artifacts
 are listed with the reason they cannot be profiled per op from Python. Where a conversion has
 FP32 and INT8 ONNX artifacts, op families (convolutions, matrix products, quantize/dequantize,
 layout changes...) are compared: which got faster with INT8, which did not, and what the Q/DQ
@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from edgeopt_agent import op_profile
 from edgeopt_agent.bench.inputs import random_feeds
 from edgeopt_agent.runners import open_runner
+from edgeopt_agent.runners.onnxruntime.profiler import profile_onnx
 from edgeopt_agent.runners.errors import FreeSizeError, InputError
 from edgeopt_converters.manifest import bench_inputs
 from edgeopt_converters.manifest import read as read_manifest
@@ -98,8 +99,8 @@ def profile_artifact(path: Path, threads: Optional[int] = None, runs: int = 20, 
     from edgeopt_agent.bench.spec import available_cpus
 
     threads = threads or available_cpus()
-    result = op_profile.profile_onnx(str(path), _feeds(path, threads, input_shapes, seed, inputs), threads=threads,
-                                     runs=runs, warmup=warmup)
+    result = profile_onnx(str(path), _feeds(path, threads, input_shapes, seed, inputs), threads=threads,
+                          runs=runs, warmup=warmup)
     result["threads"] = threads
     return result
 

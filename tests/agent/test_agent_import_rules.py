@@ -16,7 +16,7 @@ AGENT_ROOT = Path(edgeopt_agent.__file__).parent
 # The one documented exception: ExecuTorch's own Python runtime (the executorch package) takes and
 # returns torch tensors, so its backend imports torch when a .pte is loaded there. torch comes with the
 # executorch package, never with an agent extra (agent-executorch is the torch-free numpy runtime).
-ALLOWED = {("runners/executorch_pybind.py", "torch")}
+ALLOWED = {("runners/executorch/pybind_runtime.py", "torch")}
 
 
 # Calls that import the module named by their first argument: a string literal there is an import too.

@@ -305,7 +305,7 @@ def test_tensorrt_profiles_span_the_shapes_the_data_held(tmp_path, nets_path):
     import edgeopt
     from edgeopt_agent.bench.spec import BenchmarkSpec
     from edgeopt_agent.wire import check_input_description
-    from edgeopt_agent.runners.tensorrt_build import profile_shapes
+    from edgeopt_agent.runners.tensorrt.build import profile_shapes
     from edgeopt_converters.manifest import bench_inputs
 
     options = _tokens(tmp_path, nets_path)

@@ -194,12 +194,7 @@ def profile_ops(runner, spec: BenchmarkSpec, feeds: Dict[str, Any], runs: int = 
     row = runtimes.BY_NAME.get(runner.runtime)
     try:
         if row is not None and row.profiler is not None:
-            return runtimes.load(row.profiler)(runner, spec.artifact, feeds, threads=spec.resolved_threads(),
-                                               runs=runs, top=op_profile.TOP)
-        if hasattr(runner, "profile_layers"):
-            result = runner.profile_layers(runner.prepare(feeds), runs)
-            result["nodes"] = result["nodes"][:op_profile.TOP]
-            return result
+            return row.profiler(runner, spec.artifact, feeds, spec.resolved_threads(), runs, op_profile.TOP)
     except Exception as exc:  # the measurement stands; the profile reports its own failure
         return {"profiler": runner.runtime, "error": classify(exc)}
     return op_profile.unsupported(runner.runtime)

@@ -161,7 +161,7 @@ class BenchmarkSpec:
         row = runtimes.BY_NAME.get(self.runtime) if self.runtime is not None else None
         if row is None or row.spec_options is None:
             return {}
-        return runtimes.load(row.spec_options)(self)
+        return row.spec_options(self)
 
 
 def available_cpus() -> int:

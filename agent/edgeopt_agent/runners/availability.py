@@ -3,16 +3,15 @@
     unavailable_reason("tensorrt")   # None, or "TensorRT is not installed (...); on a Jetson ..."
     runtime_report()                 # {"tensorrt": {"available": False, "reason": "..."}, ...}
 
-Asking imports the runtime (and, for TensorRT, initialises CUDA), so a daemon asks once, or in
-a child process.
+Each row's `available` (its backend's `unavailable_reason`) answers. Asking imports the runtime (and,
+for TensorRT, initialises CUDA), so a daemon asks once, or in a child process.
 """
 from __future__ import annotations
 
 from typing import Any, Dict, Optional, Sequence
 
-from ..errors import UserError
 from .. import runtimes
-from ..runtimes import Runtime
+from ..errors import UserError
 
 
 def unavailable_reason(runtime: str) -> Optional[str]:
@@ -24,32 +23,6 @@ def unavailable_reason(runtime: str) -> Optional[str]:
         return rows[runtime].unavailable_reason()
     except UserError as exc:
         return str(exc)
-
-
-def tensorrt_reason(runtime: Runtime) -> Optional[str]:
-    from .cuda_runtime import CudaRuntime
-    from .tensorrt_build import import_tensorrt
-
-    import_tensorrt()
-    CudaRuntime.load()
-    return None
-
-
-def tflite_reason(runtime: Runtime) -> Optional[str]:
-    from .tflite_runner import find_interpreter
-
-    find_interpreter()
-    return None
-
-
-def onnxruntime_reason(runtime: Runtime) -> Optional[str]:
-    from .onnxruntime_import import import_onnxruntime
-
-    ort = import_onnxruntime("agent-onnx", "ONNX models")
-    available = list(ort.get_available_providers())
-    if runtime.provider is not None and runtime.provider not in available:
-        return f"this onnxruntime build ({ort.__version__}) has no {runtime.provider}; it has: {', '.join(available)}"
-    return None
 
 
 def runtime_report(names: Optional[Sequence[str]] = None) -> Dict[str, Dict[str, Any]]:

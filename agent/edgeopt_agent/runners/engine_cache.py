@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 from ..files import write_atomically
-from ..runtimes import PRECISIONS
+from .precision import PRECISIONS
 
 # Where engines go when the caller names no folder (`edgeopt bench` on a workstation); the agent
 # passes a folder under its own data dir.

@@ -9,6 +9,7 @@ from typing import Optional, Union
 
 from .. import runtimes
 from .errors import ArtifactError, UnsupportedModelError
+from .precision import check_known
 
 
 def detect_format(path: Union[str, Path]) -> str:
@@ -49,8 +50,7 @@ def check_precision(runtime: Optional[str], precision: Optional[str]) -> None:
     """Refuse a precision the runtime cannot act on (runtime None: not known yet, only the name is checked)."""
     if precision is None:
         return
-    if precision not in runtimes.PRECISIONS:
-        raise UnsupportedModelError(f"unknown precision '{precision}'; available: {', '.join(runtimes.PRECISIONS)}")
+    check_known(precision)
     engines = runtimes.ENGINE_RUNTIMES
     if runtime is not None and runtime not in engines:
         raise UnsupportedModelError(

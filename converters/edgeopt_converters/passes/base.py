@@ -2,8 +2,8 @@
 
 A step turns one model file into another (or, for an export, the source model into a file). Its
 options are a frozen dataclass whose fields carry a description in their metadata and a default;
-`Step.describe()` lists them. A step that must run on the target (a TensorRT engine build) sets
-`on_target = True`: the host plans it and the agent performs it as part of the job.
+`Step.describe()` lists them. Every step runs on the host: what the board does with an artifact (a
+TensorRT engine build) is its runtime's, and the artifact's `board` configuration (recipe.board_config) says it.
 """
 from __future__ import annotations
 
@@ -64,7 +64,6 @@ class Step:
 
     name: ClassVar[str] = ""
     Options: ClassVar[type] = NoOptions
-    on_target: ClassVar[bool] = False
     from_source: ClassVar[bool] = False  # reads ctx.source instead of a model file (exports)
     # quantizes activations with scales taken from each run: a sample's output depends on the others run with it
     scales_per_run: ClassVar[bool] = False
@@ -129,7 +128,7 @@ def _load_builtin_steps() -> None:
     """Importing the step modules registers them."""
     from . import (  # noqa: F401
         export_executorch, export_ncnn, export_onnx, export_tflite, fp16_onnx, preprocess_onnx, quantize_dynamic,
-        quantize_onnx, quantize_weight_only, tensorrt,
+        quantize_onnx, quantize_weight_only,
     )
 
 
@@ -143,7 +142,3 @@ class StepCall:
     def build(self) -> Step:
         cls = step_class(self.name)
         return cls(self.options)
-
-    @property
-    def on_target(self) -> bool:
-        return step_class(self.name).on_target

@@ -26,7 +26,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from edgeopt_agent.bundle import write_bundle
 from edgeopt_agent.errors import require
-from edgeopt_agent.runners.ncnn_runner import FACTS, PARAM, PARAM_MAGIC, WEIGHTS
+from edgeopt_agent.runners.ncnn.runner import FACTS, PARAM, PARAM_MAGIC, WEIGHTS
 
 from .base import Step, StepContext, StepResult, option
 from .errors import StepFailed, first_line

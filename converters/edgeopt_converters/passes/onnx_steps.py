@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Sequence, Tuple
 
 from edgeopt_agent.errors import require
-from edgeopt_agent.runners.onnxruntime_import import import_onnxruntime
+from edgeopt_agent.runners.onnxruntime.importing import import_onnxruntime
 
 
 def onnx_and_onnxruntime(purpose: str) -> Any:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Tuple
 
-from edgeopt_agent.runners.onnxruntime_import import import_onnxruntime
+from edgeopt_agent.runners.onnxruntime.importing import import_onnxruntime
 
 from ._quiet import captured_output
 from .base import Step, StepContext, StepResult, option

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 from edgeopt_agent.errors import require
-from edgeopt_agent.runners.onnxruntime_import import import_onnxruntime
+from edgeopt_agent.runners.onnxruntime.importing import import_onnxruntime
 
 from ._quiet import captured_output
 from .base import Step, StepContext, StepResult, option

@@ -14,7 +14,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set
 import numpy as np
 
 from edgeopt_agent.errors import require
-from edgeopt_agent.runners.onnxruntime_import import import_onnxruntime
+from edgeopt_agent.runners.onnxruntime.importing import import_onnxruntime
 
 from .graph_regions import typed_values
 

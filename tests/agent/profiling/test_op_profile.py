@@ -10,7 +10,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from edgeopt_agent.op_profile import ProfileParseError, parse_ort_trace, profile_onnx, unsupported
+from edgeopt_agent.op_profile import ProfileParseError, unsupported
+from edgeopt_agent.runners.onnxruntime.profiler import parse_ort_trace, profile_onnx
 
 RECORDED = Path(__file__).parents[1] / "data" / "ort_profile_conv_relu_gap.json"
 

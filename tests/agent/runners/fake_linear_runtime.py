@@ -1,9 +1,11 @@
-"""A runtime that exists only in the tests: one row and one runner module, nothing else.
+"""A runtime that exists only in the tests: one row and one backend module, nothing else.
 
 Its format, "linear", is an .npz holding a fixed linear map (weight, bias) and the names of its one
-input and output; the runner computes x @ weight.T + bias. `register()` adds the row to the
-runtime table: a test monkeypatches it in, and a benchmark child process gets it from a
-sitecustomize that calls it (see test_fake_runtime_end_to_end.py).
+input and output; the runner computes x @ weight.T + bias. The row points at this module's functions
+as the built-in rows point at their folders under edgeopt_agent/runners/ (`runner`: the runner class;
+`unavailable_reason`: the availability check). `register()` adds the row to the runtime table: a test
+monkeypatches it in, and a benchmark child process gets it from a sitecustomize that calls it (see
+test_fake_runtime_end_to_end.py).
 """
 from __future__ import annotations
 
@@ -15,19 +17,23 @@ from edgeopt_agent import runtimes
 from edgeopt_agent.runners.base import Runner, TensorInfo
 from edgeopt_agent.runners.errors import ArtifactError
 
+
+def runner() -> type:
+    return LinearRunner
+
+
+def unavailable_reason(runtime: runtimes.Runtime) -> Optional[str]:
+    return None
+
+
 LINEAR = runtimes.Format("linear", "Linear", ".linear", precisions=("fp32",), export_step="export-linear",
                          export_base="onnx-fp32")
-ROW = runtimes.Runtime("linear", ("linear",), "fake_linear_runtime:LinearRunner",
-                       "fake_linear_runtime:unavailable_reason", defines=(LINEAR,))
+ROW = runtimes.Runtime("linear", ("linear",), runner, unavailable_reason, defines=(LINEAR,))
 
 
 def register() -> None:
     if ROW not in runtimes.TABLE:
         runtimes.TABLE = runtimes.TABLE + (ROW,)
-
-
-def unavailable_reason(runtime: runtimes.Runtime) -> Optional[str]:
-    return None
 
 
 class LinearRunner(Runner):

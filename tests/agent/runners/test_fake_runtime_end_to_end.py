@@ -1,4 +1,5 @@
-""""Adding a runtime is one row and one runner module": a runtime made up here (fake_linear_runtime.py)
+""""Adding a runtime is one row and one backend": a runtime made up here (fake_linear_runtime.py: its row
+points at the module's own runner and availability check, as the built-in rows point at their folders)
 and one conversion step are planned from a device profile, converted, judged, timed, and benchmarked
 by `edgeopt bench` in the agent's benchmark child, without a line of edgeopt changed."""
 from __future__ import annotations

@@ -11,7 +11,7 @@ pytest.importorskip("ncnn", reason="the ncnn runner needs the agent-ncnn extra")
 
 from edgeopt_agent.bundle import write_bundle  # noqa: E402
 from edgeopt_agent.runners.errors import UnsupportedModelError  # noqa: E402
-from edgeopt_agent.runners.ncnn_runner import FACTS, PARAM, WEIGHTS, NcnnRunner, output_order  # noqa: E402
+from edgeopt_agent.runners.ncnn.runner import FACTS, PARAM, WEIGHTS, NcnnRunner, output_order  # noqa: E402
 
 GATHER_PARAM = """7767517
 3 3

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from edgeopt_agent.bench import BenchmarkSpec, run_benchmark
-from edgeopt_agent.runners.onnxruntime_import import TELEMETRY_OFF
+from edgeopt_agent.runners.onnxruntime.importing import TELEMETRY_OFF
 
 pytest.importorskip("onnxruntime")
 

@@ -8,10 +8,36 @@ from edgeopt_agent.runners import base, detect_format
 @pytest.mark.parametrize("runtime", runtimes.TABLE, ids=lambda r: r.name)
 def test_every_row_names_a_runner_and_a_check_that_exist(runtime):
     assert issubclass(runtime.runner_class(), base.Runner)
-    assert callable(runtimes.load(runtime.available))
+    assert callable(runtime.available)
     assert runtime.formats and set(runtime.formats) <= set(runtimes.FORMATS)
     for hook in (runtime.spec_options, runtime.profiler):
-        assert hook is None or callable(runtimes.load(hook))
+        assert hook is None or callable(hook)
+    assert (runtime.profiler is None) != (runtime.no_profiler == ""), "a profiler, or the reason there is none"
+
+
+@pytest.mark.parametrize("runtime", runtimes.TABLE, ids=lambda r: r.name)
+def test_every_row_points_at_its_backend_folder_not_at_a_string(runtime):
+    hooks = [runtime.runner, runtime.available, runtime.spec_options, runtime.profiler]
+    for hook in filter(None, hooks):
+        assert callable(hook) and not isinstance(hook, str)
+        assert hook.__module__.startswith("edgeopt_agent.runners."), hook
+    backend = runtime.runner.__module__
+    assert backend.count(".") == 2, f"{backend}: a backend is a folder of edgeopt_agent.runners"
+    assert runtime.available.__module__ == backend
+    assert runtime.runner_class().__module__.startswith(backend + ".")
+
+
+def test_importing_the_table_imports_no_runtime_and_no_numpy():
+    import json
+    import subprocess
+    import sys
+
+    heavy = ("numpy", "onnxruntime", "tensorrt", "ai_edge_litert", "tflite_runtime", "ncnn", "executorch",
+             "executorch_numpy_runtime", "torch", "cuda")
+    code = ("import json, sys\nimport edgeopt_agent.runtimes\n"
+            f"print(json.dumps(sorted(n for n in sys.modules if n.split('.')[0] in {heavy!r})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == []
 
 
 def test_the_lists_are_read_from_the_table():
@@ -44,9 +70,6 @@ def test_the_converter_has_each_rows_steps():
         if fmt.export_step is not None:
             for precision in fmt.precisions:
                 assert step_class(fmt.export_step)(precision=precision).label()
-    for row in runtimes.TABLE:
-        if row.engine_step is not None:
-            assert step_class(row.engine_step).on_target
 
 
 def test_what_a_runtime_does_not_offer_is_said_in_its_row():
@@ -64,3 +87,40 @@ def test_detect_format_reads_the_rows_suffixes_and_magic_bytes(tmp_path, name, h
     path = tmp_path / name
     path.write_bytes(head + bytes(32))
     assert detect_format(path) == fmt
+
+
+def _imports_outside_type_checking(tree):
+    import ast
+
+    pending = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.If) and getattr(node.test, "id", getattr(node.test, "attr", "")) == "TYPE_CHECKING":
+            pending.extend(node.orelse)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        pending.extend(ast.iter_child_nodes(node))
+
+
+def test_a_backend_never_reads_the_table_that_points_at_it():
+    """The table sits above the backends: a backend imports what the backends share, never the table nor the
+    modules that read it (lazy imports included; type hints aside)."""
+    import ast
+    from pathlib import Path
+
+    import edgeopt_agent.runners as package
+
+    readers = {"runtimes", "formats", "availability", "opening"}
+    backends = [p for p in Path(package.__file__).parent.iterdir() if (p / "__init__.py").is_file()]
+    assert {p.name for p in backends} == {"onnxruntime", "tensorrt", "tflite", "ncnn", "executorch"}
+    found = []
+    for path in (f for backend in backends for f in backend.glob("*.py")):
+        for node in _imports_outside_type_checking(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level >= 2:
+                names = [node.module] if node.module else [a.name for a in node.names]
+                found += [f"{path.parent.name}/{path.name} imports {n}" for n in names if n.split(".")[0] in readers]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("edgeopt_agent"):
+                parts = set(node.module.split("."))
+                found += [f"{path.parent.name}/{path.name} imports {node.module}" for _ in [1] if parts & readers]
+    assert found == []

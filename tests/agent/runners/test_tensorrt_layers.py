@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from edgeopt_agent.runners.tensorrt_layers import layer_kind, layer_profile
+from edgeopt_agent.runners.tensorrt.layers import layer_kind, layer_profile
 
 
 class _FakeContext:

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from edgeopt_agent.runners import UnsupportedModelError
-from edgeopt_agent.runners import cuda_runtime
-from edgeopt_agent.runners.cuda_runtime import CudaRuntime, import_cudart
+from edgeopt_agent.runners.tensorrt import cuda_runtime
+from edgeopt_agent.runners.tensorrt.cuda_runtime import CudaRuntime, import_cudart
 
 cudart = pytest.importorskip("cuda.bindings.runtime", reason="cuda-python 12.6+ (cuda-bindings) is not installed; the dev extra installs it")
 

@@ -13,10 +13,10 @@ from edgeopt_agent.errors import UserError
 from edgeopt_agent.runners import UnsupportedModelError, resolve_runtime
 from edgeopt_agent.runners.formats import check_precision
 from edgeopt_agent.runtimes import ORT_PROVIDERS
-from edgeopt_agent.runners.onnxruntime_runner import choose_providers
-from edgeopt_agent.runners.ort_gpu_runner import provider_options
-from edgeopt_agent.runners.tensorrt_build import create, plan_precision, profile_shapes
-from edgeopt_agent.runners.tensorrt_runner import activation_memory_mb
+from edgeopt_agent.runners.onnxruntime.runner import choose_providers
+from edgeopt_agent.runners.onnxruntime.gpu_runner import provider_options
+from edgeopt_agent.runners.tensorrt.build import create, plan_precision, profile_shapes
+from edgeopt_agent.runners.tensorrt.runner import activation_memory_mb
 
 ALL_PROVIDERS = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
 

@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from edgeopt_agent.bench import BenchmarkSpec, run_benchmark  # noqa: E402
 from edgeopt_agent.runners import UnsupportedModelError, open_runner  # noqa: E402
-from edgeopt_agent.runners.cuda_runtime import CudaRuntime  # noqa: E402
+from edgeopt_agent.runners.tensorrt.cuda_runtime import CudaRuntime  # noqa: E402
 
 RNG = np.random.default_rng(3)
 

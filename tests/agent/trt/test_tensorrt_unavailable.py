@@ -15,9 +15,10 @@ import pytest
 
 from edgeopt_agent import wire
 from edgeopt_agent.bench import UNSUPPORTED, BenchmarkSpec, run_benchmark
-from edgeopt_agent.runners import RUNTIMES, UnsupportedModelError, open_runner, runtime_report, unavailable_reason
-from edgeopt_agent.runners.cuda_runtime import import_cudart
-from edgeopt_agent.runners.tensorrt_build import import_tensorrt
+from edgeopt_agent.runners import UnsupportedModelError, open_runner, runtime_report, unavailable_reason
+from edgeopt_agent.runtimes import RUNTIMES
+from edgeopt_agent.runners.tensorrt.cuda_runtime import import_cudart
+from edgeopt_agent.runners.tensorrt.build import import_tensorrt
 
 HAS_TENSORRT = importlib.util.find_spec("tensorrt") is not None
 needs_no_tensorrt = pytest.mark.skipif(HAS_TENSORRT, reason="TensorRT is installed here: nothing to refuse")

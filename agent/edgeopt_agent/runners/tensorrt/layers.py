@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Dict, List
 
-from ..op_profile import summarize
+from ...op_profile import summarize
 
 
 def layer_kind(name: str) -> str:
@@ -51,7 +51,6 @@ def layer_profile(trt: Any, context: Any, call: Callable[[], Any], runs: int,
         call()
     compute = gpu_compute_ms()
     run_ms = sum(compute) / len(compute) if compute else 0.0
-    result = summarize(list(times.values()), runs, run_ms)
-    result["profiler"] = "tensorrt"
+    result = summarize(list(times.values()), runs, run_ms, "tensorrt")
     result["note"] = "layer times from TensorRT's IProfiler; run_ms is the engine's GPU compute time (CUDA events)"
     return result

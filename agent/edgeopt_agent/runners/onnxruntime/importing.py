@@ -13,7 +13,7 @@ import os
 import sys
 from types import ModuleType
 
-from ..errors import require
+from ...errors import require
 
 # Read by onnxruntime's non-Windows telemetry provider at initialisation: the first is the name
 # 1.32 reads; upstream later documented the second as the full opt-out, so both are set.

@@ -11,8 +11,8 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from ..errors import MissingExtraError, require
-from .errors import ArtifactError, UnsupportedModelError, looks_like_out_of_memory
+from ...errors import MissingExtraError, require
+from ..errors import ArtifactError, UnsupportedModelError, looks_like_out_of_memory
 
 PACKAGE = "executorch-numpy-runtime"
 # ExecuTorch's ScalarType codes (c10's numbering) for the dtypes edgeopt feeds and reads.

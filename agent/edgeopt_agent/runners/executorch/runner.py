@@ -3,7 +3,7 @@ ExecuTorch runtime this machine has, tried in this order:
 
   executorch-numpy-runtime   numpy in and out, no torch: a board's install (Python 3.12+ only)
   executorch.runtime         the executorch package's own runtime, with torch: the host, or a board
-                             with torch (executorch_pybind.py)
+                             with torch (pybind_runtime.py)
 
 A `.pte` keeps no tensor names: inputs and outputs are called input_0, input_1, ... and output_0, ...
 in the method's order, and are matched to the model's names by position (as TFLite's are). The
@@ -16,13 +16,12 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
-from ..runtimes import Runtime
-from . import executorch_numpy, executorch_pybind
-from .base import Runner, TensorInfo
-from .errors import ArtifactError, UnsupportedModelError
+from . import numpy_runtime, pybind_runtime
+from ..base import Runner, TensorInfo
+from ..errors import ArtifactError, UnsupportedModelError
 
 METHOD = "forward"
-_BACKENDS = ((executorch_numpy, executorch_numpy.NumpyMethod), (executorch_pybind, executorch_pybind.PybindMethod))
+_BACKENDS = ((numpy_runtime, numpy_runtime.NumpyMethod), (pybind_runtime, pybind_runtime.PybindMethod))
 
 
 def choose_backend() -> Callable[[Path, str], Any]:
@@ -35,12 +34,6 @@ def choose_backend() -> Callable[[Path, str], Any]:
         reasons.append(reason)
     raise UnsupportedModelError("no ExecuTorch runtime here: " + "; ".join(reasons) +
                                 " (a board installs edgeopt[agent-executorch] on Python 3.12+)")
-
-
-def unavailable_reason(runtime: Runtime) -> Optional[str]:
-    """For the runtime table: None when one of the ExecuTorch runtimes imports here."""
-    choose_backend()
-    return None
 
 
 class ExecuTorchRunner(Runner):

@@ -19,14 +19,13 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..files import sha256_file
-from .base import Runner, TensorInfo
+from ...files import sha256_file
+from ..base import Runner, TensorInfo
 from .cuda_runtime import CudaRuntime, DeviceBuffer, PinnedBuffer
-from .engine_cache import CachedEngine, EngineCache, EngineKey
-from .errors import InputError, UnsupportedModelError
-from .formats import check_precision
-from .tensorrt_build import (
-    DEFAULT_WORKSPACE_MB,
+from ..engine_cache import CachedEngine, EngineCache, EngineKey
+from ..errors import InputError, UnsupportedModelError
+from ..precision import check_known
+from .build import (
     ParsedNetwork,
     build_engine,
     create,
@@ -35,8 +34,9 @@ from .tensorrt_build import (
     model_precision,
     parse_onnx,
 )
-from .tensorrt_io import tensor_io
-from .tensorrt_layers import layer_profile
+from .tensor_io import tensor_io
+from .layers import layer_profile
+from .options import DEFAULT_WORKSPACE_MB
 
 # The per-call timings, in milliseconds: the CUDA events', and the host's time to enqueue the engine
 # (the GPU waits for that after the input copy, so on a small net it can show in gpu_compute).
@@ -71,7 +71,7 @@ class TensorRTRunner(Runner):
         input_ranges: Optional[Mapping[str, Sequence[Sequence[int]]]] = None,
     ):
         super().__init__(path, threads)
-        check_precision(self.runtime, precision)
+        check_known(precision)
         if max_batch < 1:
             raise InputError(f"max_batch must be at least 1, got {max_batch}")
         self.requested_precision = precision
@@ -302,7 +302,7 @@ class TensorRTRunner(Runner):
         return call
 
     def profile_layers(self, prepared: Mapping[str, np.ndarray], runs: int) -> Dict[str, Any]:
-        """Per-layer GPU time from TensorRT's IProfiler (edgeopt_agent.runners.tensorrt_layers).
+        """Per-layer GPU time from TensorRT's IProfiler (edgeopt_agent.runners.tensorrt.layers).
 
         The profiler stays attached: call this last, after every measurement of this runner.
         """

@@ -17,14 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
-from .errors import ArtifactError, UnsupportedModelError, looks_like_out_of_memory
-from ..runtimes import PRECISIONS
+from ..errors import ArtifactError, UnsupportedModelError, looks_like_out_of_memory
+from ..precision import PRECISIONS
 
 TENSORRT_HINT = (
     "on a Jetson, TensorRT's Python bindings come with JetPack (sudo apt install python3-libnvinfer); "
     "elsewhere install TensorRT from NVIDIA's package index"
 )
-DEFAULT_WORKSPACE_MB = 1024
 
 
 def import_tensorrt() -> Any:

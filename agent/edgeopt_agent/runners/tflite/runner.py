@@ -13,11 +13,11 @@ from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tup
 
 import numpy as np
 
-from ..errors import MissingExtraError
-from ..native_output import native_stderr_logged
-from .base import Runner, TensorInfo
-from .errors import ArtifactError, InputError, UnsupportedModelError, looks_like_out_of_memory
-from .quantization import Quantization
+from ...errors import MissingExtraError
+from ...native_output import native_stderr_logged
+from ..base import Runner, TensorInfo
+from ..errors import ArtifactError, InputError, UnsupportedModelError, looks_like_out_of_memory
+from ..quantization import Quantization
 
 log = logging.getLogger(__name__)
 

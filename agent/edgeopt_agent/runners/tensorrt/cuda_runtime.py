@@ -16,7 +16,7 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
-from .errors import UnsupportedModelError
+from ..errors import UnsupportedModelError
 
 CUDA_PYTHON_HINT = (
     "install NVIDIA's cuda-python matching this machine's CUDA major version "

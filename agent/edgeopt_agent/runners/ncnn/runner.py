@@ -24,11 +24,10 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
-from .. import bundle
-from ..errors import require
-from ..runtimes import Runtime
-from .base import Runner, TensorInfo
-from .errors import ArtifactError, UnsupportedModelError
+from ... import bundle
+from ...errors import require
+from ..base import Runner, TensorInfo
+from ..errors import ArtifactError, UnsupportedModelError
 
 PARAM_MAGIC = "7767517"
 PARAM, WEIGHTS, FACTS = "model.param", "model.bin", "edgeopt.json"
@@ -38,12 +37,6 @@ _SHAPE_KEYS = ("2", "11", "1", "0")
 
 def import_ncnn():
     return require("ncnn", "agent-ncnn", "ncnn models")
-
-
-def unavailable_reason(runtime: Runtime) -> Optional[str]:
-    """For the runtime table: None when ncnn imports here."""
-    import_ncnn()
-    return None
 
 
 def read_input_shapes(text: str, source: str = "model") -> Dict[str, Tuple[int, ...]]:
@@ -84,11 +77,6 @@ def output_order(facts: Any, listed: List[str]) -> List[str]:
     if isinstance(order, list) and sorted(order) == sorted(listed):
         return list(order)
     return list(listed)
-
-
-def spec_options(spec: Any) -> Dict[str, Any]:
-    """For the runtime table: what the runner takes from a benchmark spec (where to extract the bundle)."""
-    return {"extract_dir": spec.bundle_dir}
 
 
 def unknown_layers(text: str, ncnn) -> List[str]:

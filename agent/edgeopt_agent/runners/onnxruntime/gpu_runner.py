@@ -9,13 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, Optional, Union
 
-from .engine_cache import default_cache_dir
-from .errors import UnsupportedModelError
-from ..runtimes import ORT_PROVIDERS
-from .formats import check_precision
-from .onnxruntime_runner import OnnxRuntimeRunner
-
-TENSORRT_PROVIDER = ORT_PROVIDERS["onnxruntime-tensorrt"]
+from ..engine_cache import default_cache_dir
+from ..errors import UnsupportedModelError
+from ..precision import check_known
+from .runner import GPU_PROVIDERS, TENSORRT_PROVIDER, OnnxRuntimeRunner
 
 
 def provider_options(provider: str, precision: Optional[str], cache_dir: Union[str, Path, None]) -> Dict[str, Any]:
@@ -39,14 +36,19 @@ class OnnxRuntimeGpuRunner(OnnxRuntimeRunner):
         self,
         path: Union[str, Path],
         runtime: str,
+        provider: str,
         threads: Optional[int] = None,
         precision: Optional[str] = None,
         cache_dir: Union[str, Path, None] = None,
     ):
-        if runtime not in ORT_PROVIDERS:
-            raise ValueError(f"runtime must be one of {', '.join(ORT_PROVIDERS)}, got {runtime!r}")
-        check_precision(runtime, precision)
-        provider = ORT_PROVIDERS[runtime]
+        """`runtime` is the name results report; `provider` the execution provider its row insists on."""
+        if provider not in GPU_PROVIDERS:
+            raise ValueError(f"provider must be one of {', '.join(GPU_PROVIDERS)}, got {provider!r}")
+        check_known(precision)
+        if precision is not None and provider != TENSORRT_PROVIDER:
+            raise UnsupportedModelError(f"precision applies to ONNX Runtime's {TENSORRT_PROVIDER}, which builds an "
+                                        f"engine; with runtime '{runtime}' the artifact's own precision is what runs: "
+                                        "leave precision out")
         super().__init__(path, threads, required_provider=provider)
         self.runtime = runtime
         self.required_provider = provider

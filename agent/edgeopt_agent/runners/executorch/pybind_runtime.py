@@ -13,9 +13,9 @@ from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
-from ..errors import MissingExtraError, require
-from .errors import ArtifactError, looks_like_out_of_memory
-from .executorch_numpy import scalar_dtype
+from ...errors import MissingExtraError, require
+from ..errors import ArtifactError, looks_like_out_of_memory
+from .numpy_runtime import scalar_dtype
 
 PACKAGE = "executorch"
 

@@ -7,12 +7,14 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .base import Runner, TensorInfo
-from .errors import ArtifactError, UnsupportedModelError, looks_like_out_of_memory
-from .onnxruntime_import import import_onnxruntime
+from ..base import Runner, TensorInfo
+from ..errors import ArtifactError, UnsupportedModelError, looks_like_out_of_memory
+from .importing import import_onnxruntime
 
+TENSORRT_PROVIDER, CUDA_PROVIDER, CPU_PROVIDER = "TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"
+GPU_PROVIDERS = (TENSORRT_PROVIDER, CUDA_PROVIDER)
 # Preference order when the build offers them; anything else (e.g. Azure) is never picked.
-PROVIDER_PREFERENCE = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
+PROVIDER_PREFERENCE = (TENSORRT_PROVIDER, CUDA_PROVIDER, CPU_PROVIDER)
 
 _DTYPES = {
     "tensor(float)": "float32",
@@ -120,11 +122,3 @@ def _load_error(path: Path, exc: Exception) -> Exception:
     if kind in ("InvalidProtobuf", "InvalidGraph", "Fail", "InvalidArgument"):
         return ArtifactError(f"{path.name} is not a valid ONNX model: {message}")
     return exc
-
-
-def profile_ops(runner: OnnxRuntimeRunner, artifact: str, feeds: Mapping[str, Any], threads: Optional[int],
-                runs: int, top: Optional[int]) -> Dict[str, Any]:
-    """The per-op profile of the runtime table: onnxruntime's own profiler, with the runner's providers."""
-    from ..op_profile import profile_onnx
-
-    return profile_onnx(artifact, feeds, threads=threads, runs=runs, providers=list(runner.providers), top=top)
