@@ -6,6 +6,7 @@ import signal
 import pytest
 
 import model_files
+from harness import Closing
 from mqtt_broker import MqttBroker
 
 
@@ -27,6 +28,17 @@ def mqtt_broker(tmp_path_factory):
         yield broker
     finally:
         broker.stop()
+
+
+@pytest.fixture
+def closing():
+    """Append what the test starts (harness.AgentProcess, Threaded, a listener: anything with close()); each is
+    closed, last first, when the test ends, whatever happened."""
+    started = Closing()
+    try:
+        yield started
+    finally:
+        started.close()
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ import json
 import logging
 
 import pytest
+from harness import NoSensors
 
 from edgeopt_agent import wire
 from edgeopt_agent.cpu_check import CpuFacts, check_profile, read_cpu, warning
@@ -87,11 +88,6 @@ def test_an_unreadable_cpu_is_unchecked_not_a_mismatch(tmp_path, present):
     check = check_profile(load_profile("rpi4"), cpu)
     assert check["ok"] is True and check["mismatch"] == []
     assert [u.split(":")[0] for u in check["unchecked"]] == ["cores", "isa_features"]
-
-
-class NoSensors:
-    def snapshot(self):
-        return {}
 
 
 def make_agent(tmp_path, profile, cpu):

@@ -29,7 +29,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from deploy_harness import wait_until
+from harness import wait_until
 from mqtt_broker import MqttBroker, free_port, mosquitto_binary
 from test_fleet_identity import ACL_TEMPLATE, NOT_AUTHORIZED, Client, Fleet, needs_mosquitto, started_collector
 from test_fleet_store import db_url  # noqa: F401  (the SQLite and PostgreSQL store fixture)

@@ -9,13 +9,12 @@ import base64
 import copy
 import json
 import os
-import threading
 import time
 import uuid
 
 import paho.mqtt.client as mqtt
 import pytest
-from deploy_harness import NoSensors, wait_until
+from harness import NoSensors, Threaded, running_agent, wait_until
 
 pytest.importorskip("cryptography", reason="signed confirmations need the cryptography package (fleet extra)")
 
@@ -272,38 +271,9 @@ def test_fleet_serve_finds_its_key_beside_the_fleet_keys(keys, tmp_path, monkeyp
 # --- end to end: a real broker with no ACL, the real agent and collector -------------------------------
 
 
-class Running:
-    def __init__(self):
-        self.items = []
-
-    def run(self, target, **kwargs):
-        stop = threading.Event()
-        thread = threading.Thread(target=target, args=(stop,), kwargs=kwargs, daemon=True)
-        thread.start()
-        self.items.append((stop, thread))
-
-    def close(self):
-        for stop, thread in reversed(self.items):
-            stop.set()
-            thread.join(30)
-            assert not thread.is_alive()
-
-
-@pytest.fixture
-def running():
-    started = Running()
-    yield started
-    started.close()
-
-
-def start_agent(running, tmp_path, broker, trusted_key=None):
-    settings = {"broker": broker.address, "device_id": DEVICE, "data_dir": str(tmp_path / "agent"),
-                "telemetry_interval": 3600.0, "reconnect_min": 0.1, "reconnect_max": 0.5, "confirm_timeout": 0.5}
-    if trusted_key is not None:
-        settings["trusted_key"] = str(trusted_key)
-    agent = Agent(build_config(settings), sensors=NoSensors())
-    running.run(agent.run)
-    wait_until(lambda: agent.session.connected, "the agent to connect")
+def start_agent(closing, tmp_path, broker, trusted_key=None):
+    extra = {"trusted_key": str(trusted_key)} if trusted_key is not None else {}
+    agent, _ = running_agent(closing, broker, tmp_path / "agent", DEVICE, confirm_timeout=0.5, **extra)
     wait_until(lambda: len(agent.outbox) == 1, "its first telemetry queued")  # so the counts below are exact
     return agent
 
@@ -350,8 +320,8 @@ COUNT = 60
 
 
 @pytest.mark.slow
-def test_forged_confirms_on_an_open_broker_lose_nothing(keys, mqtt_broker, tmp_path, running, capsys, caplog):
-    agent = start_agent(running, tmp_path, mqtt_broker, trusted_key=keys["fleet"].public_key)
+def test_forged_confirms_on_an_open_broker_lose_nothing(keys, mqtt_broker, tmp_path, closing, capsys, caplog):
+    agent = start_agent(closing, tmp_path, mqtt_broker, trusted_key=keys["fleet"].public_key)
     attacker = Attacker(mqtt_broker)
     try:
         produce(agent, COUNT)
@@ -383,7 +353,7 @@ def test_forged_confirms_on_an_open_broker_lose_nothing(keys, mqtt_broker, tmp_p
     try:
         collector = Collector(store, BrokerSettings(mqtt_broker.host, mqtt_broker.port), client_id="conf-collector",
                               backoff=Backoff(0.1, 0.5), collector_key=keys["collector"])
-        running.run(collector.run, progress_interval_s=0.05)
+        closing.append(Threaded(collector.run, progress_interval_s=0.05))
         wait_until(lambda: len(stored_jobs(store)) == COUNT and len(agent.outbox) == 0,
                    "every result stored by the real collector, and confirmed by it")
         assert stored_jobs(store) == sorted(f"job-{n}" for n in range(COUNT))
@@ -396,15 +366,15 @@ def test_forged_confirms_on_an_open_broker_lose_nothing(keys, mqtt_broker, tmp_p
         out = capsys.readouterr().out
         assert "refused confirmations: 4" in out and DEVICE in out
     finally:
-        running.close()
+        closing.close()
         store.close()
 
 
 @pytest.mark.slow
-def test_without_a_trusted_key_a_forged_confirm_makes_the_agent_forget(keys, mqtt_broker, tmp_path, running):
+def test_without_a_trusted_key_a_forged_confirm_makes_the_agent_forget(keys, mqtt_broker, tmp_path, closing):
     """The documented insecure mode (no trusted key: any job, any confirm): the audit's hole, kept
     visible so the test above shows what the key buys."""
-    agent = start_agent(running, tmp_path, mqtt_broker)
+    agent = start_agent(closing, tmp_path, mqtt_broker)
     assert agent._signature_state()["confirms"] == "any"
     attacker = Attacker(mqtt_broker)
     try:
@@ -419,7 +389,7 @@ def test_without_a_trusted_key_a_forged_confirm_makes_the_agent_forget(keys, mqt
     try:
         collector = Collector(store, BrokerSettings(mqtt_broker.host, mqtt_broker.port), client_id="conf-collector-2",
                               backoff=Backoff(0.1, 0.5), collector_key=keys["collector"])
-        running.run(collector.run, progress_interval_s=0.05)
+        closing.append(Threaded(collector.run, progress_interval_s=0.05))
         wait_until(lambda: collector.connected, "the collector to connect")
         produce(agent, 1, first=COUNT)  # a later result reaches it: the collector is listening...
         wait_until(lambda: stored_jobs(store) == [f"job-{COUNT}"] and len(agent.outbox) == 0,
@@ -427,7 +397,7 @@ def test_without_a_trusted_key_a_forged_confirm_makes_the_agent_forget(keys, mqt
         # ...but the agent holds nothing more to send: the 60 results the forged confirm named are lost.
         assert stored_jobs(store) == [f"job-{COUNT}"]
     finally:
-        running.close()
+        closing.close()
         store.close()
 
 

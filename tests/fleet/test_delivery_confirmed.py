@@ -13,15 +13,14 @@ import time
 import uuid
 
 import pytest
+from harness import Threaded, running_agent, wait_until
 from mqtt_broker import MqttBroker, mosquitto_binary
 
 from edgeopt.fleet.broker import AUTOSAVE_CHANGES
 from edgeopt.fleet.collector import Collector
 from edgeopt.fleet.store import open_store
 from edgeopt_agent import wire
-from edgeopt_agent.daemon.agent import Agent
 from edgeopt_agent.wire.backoff import Backoff
-from edgeopt_agent.daemon.config import build_config
 from edgeopt_agent.wire.broker import BrokerSettings
 
 pytestmark = pytest.mark.slow
@@ -29,19 +28,6 @@ pytestmark = pytest.mark.slow
 DEVICE = "burst-dev"
 COLLECTOR_ID = "delivery-collector"
 WAIT_S = 25.0
-
-
-class NoSensors:
-    def snapshot(self):
-        return {}
-
-
-def wait_until(predicate, what, timeout=WAIT_S):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.02)
 
 
 class MinutelyMosquitto(MqttBroker):
@@ -63,45 +49,18 @@ def broker(request, tmp_path):
     broker.kill()
 
 
-class Threaded:
-    """Runs an object's `run(stop)` on a thread, as its command would."""
-
-    def __init__(self, target, **kwargs):
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=target, args=(self.stop,), kwargs=kwargs, daemon=True)
-        self.thread.start()
-
-    def close(self):
-        self.stop.set()
-        self.thread.join(30)
-        assert not self.thread.is_alive()
-
-
-@pytest.fixture
-def running():
-    started = []
-    yield started
-    for item in reversed(started):
-        item.close()
-
-
-def start_agent(running, tmp_path, broker):
-    config = build_config({"broker": broker.address, "device_id": DEVICE, "data_dir": str(tmp_path / "agent"),
-                           "telemetry_interval": 3600.0, "reconnect_min": 0.1, "reconnect_max": 0.5,
-                           # A broker that lost the collector's session drops what arrives before
-                           # the collector subscribes again: sent again once overdue.
-                           "confirm_timeout": 2.0})
-    agent = Agent(config, sensors=NoSensors())
-    running.append(Threaded(agent.run))
-    wait_until(lambda: agent.session.connected, "the agent to connect")
+def start_agent(closing, tmp_path, broker):
+    # A broker that lost the collector's session drops what arrives before the collector subscribes again:
+    # sent again once overdue.
+    agent, _ = running_agent(closing, broker, tmp_path / "agent", DEVICE, confirm_timeout=2.0)
     return agent
 
 
-def start_collector(running, url, broker):
+def start_collector(closing, url, broker):
     collector = Collector(open_store(url), BrokerSettings(broker.host, broker.port), client_id=COLLECTOR_ID,
                           backoff=Backoff(0.1, 0.5))
     thread = Threaded(collector.run, progress_interval_s=0.05)
-    running.append(thread)
+    closing.append(thread)
     wait_until(lambda: collector.connected, "the collector to connect")
     time.sleep(0.2)  # its SUBSCRIBE is on the wire right after CONNACK
     return collector, thread
@@ -130,10 +89,10 @@ def assert_each_stored_once(path, count):
         assert db.execute("SELECT COUNT(*) FROM gaps WHERE filled_at IS NULL").fetchone() == (0,)
 
 
-def test_broker_killed_mid_burst_loses_no_result(broker, tmp_path, running):
+def test_broker_killed_mid_burst_loses_no_result(broker, tmp_path, closing):
     db_path = tmp_path / "fleet.db"
-    collector, _ = start_collector(running, f"sqlite:///{db_path}", broker)
-    agent = start_agent(running, tmp_path, broker)
+    collector, _ = start_collector(closing, f"sqlite:///{db_path}", broker)
+    agent = start_agent(closing, tmp_path, broker)
     burst = threading.Thread(target=produce, args=(agent, 0, 1000))
     burst.start()
     wait_until(lambda: len(stored_results(db_path)) >= 300, "the first results to be stored")
@@ -149,16 +108,16 @@ def test_broker_killed_mid_burst_loses_no_result(broker, tmp_path, running):
     assert collector.counters.rejected == 0
 
 
-def test_collector_away_then_broker_killed_loses_no_result(broker, tmp_path, running):
+def test_collector_away_then_broker_killed_loses_no_result(broker, tmp_path, closing):
     db_path = tmp_path / "fleet.db"
     url = f"sqlite:///{db_path}"
-    collector, first = start_collector(running, url, broker)
-    agent = start_agent(running, tmp_path, broker)
+    collector, first = start_collector(closing, url, broker)
+    agent = start_agent(closing, tmp_path, broker)
     produce(agent, 0, 200)
     wait_until(lambda: len(stored_results(db_path)) == 200 and len(agent.outbox) == 0, "200 stored and confirmed")
 
     first.close()  # the collector goes away; the broker queues for its persistent session
-    running.remove(first)
+    closing.remove(first)
     produce(agent, 200, 800)
     wait_until(lambda: agent.sender.unconfirmed == 800, "the broker to acknowledge all 800")
     assert len(agent.outbox) == 800  # acknowledged by the broker, not confirmed: kept
@@ -166,7 +125,7 @@ def test_collector_away_then_broker_killed_loses_no_result(broker, tmp_path, run
     broker.start()
     wait_until(lambda: agent.session.connected, "the agent to reconnect")
 
-    collector, _ = start_collector(running, url, broker)
+    collector, _ = start_collector(closing, url, broker)
     wait_until(lambda: len(stored_results(db_path)) >= 1000 and len(agent.outbox) == 0,
                "every result to be stored and confirmed")
     assert_each_stored_once(db_path, 1000)

@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
-from deploy_harness import QUICK_BENCH, Agent, RawClient, wait_until
+from deploy_harness import RawClient, deploy_agent
+from harness import QUICK_BENCH, wait_until
 from mqtt_broker import MqttBroker
 
 from edgeopt.cli.main import main
@@ -65,7 +66,7 @@ def boards(tmp_path_factory, key):
     (jetson-orin-nano profile, on this machine: no TensorRT unless it is installed here)."""
     workdir = tmp_path_factory.mktemp("boards")
     broker = MqttBroker(workdir / "broker").start()
-    agents = {name: Agent(broker, workdir, name, profile, trusted_key=key.public_key)
+    agents = {name: deploy_agent(broker, workdir, name, profile, trusted_key=key.public_key)
               for name, profile in (("lab-x86", "x86-64"), ("lab-jetson", "jetson-orin-nano"))}
     try:
         for agent in agents.values():
@@ -83,7 +84,7 @@ def boards(tmp_path_factory, key):
         yield broker, agents
     finally:
         for agent in agents.values():
-            agent.cleanup()
+            agent.close()
         broker.stop()
 
 

@@ -11,7 +11,7 @@ from edgeopt.deploy.mqtt import HostClient
 from edgeopt.errors import UserError
 from edgeopt_agent.wire.broker import broker_settings
 
-from deploy_harness import wait_until
+from harness import wait_until
 
 pytest.importorskip("paho.mqtt.client")
 

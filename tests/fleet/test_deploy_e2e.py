@@ -12,7 +12,8 @@ import threading
 import time
 
 import pytest
-from deploy_harness import QUICK_BENCH, Agent, RawClient, wait_until
+from deploy_harness import RawClient, deploy_agent
+from harness import QUICK_BENCH, wait_until
 from mqtt_broker import MqttBroker
 
 from edgeopt.cli.main import main
@@ -77,9 +78,9 @@ def fleet(tmp_path_factory, keys):
     stop = threading.Event()
     thread = threading.Thread(target=collector.run, args=(stop,), daemon=True)
     agents = {
-        "lab-x86": Agent(broker, workdir, "lab-x86", "x86-64", trusted_key=keys[0].public_key),
-        "lab-pi": Agent(broker, workdir, "lab-pi", "rpi5"),
-        "lab-old": Agent(broker, workdir, "lab-old", "x86-64"),
+        "lab-x86": deploy_agent(broker, workdir, "lab-x86", "x86-64", trusted_key=keys[0].public_key),
+        "lab-pi": deploy_agent(broker, workdir, "lab-pi", "rpi5"),
+        "lab-old": deploy_agent(broker, workdir, "lab-old", "x86-64"),
     }
     try:
         thread.start()
@@ -98,7 +99,7 @@ def fleet(tmp_path_factory, keys):
         stop.set()
         thread.join(20)
         for agent in agents.values():
-            agent.cleanup()
+            agent.close()
         store.close()
         broker.stop()
 

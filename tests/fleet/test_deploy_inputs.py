@@ -6,7 +6,8 @@ import threading
 
 import numpy as np
 import pytest
-from deploy_harness import QUICK_BENCH, Agent, wait_until
+from deploy_harness import deploy_agent
+from harness import QUICK_BENCH, wait_until
 from mqtt_broker import MqttBroker
 
 import model_files
@@ -27,7 +28,7 @@ def board(tmp_path_factory):
     collector = Collector(store, broker_settings(broker.address), client_id="deploy-inputs-collector")
     stop = threading.Event()
     thread = threading.Thread(target=collector.run, args=(stop,), daemon=True)
-    agent = Agent(broker, workdir, "lab-pi4", "rpi4")
+    agent = deploy_agent(broker, workdir, "lab-pi4", "rpi4")
     try:
         thread.start()
         agent.start()
@@ -37,7 +38,7 @@ def board(tmp_path_factory):
     finally:
         stop.set()
         thread.join(20)
-        agent.cleanup()
+        agent.close()
         store.close()
         broker.stop()
 

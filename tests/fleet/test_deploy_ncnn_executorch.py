@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from deploy_harness import QUICK_BENCH, Agent
+from deploy_harness import deploy_agent
+from harness import QUICK_BENCH
 from mqtt_broker import MqttBroker
 
 import model_files
@@ -31,7 +32,7 @@ def test_ncnn_and_executorch_artifacts_deploy_in_chunks_and_run_on_the_agent(tmp
     assert all(a["size_bytes"] > 4096 for a in manifest["artifacts"] if a["key"] in keys)  # several chunks each
     assert sorted(keys) == ["ncnn-fp32", "pte-fp32", "pte-int8"], manifest["failed_artifacts"]
     broker = MqttBroker(tmp_path / "broker").start()
-    agent = Agent(broker, tmp_path, "lab-pi4", "rpi4")
+    agent = deploy_agent(broker, tmp_path, "lab-pi4", "rpi4")
     try:
         agent.start()
         for key in keys:
@@ -42,5 +43,5 @@ def test_ncnn_and_executorch_artifacts_deploy_in_chunks_and_run_on_the_agent(tmp
             assert result["runtime"] == ("ncnn" if key.startswith("ncnn") else "executorch")
             assert result["output_check"]["ok"] and result["valid"], (key, result["output_check"])
     finally:
-        agent.cleanup()
+        agent.close()
         broker.stop()

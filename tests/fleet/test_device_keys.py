@@ -8,6 +8,7 @@ import os
 import stat
 
 import pytest
+from harness import NoSensors
 
 pytest.importorskip("cryptography", reason="device keys need the cryptography package (agent and fleet extras)")
 
@@ -23,11 +24,6 @@ from edgeopt_agent.message_signing import DeviceKey, MessageSignatureError, veri
 from fleet_simulator import SimulatedDevice  # noqa: E402
 
 DEVICE = "key-dev"
-
-
-class NoSensors:
-    def snapshot(self):
-        return {}
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import uuid
 
 import paho.mqtt.client as mqtt
 import pytest
+from harness import wait_until
 from mqtt_broker import MqttBroker
 
 from edgeopt.errors import UserError
@@ -26,14 +27,6 @@ def needs_offline_queueing(broker):
     if broker.kind == "amqtt":
         pytest.skip("amqtt (the embedded test broker) does not queue QoS 1 messages for an offline "
                     "persistent session; mosquitto does")
-
-
-def wait_until(predicate, timeout=WAIT_S, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.02)
 
 
 class Publisher:
@@ -86,31 +79,23 @@ class Running:
         assert not self.thread.is_alive()
 
 
-@pytest.fixture
-def cleanup():
-    items = []
-    yield items
-    for item in reversed(items):
-        item.close()
-
-
-def start(cleanup, store, broker, client_id="test-collector", **kwargs):
+def start(closing, store, broker, client_id="test-collector", **kwargs):
     running = Running(store, broker, client_id, **kwargs)
-    cleanup.append(running)
+    closing.append(running)
     return running
 
 
-def publisher(cleanup, broker):
+def publisher(closing, broker):
     pub = Publisher(broker)
-    cleanup.append(pub)
+    closing.append(pub)
     return pub
 
 
-def test_status_telemetry_and_results_are_stored_duplicates_dropped_and_gaps_filled(mqtt_broker, tmp_path, cleanup):
+def test_status_telemetry_and_results_are_stored_duplicates_dropped_and_gaps_filled(mqtt_broker, tmp_path, closing):
     store = open_store(f"sqlite:///{tmp_path}/fleet.db")
-    cleanup.append(store)
-    running = start(cleanup, store, mqtt_broker)
-    pub = publisher(cleanup, mqtt_broker)
+    closing.append(store)
+    running = start(closing, store, mqtt_broker)
+    pub = publisher(closing, mqtt_broker)
     rpi, jetson = SimulatedDevice("rpi-01", profile="rpi4"), SimulatedDevice("jetson-01", profile="jetson-orin-nano")
     telemetry = [rpi.telemetry() for _ in range(5)]
     pub.send([rpi.status(), jetson.status()])
@@ -137,11 +122,11 @@ def test_status_telemetry_and_results_are_stored_duplicates_dropped_and_gaps_fil
     assert (counters.new_gaps, counters.missing, counters.filled, counters.rejected) == (1, 1, 1, 0)
 
 
-def test_every_kind_of_bad_message_is_rejected_and_the_collector_carries_on(mqtt_broker, tmp_path, cleanup):
+def test_every_kind_of_bad_message_is_rejected_and_the_collector_carries_on(mqtt_broker, tmp_path, closing):
     store = open_store(f"sqlite:///{tmp_path}/fleet.db", max_message_bytes=64 * 1024)
-    cleanup.append(store)
-    running = start(cleanup, store, mqtt_broker)
-    pub = publisher(cleanup, mqtt_broker)
+    closing.append(store)
+    running = start(closing, store, mqtt_broker)
+    pub = publisher(closing, mqtt_broker)
     device = SimulatedDevice("rpi-01")
     sent = device.telemetry()
     good = json.loads(sent.payload)
@@ -163,11 +148,11 @@ def test_every_kind_of_bad_message_is_rejected_and_the_collector_carries_on(mqtt
     assert running.thread.is_alive()
 
 
-def test_values_the_database_cannot_hold_cost_one_message_not_the_collector(mqtt_broker, tmp_path, cleanup):
+def test_values_the_database_cannot_hold_cost_one_message_not_the_collector(mqtt_broker, tmp_path, closing):
     store = open_store(f"sqlite:///{tmp_path}/fleet.db")
-    cleanup.append(store)
-    running = start(cleanup, store, mqtt_broker)
-    pub = publisher(cleanup, mqtt_broker)
+    closing.append(store)
+    running = start(closing, store, mqtt_broker)
+    pub = publisher(closing, mqtt_broker)
     device = SimulatedDevice("rpi-01")
     first = device.telemetry()
     huge_seq = json.loads(first.payload)
@@ -186,13 +171,13 @@ def test_values_the_database_cannot_hold_cost_one_message_not_the_collector(mqtt
     assert running.thread.is_alive()
 
 
-def test_messages_sent_while_the_collector_is_down_arrive_when_it_returns(mqtt_broker, tmp_path, cleanup):
+def test_messages_sent_while_the_collector_is_down_arrive_when_it_returns(mqtt_broker, tmp_path, closing):
     needs_offline_queueing(mqtt_broker)
     url = f"sqlite:///{tmp_path}/fleet.db"
     store = open_store(url)
-    cleanup.append(store)
-    first = start(cleanup, store, mqtt_broker, client_id="collector-a")
-    pub = publisher(cleanup, mqtt_broker)
+    closing.append(store)
+    first = start(closing, store, mqtt_broker, client_id="collector-a")
+    pub = publisher(closing, mqtt_broker)
     devices = [SimulatedDevice(f"dev-{i}") for i in range(5)]
     pub.send([d.telemetry() for d in devices])
     wait_until(lambda: first.collector.counters.stored == 5, what="the first messages")
@@ -202,7 +187,7 @@ def test_messages_sent_while_the_collector_is_down_arrive_when_it_returns(mqtt_b
     pub.send(burst)  # the broker holds these for the collector's persistent session
     assert len(store.telemetry()) == 5
 
-    second = start(cleanup, store, mqtt_broker, client_id="collector-a")
+    second = start(closing, store, mqtt_broker, client_id="collector-a")
     wait_until(lambda: second.collector.counters.stored == len(burst), what="the burst")
     for device in devices:
         assert [r["seq"] for r in store.telemetry(device=device.device_id, limit=1000)] == list(range(1, 102))
@@ -227,13 +212,13 @@ class FailingStore:
         return getattr(self._store, name)
 
 
-def test_a_failed_commit_is_retried_and_nothing_is_acknowledged_before_it(mqtt_broker, tmp_path, cleanup):
+def test_a_failed_commit_is_retried_and_nothing_is_acknowledged_before_it(mqtt_broker, tmp_path, closing):
     store = open_store(f"sqlite:///{tmp_path}/fleet.db")
-    cleanup.append(store)
+    closing.append(store)
     failing = FailingStore(store)
     failing.broken.set()
-    running = start(cleanup, failing, mqtt_broker)
-    pub = publisher(cleanup, mqtt_broker)
+    running = start(closing, failing, mqtt_broker)
+    pub = publisher(closing, mqtt_broker)
     device = SimulatedDevice("rpi-01")
     pub.send([device.telemetry() for _ in range(10)])
     wait_until(lambda: failing.failures >= 2, what="failed commits")
@@ -245,34 +230,34 @@ def test_a_failed_commit_is_retried_and_nothing_is_acknowledged_before_it(mqtt_b
 
 
 def test_messages_a_collector_could_not_store_before_it_stopped_come_back_to_the_next_one(
-        mqtt_broker, tmp_path, cleanup):
+        mqtt_broker, tmp_path, closing):
     needs_offline_queueing(mqtt_broker)
     store = open_store(f"sqlite:///{tmp_path}/fleet.db")
-    cleanup.append(store)
+    closing.append(store)
     failing = FailingStore(store)
     failing.broken.set()
     first = Running(failing, mqtt_broker, "collector-b", shutdown_timeout_s=0.5)
-    pub = publisher(cleanup, mqtt_broker)
+    pub = publisher(closing, mqtt_broker)
     device = SimulatedDevice("rpi-01")
     pub.send([device.telemetry() for _ in range(10)])
     wait_until(lambda: failing.failures >= 1, what="a failed commit")
     first.close()  # gives up: nothing stored, so nothing acknowledged
     assert store.telemetry() == []
 
-    second = start(cleanup, store, mqtt_broker, client_id="collector-b")
+    second = start(closing, store, mqtt_broker, client_id="collector-b")
     wait_until(lambda: second.collector.counters.stored == 10, what="the redelivered messages")
     assert [r["seq"] for r in store.telemetry()] == list(range(1, 11))
 
 
-def test_two_collectors_in_a_share_group_split_the_messages_and_store_each_once(mqtt_broker, tmp_path, cleanup):
+def test_two_collectors_in_a_share_group_split_the_messages_and_store_each_once(mqtt_broker, tmp_path, closing):
     if not mqtt_broker.mqtt_v5:
         pytest.skip("shared subscriptions need an MQTT v5 broker; the test broker is amqtt (3.1.1 only)")
     url = f"sqlite:///{tmp_path}/fleet.db"
     stores = [open_store(url), open_store(url)]
-    cleanup.extend(stores)
-    collectors = [start(cleanup, s, mqtt_broker, client_id=f"shared-{i}", shared_group="g1")
+    closing.extend(stores)
+    collectors = [start(closing, s, mqtt_broker, client_id=f"shared-{i}", shared_group="g1")
                   for i, s in enumerate(stores)]
-    pub = publisher(cleanup, mqtt_broker)
+    pub = publisher(closing, mqtt_broker)
     devices = [SimulatedDevice(f"dev-{i}") for i in range(10)]
     messages = [d.telemetry() for _ in range(40) for d in devices]
     pub.send(messages)
@@ -284,11 +269,11 @@ def test_two_collectors_in_a_share_group_split_the_messages_and_store_each_once(
     assert stores[0].gaps(open_only=True) == []  # reordering between the two is filled in, not lost
 
 
-def test_a_shared_subscription_on_a_broker_without_mqtt_v5_is_refused(tmp_path, cleanup):
+def test_a_shared_subscription_on_a_broker_without_mqtt_v5_is_refused(tmp_path, closing):
     broker = MqttBroker(tmp_path / "broker", kind="amqtt").start()
-    cleanup.append(type("Stopper", (), {"close": lambda self: broker.stop()})())
+    closing.append(type("Stopper", (), {"close": lambda self: broker.stop()})())
     store = open_store(f"sqlite:///{tmp_path}/fleet.db")
-    cleanup.append(store)
+    closing.append(store)
     running = Running(store, broker, "shared-old", shared_group="g1")
     running.thread.join(30)
     assert isinstance(running.error, UserError) and "needs MQTT v5" in str(running.error)

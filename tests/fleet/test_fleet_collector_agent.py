@@ -12,6 +12,7 @@ import uuid
 
 import paho.mqtt.client as mqtt
 import pytest
+from harness import QUICK_BENCH, tiny_onnx
 
 from edgeopt.fleet.store import open_store
 from edgeopt_agent import wire
@@ -20,21 +21,6 @@ pytestmark = pytest.mark.slow
 
 DEVICE = "fleet-e2e-dev"
 WAIT_S = 60.0
-QUICK_BENCH = {"runs": 5, "duration_s": 0, "warmup_runs": 1, "warmup_s": 0, "idle_s": 0, "timeout_s": 60}
-
-
-def tiny_onnx() -> bytes:
-    """y = relu(x) on float[1, 4], built with the onnx helper API."""
-    from onnx import TensorProto, helper
-
-    graph = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["y"])], "tiny",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    return model.SerializeToString()
 
 
 class Process:
@@ -54,14 +40,6 @@ class Process:
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait(10)
-
-
-@pytest.fixture
-def processes():
-    started = []
-    yield started
-    for process in started:
-        process.close()
 
 
 def wait_for(read, predicate, what, process=None, timeout=WAIT_S):
@@ -100,18 +78,18 @@ def send_job(broker, envelope):
         client.loop_stop()
 
 
-def test_agent_status_telemetry_and_result_reach_the_fleet_views(mqtt_broker, tmp_path, processes):
+def test_agent_status_telemetry_and_result_reach_the_fleet_views(mqtt_broker, tmp_path, closing):
     url = f"sqlite:///{tmp_path}/fleet.db"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     collector = Process([sys.executable, "-m", "edgeopt.cli.main", "fleet", "serve", "--broker", mqtt_broker.address,
                          "--db", url, "--client-id", "e2e-collector"], tmp_path / "collector.log", env)
-    processes.append(collector)
+    closing.append(collector)
     wait_for(lambda: collector.log(), lambda text: "collecting from" in text, "the collector to start", collector)
     agent = Process([sys.executable, "-m", "edgeopt_agent.daemon", "--broker", mqtt_broker.address,
                      "--device-id", DEVICE, "--profile", "x86-64", "--data-dir", str(tmp_path / "agent"),
                      "--telemetry-interval", "0.5", "--reconnect-min", "0.5", "--reconnect-max", "1"],
                     tmp_path / "agent.log", env)
-    processes.append(agent)
+    closing.append(agent)
 
     store = open_store(url, create=False)  # the collector created it before saying "collecting from"
     try:

@@ -23,7 +23,7 @@ from typing import List, Optional
 
 import paho.mqtt.client as mqtt
 import pytest
-from deploy_harness import wait_until
+from harness import wait_until
 from mqtt_broker import MqttBroker, mosquitto_binary
 
 from edgeopt.cli.main import main

@@ -24,13 +24,12 @@ and the agent acts on them).
 from __future__ import annotations
 
 import json
-import threading
 import time
 import uuid
 
 import paho.mqtt.client as mqtt
 import pytest
-from deploy_harness import NoSensors, wait_until
+from harness import Threaded, running_agent, wait_until
 
 pytest.importorskip("cryptography", reason="signed confirmations need the cryptography package (fleet extra)")
 
@@ -40,9 +39,7 @@ from edgeopt.deploy.keys import SigningKey  # noqa: E402
 from edgeopt.fleet.collector import Collector  # noqa: E402
 from edgeopt.fleet.store import open_store  # noqa: E402
 from edgeopt_agent import wire  # noqa: E402
-from edgeopt_agent.daemon.agent import Agent  # noqa: E402
 from edgeopt_agent.message_signing import DeviceKey  # noqa: E402
-from edgeopt_agent.daemon.config import build_config  # noqa: E402
 from edgeopt_agent.wire.backoff import Backoff  # noqa: E402
 from edgeopt_agent.wire.broker import BrokerSettings  # noqa: E402
 
@@ -51,20 +48,6 @@ pytestmark = pytest.mark.slow
 DEVICE = "forge-dev"
 COUNT = 200
 WAIT_S = 60.0
-
-
-class Running:
-    """`run(stop)` of an agent or collector on a thread, stopped on request."""
-
-    def __init__(self, target):
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=target, args=(self.stop,), daemon=True)
-        self.thread.start()
-
-    def close(self):
-        self.stop.set()
-        self.thread.join(30)
-        assert not self.thread.is_alive()
 
 
 class Attacker:
@@ -110,16 +93,9 @@ def forged_copy(payload: bytes, how: str, signature: str, attacker_key=None) -> 
 
 
 def start_agent(tmp_path, broker, trusted_key):
-    config = build_config({"broker": broker.address, "device_id": DEVICE, "data_dir": str(tmp_path / "agent"),
-                           "telemetry_interval": 3600.0, "reconnect_min": 0.1, "reconnect_max": 0.5,
-                           "trusted_key": str(trusted_key),
-                           # No copy is sent again while the scenario runs: what it measures is what the
-                           # confirms make the board forget.
-                           "confirm_timeout": 3600.0})
-    agent = Agent(config, sensors=NoSensors())
-    running = Running(agent.run)
-    wait_until(lambda: agent.session.connected, "the agent to connect", WAIT_S)
-    return agent, running
+    # No copy is sent again while the scenario runs: what it measures is what the confirms make the board forget.
+    return running_agent([], broker, tmp_path / "agent", DEVICE, timeout=WAIT_S, trusted_key=str(trusted_key),
+                         confirm_timeout=3600.0)
 
 
 def produce(agent, count):
@@ -164,7 +140,7 @@ def test_copies_of_a_boards_results_make_it_lose_nothing_and_are_never_stored(br
         # The collector starts (the board's retained status introduces it), then the copies arrive.
         collector = Collector(store, BrokerSettings(broker.host, broker.port), client_id="forge-collector",
                               backoff=Backoff(0.1, 0.5), collector_key=collector_key)
-        started.append(Running(lambda stop: collector.run(stop, progress_interval_s=0.05)))
+        started.append(Threaded(collector.run, progress_interval_s=0.05))
         wait_until(lambda: any(d["device_id"] == DEVICE for d in store.devices()), "the board's status", WAIT_S)
         seen = collector.counters.stored + collector.counters.rejected + collector.counters.duplicate
         attacker_key = DeviceKey.generate() if signature == "own key" else None

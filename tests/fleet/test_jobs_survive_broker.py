@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import pytest
 from mqtt_broker import MqttBroker, mosquitto_binary
-from test_delivery_confirmed import MinutelyMosquitto, NoSensors, Threaded
-from test_delivery_confirmed import wait_until as waiting
+from harness import Threaded, running_agent, wait_until
+from test_delivery_confirmed import MinutelyMosquitto
 
 from edgeopt.deploy.api import keep_jobs
 from edgeopt.deploy.mqtt import HostClient
@@ -25,8 +25,6 @@ from edgeopt.fleet.collector import Collector
 from edgeopt.fleet.jobs import JobQueue
 from edgeopt.fleet.store import open_store
 from edgeopt_agent import wire
-from edgeopt_agent.daemon.agent import Agent
-from edgeopt_agent.daemon.config import build_config
 from edgeopt_agent.wire.backoff import Backoff
 from edgeopt_agent.wire.broker import BrokerSettings
 
@@ -34,18 +32,8 @@ DEVICE = "away-dev"
 WAIT_S = 50.0
 
 
-def wait_until(predicate, what, timeout=WAIT_S):
-    waiting(predicate, what, timeout)
-
-
 def start_agent(tmp_path, broker):
-    config = build_config({"broker": broker.address, "device_id": DEVICE, "data_dir": str(tmp_path / "agent"),
-                           "telemetry_interval": 3600.0, "reconnect_min": 0.1, "reconnect_max": 0.5,
-                           "confirm_timeout": 2.0})
-    agent = Agent(config, sensors=NoSensors())
-    running = Threaded(agent.run)
-    wait_until(lambda: agent.session.connected, "the agent to connect")
-    return agent, running
+    return running_agent([], broker, tmp_path / "agent", DEVICE, confirm_timeout=2.0)
 
 
 @dataclass
@@ -70,7 +58,7 @@ def queued_for_an_offline_board_then_broker_killed(tmp_path, broker, count, rese
         collector = Collector(store, BrokerSettings(broker.host, broker.port), client_id="away-collector",
                               backoff=Backoff(0.1, 0.5), job_resend_s=resend_s)
         started.append(Threaded(collector.run, progress_interval_s=0.05))
-        wait_until(lambda: collector.connected, "the collector to connect")
+        wait_until(lambda: collector.connected, "the collector to connect", WAIT_S)
         agent, running = start_agent(tmp_path, broker)  # once, so the broker holds a session for it
         running.close()
 
@@ -95,7 +83,7 @@ def queued_for_an_offline_board_then_broker_killed(tmp_path, broker, count, rese
             return len(answered) == count or (resend_s is None and time.monotonic() > quiet_until[0])
 
         quiet_until = [time.monotonic() + 10.0]
-        wait_until(settled, f"all {count} jobs to be answered")
+        wait_until(settled, f"all {count} jobs to be answered", WAIT_S)
         answered, results = answered_jobs(store)
         return Outcome(count, len(answered), results, collector.counters.jobs_resent)
     finally:

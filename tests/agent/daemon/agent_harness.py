@@ -1,15 +1,12 @@
-"""Test helpers: the agent as a real subprocess, and a listening MQTT client on the host side."""
+"""The daemon tests' host side: a listening MQTT client for one device, and raw job envelopes (the agent
+process, waits and the tiny model are harness.py's)."""
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
-from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.packettypes import PacketTypes
@@ -100,82 +97,6 @@ class Listener:
         self._client.disconnect()
 
 
-class AgentProcess:
-    """`python -m edgeopt_agent.daemon` against the test broker."""
-
-    def __init__(self, broker, data_dir: Path, device_id: str = "test-dev", telemetry_interval: float = 60.0,
-                 extra_args: Optional[List[str]] = None):
-        self.device_id = device_id
-        self.data_dir = Path(data_dir)
-        self.log_path = self.data_dir.parent / f"agent-{device_id}.log"
-        self.args = [
-            sys.executable, "-m", "edgeopt_agent.daemon",
-            "--broker", broker.address,
-            "--device-id", device_id,
-            "--data-dir", str(self.data_dir),
-            "--telemetry-interval", str(telemetry_interval),
-            "--reconnect-min", "0.5",
-            "--reconnect-max", "1",
-            "--log-level", "debug",
-            *(extra_args or []),
-        ]
-        self.process: Optional[subprocess.Popen] = None
-
-    def start(self) -> "AgentProcess":
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT)
-        return self
-
-    def terminate(self, timeout: float = 15.0) -> int:
-        self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(timeout)
-
-    def pause(self) -> None:
-        self.process.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        self.process.send_signal(signal.SIGCONT)
-
-    def kill(self) -> int:
-        self.process.kill()
-        return self.process.wait(10)
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def cleanup(self) -> None:
-        if self.alive():
-            self.kill()
-
-
 def job(device_id: str, body: Dict[str, Any], job_type: str = wire.BENCHMARK_JOB, seq: int = 1) -> wire.Envelope:
     """A job envelope exactly as given (no client-side validation, to send broken ones too)."""
     return wire.Envelope(device_id=device_id, seq=seq, type=job_type, body=body)
-
-
-def write_tiny_onnx(path: Path) -> str:
-    """A one-node ONNX model (y = relu(x), x: float[1, 4]) built with the onnx helper API; returns its sha256."""
-    import hashlib
-
-    import onnx
-    from onnx import TensorProto, helper
-
-    graph = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["y"])],
-        "tiny",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-# Quick benchmark settings for tests: a few runs, no idle-power baseline.
-QUICK_BENCH = {"runs": 5, "duration_s": 0, "warmup_runs": 1, "warmup_s": 0, "idle_s": 0, "timeout_s": 60}

@@ -5,7 +5,8 @@ import sys
 import time
 
 import pytest
-from agent_harness import AgentProcess, Listener, write_tiny_onnx
+from agent_harness import Listener
+from harness import AgentProcess, wait_until, write_tiny_onnx
 
 from edgeopt_agent import wire
 from edgeopt_agent.bench.leftovers import RECORD_FILE, process_start
@@ -33,16 +34,6 @@ def benchmark_children():
     return found
 
 
-def wait_until(predicate, timeout, step=0.02):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    return predicate()
-
-
 def test_killed_agent_takes_its_benchmark_child_along(mqtt_broker, tmp_path):
     data_dir = tmp_path / "agent-data"
     sha = write_tiny_onnx(data_dir / "models" / "tiny.onnx")
@@ -57,14 +48,14 @@ def test_killed_agent_takes_its_benchmark_child_along(mqtt_broker, tmp_path):
                                      timeout_s=120)
         listener.send_job(job.encode())
         record = data_dir / RECORD_FILE
-        assert wait_until(record.exists, 30), "the agent never noted a benchmark child"
+        assert wait_until(record.exists, "the agent to note a benchmark child", 30)
         note = json.loads(record.read_text())
         assert note["pid"] in benchmark_children()
 
         first.kill()
         began = time.monotonic()
-        assert wait_until(lambda: note["pid"] not in benchmark_children(), 2.0), \
-            "the benchmark child outlived the killed agent by more than 2 s"
+        assert wait_until(lambda: note["pid"] not in benchmark_children(),
+                          "the benchmark child to go with the killed agent (within 2 s)", 2.0)
         gone_after = time.monotonic() - began
 
         second = AgentProcess(mqtt_broker, data_dir, DEVICE).start()  # the job is still open: it runs again
@@ -76,17 +67,17 @@ def test_killed_agent_takes_its_benchmark_child_along(mqtt_broker, tmp_path):
                 return None
             return seen if (seen["pid"], seen["start"]) != (note["pid"], note["start"]) else None
 
-        rerun = wait_until(new_note, 30)
+        rerun = wait_until(new_note, "the restarted agent to run the job again", 30)
         assert rerun, "the restarted agent never ran the job again"
         assert set(benchmark_children()) - already == {rerun["pid"]}  # only the re-run measures
         body = listener.wait_for("results", lambda e: e["body"]["job_id"] == "long", timeout=60)["body"]
         assert body["ok"] is True, body["error"]
-        assert wait_until(lambda: not record.exists(), 10)  # the note goes with the child
+        assert wait_until(lambda: not record.exists(), "the note to go with the child", 10)
         assert "was still running" not in second.log()  # nothing had to be reaped
         print(f"benchmark child gone {gone_after * 1000:.0f} ms after kill -9 of the agent")
         assert process_start(note["pid"]) != note["start"]
     finally:
         for agent in (first, second):
             if agent is not None:
-                agent.cleanup()
+                agent.close()
         listener.close()

@@ -3,7 +3,8 @@ import sqlite3
 import time
 
 import pytest
-from agent_harness import QUICK_BENCH, AgentProcess, Listener, job, write_tiny_onnx
+from agent_harness import Listener, job
+from harness import QUICK_BENCH, AgentProcess, FleetKey, write_tiny_onnx
 from mqtt_broker import MqttBroker
 
 from edgeopt_agent import wire
@@ -18,31 +19,15 @@ def data_dir(tmp_path):
     return tmp_path / "agent-data"
 
 
-@pytest.fixture
-def agents():
-    started = []
-    yield started
-    for agent in started:
-        agent.cleanup()
-
-
-@pytest.fixture
-def listeners():
-    opened = []
-    yield opened
-    for listener in opened:
-        listener.close()
-
-
-def start_agent(agents, broker, data_dir, **kwargs):
+def start_agent(closing, broker, data_dir, **kwargs):
     agent = AgentProcess(broker, data_dir, DEVICE, **kwargs).start()
-    agents.append(agent)
+    closing.append(agent)
     return agent
 
 
-def listen(listeners, broker):
+def listen(closing, broker):
     listener = Listener(broker, DEVICE)
-    listeners.append(listener)
+    closing.append(listener)
     return listener
 
 
@@ -62,9 +47,9 @@ def unique_by_id(envelopes):
     return list(seen.values())
 
 
-def test_online_status_then_offline_on_sigterm_without_a_will(mqtt_broker, data_dir, agents, listeners):
-    listener = listen(listeners, mqtt_broker)
-    agent = start_agent(agents, mqtt_broker, data_dir)
+def test_online_status_then_offline_on_sigterm_without_a_will(mqtt_broker, data_dir, closing):
+    listener = listen(closing, mqtt_broker)
+    agent = start_agent(closing, mqtt_broker, data_dir)
     online = listener.wait_for("status", is_state("online"))
     assert online["device_id"] == DEVICE and online["schema"] == wire.SCHEMA_VERSION
     assert online["body"]["mqtt_protocol"] == ("5" if mqtt_broker.mqtt_v5 else "3.1.1")
@@ -76,13 +61,13 @@ def test_online_status_then_offline_on_sigterm_without_a_will(mqtt_broker, data_
     time.sleep(1.0)  # a Will would be published at once when the connection closes
     assert [e["body"]["reason"] for e in listener.of("status")] == ["connected", "shutdown"]
 
-    late = listen(listeners, mqtt_broker)  # the offline status is retained for whoever asks later
+    late = listen(closing, mqtt_broker)  # the offline status is retained for whoever asks later
     assert late.wait_for("status")["id"] == offline["id"]
 
 
-def test_last_will_marks_a_killed_agent_offline(mqtt_broker, data_dir, agents, listeners):
-    listener = listen(listeners, mqtt_broker)
-    agent = start_agent(agents, mqtt_broker, data_dir)
+def test_last_will_marks_a_killed_agent_offline(mqtt_broker, data_dir, closing):
+    listener = listen(closing, mqtt_broker)
+    agent = start_agent(closing, mqtt_broker, data_dir)
     online = listener.wait_for("status", is_state("online"))
     agent.kill()
     will = listener.wait_for("status", is_state("offline"))
@@ -90,9 +75,9 @@ def test_last_will_marks_a_killed_agent_offline(mqtt_broker, data_dir, agents, l
     assert will["seq"] > online["seq"]  # so a collector ordering by seq believes the Will
 
 
-def test_telemetry_reports_the_board(mqtt_broker, data_dir, agents, listeners):
-    listener = listen(listeners, mqtt_broker)
-    start_agent(agents, mqtt_broker, data_dir, telemetry_interval=0.3, extra_args=["--profile", "x86-64"])
+def test_telemetry_reports_the_board(mqtt_broker, data_dir, closing):
+    listener = listen(closing, mqtt_broker)
+    start_agent(closing, mqtt_broker, data_dir, telemetry_interval=0.3, extra_args=["--profile", "x86-64"])
     connected = listener.wait_for("telemetry", lambda e: e["body"]["agent"]["mqtt"]["connected"])
     listener.wait_for("telemetry", lambda e: e["seq"] >= 2)  # the connected one may be the first
     first, second = listener.of("telemetry")[:2]
@@ -106,10 +91,10 @@ def test_telemetry_reports_the_board(mqtt_broker, data_dir, agents, listeners):
     assert "watts" in body["power"] and "source" in body["power"]
 
 
-def test_benchmark_jobs_round_trip_and_bad_input_leaves_the_agent_running(mqtt_broker, data_dir, agents, listeners):
+def test_benchmark_jobs_round_trip_and_bad_input_leaves_the_agent_running(mqtt_broker, data_dir, closing):
     sha = write_tiny_onnx(data_dir / "models" / "tiny.onnx")
-    listener = listen(listeners, mqtt_broker)
-    agent = start_agent(agents, mqtt_broker, data_dir)
+    listener = listen(closing, mqtt_broker)
+    agent = start_agent(closing, mqtt_broker, data_dir)
     listener.wait_for("status", is_state("online"))
 
     good = wire.benchmark_job(DEVICE, 1, "good", sha, "onnx", path="models/tiny.onnx", **QUICK_BENCH)
@@ -147,9 +132,9 @@ def test_benchmark_jobs_round_trip_and_bad_input_leaves_the_agent_running(mqtt_b
     assert "NO TRUSTED KEY" in agent.log() and "without checking who sent it" in agent.log()  # said loudly
 
 
-def test_broker_outage_loses_no_telemetry(mqtt_broker, data_dir, agents, listeners):
-    listener = listen(listeners, mqtt_broker)
-    agent = start_agent(agents, mqtt_broker, data_dir, telemetry_interval=0.1)
+def test_broker_outage_loses_no_telemetry(mqtt_broker, data_dir, closing):
+    listener = listen(closing, mqtt_broker)
+    agent = start_agent(closing, mqtt_broker, data_dir, telemetry_interval=0.1)
     before = listener.wait_for("telemetry", lambda e: e["seq"] >= 3)["seq"]
     if not mqtt_broker.mqtt_v5:
         # amqtt keeps nothing on stop: what it acknowledged but had not yet passed on would be
@@ -174,9 +159,9 @@ def test_broker_outage_loses_no_telemetry(mqtt_broker, data_dir, agents, listene
     assert_contiguous(seqs)
 
 
-def test_restart_with_a_full_outbox_sends_everything(mqtt_broker, data_dir, agents, listeners):
+def test_restart_with_a_full_outbox_sends_everything(mqtt_broker, data_dir, closing):
     mqtt_broker.stop()
-    first = start_agent(agents, mqtt_broker, data_dir, telemetry_interval=0.1)
+    first = start_agent(closing, mqtt_broker, data_dir, telemetry_interval=0.1)
     # Until five telemetry messages wait in the outbox, however slowly this machine (or an emulated
     # aarch64) runs the agent: a fixed sleep failed 3 of 3 under qemu.
     deadline = time.monotonic() + 120
@@ -189,8 +174,8 @@ def test_restart_with_a_full_outbox_sends_everything(mqtt_broker, data_dir, agen
     assert queued >= 5
 
     mqtt_broker.start()
-    listener = listen(listeners, mqtt_broker)
-    start_agent(agents, mqtt_broker, data_dir, telemetry_interval=0.5)
+    listener = listen(closing, mqtt_broker)
+    start_agent(closing, mqtt_broker, data_dir, telemetry_interval=0.5)
     listener.wait_for("telemetry", lambda e: e["seq"] > queued + 1, timeout=30)
     seqs = sorted(e["seq"] for e in unique_by_id(listener.of("telemetry")))
     assert seqs[0] == 1  # the oldest message measured before the restart
@@ -205,12 +190,12 @@ def _queued_telemetry(data_dir) -> int:
         return 0
 
 
-def test_mqtt_3_1_1_fallback_when_the_broker_refuses_v5(tmp_path, data_dir, agents, listeners):
+def test_mqtt_3_1_1_fallback_when_the_broker_refuses_v5(tmp_path, data_dir, closing):
     pytest.importorskip("amqtt", reason="the MQTT 3.1.1-only broker amqtt is not installed")
     broker = MqttBroker(tmp_path / "amqtt", kind="amqtt").start()
     try:
-        listener = listen(listeners, broker)
-        agent = start_agent(agents, broker, data_dir, telemetry_interval=0.3)
+        listener = listen(closing, broker)
+        agent = start_agent(closing, broker, data_dir, telemetry_interval=0.3)
         online = listener.wait_for("status", is_state("online"))
         assert online["body"]["mqtt_protocol"] == "3.1.1"
         telemetry = listener.wait_for("telemetry", lambda e: e["body"]["agent"]["mqtt"]["connected"])
@@ -220,37 +205,24 @@ def test_mqtt_3_1_1_fallback_when_the_broker_refuses_v5(tmp_path, data_dir, agen
         assert agent.terminate() == 0
         listener.wait_for("status", is_state("offline", "shutdown"))
     finally:
-        for listener in listeners:
-            listener.close()
-        listeners.clear()
+        closing.close()  # the agent and the listener, before their broker
         broker.stop()
 
 
 def test_a_signed_job_runs_once_even_across_a_restart_and_only_on_the_device_it_names(
-        mqtt_broker, data_dir, agents, listeners, tmp_path):
-    ed25519 = pytest.importorskip("cryptography.hazmat.primitives.asymmetric.ed25519",
-                                  reason="signed jobs need the cryptography package (agent extra)")
-    serialization = pytest.importorskip("cryptography.hazmat.primitives.serialization")
-    import base64
-
-    from edgeopt_agent import signing
-
-    private = ed25519.Ed25519PrivateKey.generate()
-    public = tmp_path / "fleet.pub"
-    public.write_bytes(private.public_key().public_bytes(serialization.Encoding.PEM,
-                                                         serialization.PublicFormat.SubjectPublicKeyInfo))
-    key_id = signing.load_public_key(public).key_id
-
-    def sign(body):
-        return wire.Signature("ed25519", key_id, base64.b64encode(private.sign(signing.job_statement(body))).decode())
+        mqtt_broker, data_dir, closing, tmp_path):
+    pytest.importorskip("cryptography.hazmat.primitives.asymmetric.ed25519",
+                        reason="signed jobs need the cryptography package (agent extra)")
+    fleet = FleetKey(tmp_path)
+    public, sign = fleet.public_path, fleet.sign_job
 
     sha = write_tiny_onnx(data_dir / "models" / "tiny.onnx")
     body = wire.benchmark_body("signed-1", sha, "onnx", path="models/tiny.onnx",
                                    target=wire.JobTarget((DEVICE,)), signer=sign, **QUICK_BENCH)
     for_b = wire.benchmark_body("for-b", sha, "onnx", path="models/tiny.onnx",
                                     target=wire.JobTarget(("other-dev",)), signer=sign, **QUICK_BENCH)
-    listener = listen(listeners, mqtt_broker)
-    agent = start_agent(agents, mqtt_broker, data_dir, extra_args=["--trusted-key", str(public)])
+    listener = listen(closing, mqtt_broker)
+    agent = start_agent(closing, mqtt_broker, data_dir, extra_args=["--trusted-key", str(public)])
     listener.wait_for("status", is_state("online"))
 
     def send(body):
@@ -265,7 +237,7 @@ def test_a_signed_job_runs_once_even_across_a_restart_and_only_on_the_device_it_
     assert agent.terminate() == 0
     listener.wait_for("status", is_state("offline", "shutdown"))
 
-    agent = start_agent(agents, mqtt_broker, data_dir, extra_args=["--trusted-key", str(public)])
+    agent = start_agent(closing, mqtt_broker, data_dir, extra_args=["--trusted-key", str(public)])
     again = send(body)  # queued in the agent's persistent session until it is back
     assert again["ok"] is False and again["error"]["kind"] == "replayed"  # the restart forgot nothing
     assert agent.terminate() == 0

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from agent_harness import QUICK_BENCH, write_tiny_onnx
+from harness import QUICK_BENCH, write_tiny_onnx
 
 from edgeopt_agent import wire
 

@@ -4,7 +4,8 @@ import hashlib
 import json
 
 import pytest
-from agent_harness import QUICK_BENCH, job, write_tiny_onnx
+from agent_harness import job
+from harness import QUICK_BENCH, write_tiny_onnx
 
 from edgeopt_agent import wire
 from edgeopt_agent.daemon.config import build_config

@@ -4,6 +4,7 @@ import json
 import sqlite3
 
 import pytest
+from harness import NoSensors
 
 from edgeopt_agent import wire
 from edgeopt_agent.daemon.agent import Agent
@@ -15,11 +16,6 @@ from edgeopt_agent.errors import UserError
 
 DEVICE = "caps-dev"
 MiB = 1024 * 1024
-
-
-class NoSensors:
-    def snapshot(self):
-        return {}
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from agent_harness import QUICK_BENCH, write_tiny_onnx
+from harness import QUICK_BENCH, wait_until, write_tiny_onnx
 
 from edgeopt_agent import wire
 from edgeopt_agent.wire.backoff import Backoff
@@ -19,13 +19,6 @@ from edgeopt_agent.daemon.store import STATE_FILE, Store
 from edgeopt_agent.daemon.worker import JobWorker
 
 DEVICE = "dev-1"
-
-
-def wait_for(predicate, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 class FailingInbox(Inbox):
@@ -65,7 +58,7 @@ def run_worker(store, inbox, outbox, data_dir):
     worker = JobWorker(store, inbox, outbox, JobHandler(DEVICE, data_dir), backoff=Backoff(0.01, 0.01))
     worker.start()
     worker.notify()
-    wait_for(lambda: len(outbox) == 1)
+    wait_until(lambda: len(outbox) == 1)
     worker.stop()
     return worker, json.loads(outbox.pending()[0].payload)["body"]
 

@@ -14,7 +14,8 @@ import random
 import time
 
 import pytest
-from agent_harness import QUICK_BENCH, AgentProcess, Listener, write_tiny_onnx
+from agent_harness import Listener
+from harness import QUICK_BENCH, AgentProcess, write_tiny_onnx
 from hostile_payloads import hostile_payloads, oversized
 
 from edgeopt_agent import wire
@@ -142,5 +143,5 @@ def test_a_real_agent_answers_hostile_messages_and_keeps_serving(mqtt_broker, tm
         assert agent.alive()
         assert "Traceback" not in agent.log()
     finally:
-        agent.cleanup()
+        agent.close()
         listener.close()

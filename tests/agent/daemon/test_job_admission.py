@@ -3,13 +3,12 @@ is signed by that key, fresh, addressed to it, new to it, and not a rollback of 
 
 Most jobs here name a model file the board does not have: an answer `missing_artifact` shows the
 job got past every admission check to the artifact, without the cost of a benchmark."""
-import base64
 import json
 import logging
 import time
 
 import pytest
-from agent_harness import QUICK_BENCH, write_tiny_onnx
+from harness import QUICK_BENCH, FleetKey, write_tiny_onnx
 
 from edgeopt_agent import signing, wire
 from edgeopt_agent.daemon.admission import CLOCK_MARK, COPY_FILE, Admission, JobLedger
@@ -25,24 +24,10 @@ SHA = "ab" * 32
 ADMITTED = "missing_artifact"  # the first check after admission
 
 
-class Fleet:
-    """The fleet's private key, and the public key an agent trusts."""
-
-    def __init__(self, folder):
-        self.private = ed25519.Ed25519PrivateKey.generate()
-        path = folder / "fleet.pub"
-        path.write_bytes(self.private.public_key().public_bytes(serialization.Encoding.PEM,
-                                                                serialization.PublicFormat.SubjectPublicKeyInfo))
-        self.trusted = signing.load_public_key(path)
-
-    def sign_job(self, body) -> wire.Signature:
-        value = self.private.sign(signing.job_statement(body))
-        return wire.Signature("ed25519", self.trusted.key_id, base64.b64encode(value).decode())
-
-
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    return Fleet(tmp_path_factory.mktemp("keys"))
+    """The fleet's private key, and the public key an agent trusts."""
+    return FleetKey(tmp_path_factory.mktemp("keys"))
 
 
 class Board:

@@ -3,7 +3,7 @@ import io
 import zipfile
 
 import numpy as np
-from agent_harness import QUICK_BENCH, write_tiny_onnx
+from harness import QUICK_BENCH, write_tiny_onnx
 
 from edgeopt_agent import wire
 from edgeopt_agent.daemon.jobs import JobHandler

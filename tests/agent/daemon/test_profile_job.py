@@ -4,7 +4,7 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-from agent_harness import QUICK_BENCH, write_tiny_onnx
+from harness import QUICK_BENCH, write_tiny_onnx
 
 from edgeopt_agent import wire
 from edgeopt_agent.bench import BenchmarkSpec

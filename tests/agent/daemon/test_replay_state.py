@@ -4,14 +4,14 @@ The record (job ids seen, the last release of each model, the latest time seen) 
 agent.db and in replay-state.json beside it; either restores the other at start. Jobs here name a
 model file the board does not have: `missing_artifact` shows a job got past every admission check.
 """
-import base64
 import json
 import logging
 import time
 
 import pytest
+from harness import FleetKey
 
-from edgeopt_agent import signing, wire
+from edgeopt_agent import wire
 from edgeopt_agent.daemon.admission import COPY_FILE, Admission, JobLedger
 from edgeopt_agent.daemon.jobs import JobHandler
 from edgeopt_agent.daemon.store import STATE_FILE, Store
@@ -31,23 +31,13 @@ QUICK = {"runs": 1, "duration_s": 0.0, "warmup_runs": 0, "warmup_s": 0.0}
 
 @pytest.fixture(scope="module")
 def fleet_key(tmp_path_factory):
-    private = ed25519.Ed25519PrivateKey.generate()
-    path = tmp_path_factory.mktemp("keys") / "fleet.pub"
-    path.write_bytes(private.public_key().public_bytes(serialization.Encoding.PEM,
-                                                       serialization.PublicFormat.SubjectPublicKeyInfo))
-    return private, signing.load_public_key(path)
+    return FleetKey(tmp_path_factory.mktemp("keys"))
 
 
 def signed_job(fleet_key, job_id, issued_at, lifetime_s=DAY, release=None, **options):
-    private, trusted = fleet_key
-
-    def sign(body):
-        value = private.sign(signing.job_statement(body))
-        return wire.Signature("ed25519", trusted.key_id, base64.b64encode(value).decode())
-
     return wire.benchmark_body(job_id, SHA, "onnx", path="models/none.onnx", size=10,
                                target=wire.JobTarget((DEVICE,), None), issued_at=issued_at, lifetime_s=lifetime_s,
-                               release=release, signer=sign, **dict(QUICK, **options))
+                               release=release, signer=fleet_key.sign_job, **dict(QUICK, **options))
 
 
 class Board:
@@ -82,7 +72,7 @@ class Board:
 
 @pytest.fixture
 def board(tmp_path, fleet_key):
-    board = Board(tmp_path / "data", fleet_key[1])
+    board = Board(tmp_path / "data", fleet_key.trusted)
     yield board
     if board.store is not None:
         board.store.close()

@@ -1,6 +1,5 @@
 """The agent's side of deploy, in-process: chunked artifacts asked for, received and run; signatures
 checked before a byte of the artifact is fetched; artifacts downloaded by URL."""
-import base64
 import functools
 import hashlib
 import http.server
@@ -11,7 +10,7 @@ import threading
 import time
 
 import pytest
-from agent_harness import QUICK_BENCH
+from harness import QUICK_BENCH, FleetKey, wait_until
 
 from edgeopt_agent import signing, wire
 from edgeopt_agent.daemon.admission import Admission
@@ -66,24 +65,11 @@ def data_dir(tmp_path):
     return tmp_path / "agent-data"
 
 
-class Keys:
-    def __init__(self, folder, name):
-        serialization = crypto("serialization")
-        self.private = crypto("asymmetric.ed25519").Ed25519PrivateKey.generate()
-        self.public_path = folder / f"{name}.pub"
-        self.public_path.write_bytes(self.private.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
-        self.trusted = signing.load_public_key(self.public_path)
-
-    def sign_job(self, body) -> wire.Signature:
-        value = self.private.sign(signing.job_statement(body))
-        return wire.Signature("ed25519", self.trusted.key_id, base64.b64encode(value).decode())
-
-
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory):
     folder = tmp_path_factory.mktemp("keys")
-    return Keys(folder, "trusted"), Keys(folder, "other")
+    crypto("asymmetric.ed25519")
+    return FleetKey(folder, "trusted"), FleetKey(folder, "other")
 
 
 def chunked_job(model, job_id="j1", signer=None, meta=META, **bench):
@@ -126,13 +112,6 @@ class Agent:
         self._thread.join(timeout)
         assert not self._thread.is_alive(), "the job did not finish"
         return self.answer
-
-
-def wait_for(predicate, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def artifacts_in(data_dir):
@@ -179,7 +158,7 @@ def test_after_a_restart_the_worker_asks_for_what_is_still_missing(model, data_d
     after.start_job(job)
     _, plan, _, _ = model
     missing = [i for i in range(plan.count) if i not in (0, 2)]
-    wait_for(lambda: after.requests)
+    wait_until(lambda: after.requests)
     assert [r["missing"] for r in after.requests] == [missing]
     for index in missing:
         after.transfers.chunk_arrived(chunk_payload(model, index))
@@ -196,7 +175,7 @@ def test_a_damaged_stored_artifact_is_asked_for_again(model, data_dir):
     agent.transfers.job_arrived(job.encode())
     assert agent.requests[0]["missing"] == []  # judged by its name on arrival...
     agent.start_job(job)
-    wait_for(lambda: len(agent.requests) == 2)  # ...and by its sha256 before use
+    wait_until(lambda: len(agent.requests) == 2)  # ...and by its sha256 before use
     assert agent.requests[1]["missing"] == list(range(plan.count))
     for index in range(plan.count):
         agent.transfers.chunk_arrived(chunk_payload(model, index))
@@ -221,7 +200,7 @@ def test_a_chunk_that_is_not_the_listed_one_is_dropped_and_asked_for_again(model
     agent.transfers.job_arrived(job.encode())
     agent.start_job(job)
     agent.transfers.chunk_arrived(chunk_payload(model, 0, data=b"\x00" * CHUNK))
-    wait_for(lambda: len(agent.requests) == 2)
+    wait_until(lambda: len(agent.requests) == 2)
     assert agent.requests[1]["missing"] == [0] and agent.requests[1]["request_id"] == job.id
     for index in range(model[1].count):
         agent.transfers.chunk_arrived(chunk_payload(model, index))
