@@ -69,7 +69,7 @@ def test_a_focus_stem_exports_to_ncnn_and_runs_the_same_values(tmp_path):
     """The reported failure: pnnx left the stem's slices as Tensor.slice, which ncnn has no layer for."""
     pytest.importorskip("pnnx")
     ncnn = pytest.importorskip("ncnn")
-    from edgeopt_agent.runners.ncnn_runner import NcnnRunner
+    from edgeopt_agent.runners.ncnn.runner import NcnnRunner
     from edgeopt_converters.passes.base import StepContext
     from edgeopt_converters.passes.export_ncnn import ExportNcnn
 
