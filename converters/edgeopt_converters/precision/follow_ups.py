@@ -12,8 +12,8 @@ from .. import accuracy as acc
 from ..context import ConversionContext
 from ..manifest_build import ArtifactRecord
 from ..progress import ProgressReporter
-from ..recipe import PlannedArtifact, architecture_variants, tflite_dynamic_variant
-from .architecture import classify
+from ..recipe import PlannedArtifact, tflite_dynamic_variant
+from .architecture import architecture_variants, classify
 from ..phase_clock import SEARCH
 from .data_bound import data_bound
 from .mixed_precision import search_mixed_precision

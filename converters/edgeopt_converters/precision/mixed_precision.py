@@ -313,10 +313,11 @@ def _sensitivity_stage(ctx: ConversionContext, search: _Search, ranked, candidat
 def _quantize(ctx: ConversionContext, attempt, prepared: Path, trial: Path, cache: Path,
               calibrated_ops: Optional[Tuple[str, ...]] = None) -> Dict[str, Any]:
     """Quantize with the ranges cached for the attempt's calibrator (each calibrator runs at most once,
-    over the tensors of `calibrated_ops`, the search's own op types, whatever the attempt quantizes)."""
-    from ..passes.quantize_onnx import QuantizeOnnxStatic
+    over the tensors of `calibrated_ops`, the search's own op types, whatever the attempt quantizes),
+    through the registered step: it calibrates into `cache` when that holds nothing yet."""
+    from ..passes.base import StepCall
+    from ..passes.quantize_onnx import ALL_OPS, QuantizeOnnxStatic
 
-    step_ctx = ctx.step_context(calibration_cache=cache)
-    if not cache.is_file():
-        QuantizeOnnxStatic(replace(attempt.int8, op_types=calibrated_ops)).calibrate(step_ctx, prepared, cache)
-    return QuantizeOnnxStatic(attempt.int8).run(step_ctx, prepared, trial).info
+    options = replace(attempt.int8, calibrated_op_types=calibrated_ops or ALL_OPS)
+    step = StepCall(QuantizeOnnxStatic.name, options).build()
+    return step.run(ctx.step_context(calibration_cache=cache), prepared, trial).info
