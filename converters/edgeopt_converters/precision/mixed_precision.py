@@ -196,7 +196,7 @@ def search_mixed_precision(ctx: ConversionContext, record, prepared: Path, valid
         report["stopped"] = (f"--time-budget {ctx.options.time_budget:g} s reached after {len(search.seconds)} "
                              f"attempts of about {statistics.median(search.seconds or [0]):.0f} s")
         may_find = "a split judged ok" if search.failed else "a split that keeps more in INT8"
-        ctx.warnings.append(f"{item.key}: mixed precision stopped at the time budget ({report['stopped']}); "
+        ctx.warn(f"{item.key}: mixed precision stopped at the time budget ({report['stopped']}); "
                             f"a larger --time-budget may find {may_find}")
     if search.best is not record:
         os.replace(search.best_path, target)
@@ -210,7 +210,7 @@ def search_mixed_precision(ctx: ConversionContext, record, prepared: Path, valid
     if best.accuracy.verdict != acc.OK:
         report["result"] = no_split_found(search, len(candidates))
         within = " in the attempts the time budget allowed" if search.out_of_time else ""
-        ctx.warnings.append(f"{item.key}: mixed precision found no split judged ok{within}; the best is "
+        ctx.warn(f"{item.key}: mixed precision found no split judged ok{within}; the best is "
                             f"{best.accuracy.verdict} ({best.accuracy.reason})")
     else:
         method = best.planned.int8.calibrate_method
@@ -219,7 +219,7 @@ def search_mixed_precision(ctx: ConversionContext, record, prepared: Path, valid
         if best.planned.int8.op_types != item.int8.op_types:
             how += ", only " + "/".join(best.planned.int8.op_types) + " in INT8"
         report["result"] = f"{best.accuracy.verdict}: {how}"
-        ctx.notes.append(f"{item.key}: whole-graph INT8 was {record.accuracy.verdict} ({record.accuracy.reason}); {how} make it "
+        ctx.note(f"{item.key}: whole-graph INT8 was {record.accuracy.verdict} ({record.accuracy.reason}); {how} make it "
                          f"{best.accuracy.verdict}" + (f": {', '.join(floats)}" if floats else ""))
     best.info["mixed_precision"] = report
     best.info["float_nodes"] = floats
