@@ -4,7 +4,7 @@ from __future__ import annotations
 import platform
 from pathlib import Path
 
-from edgeopt_converters.precision.host_int8 import cpu_flags
+from edgeopt_agent.cpu_check import cpu_flags
 
 # The flags that decide which INT8 kernels onnxruntime runs (and so what a benchmark measured).
 INT8_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8")

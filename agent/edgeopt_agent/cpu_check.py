@@ -98,6 +98,13 @@ def _read(path: Path) -> Optional[str]:
         return None
 
 
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> FrozenSet[str]:
+    """This machine's first CPU's feature flags as the kernel lists them (empty where there is no
+    /proc, or it lists none): what the host's INT8 kernels and its timing evidence depend on."""
+    text = _read(cpuinfo)
+    return (_features(text) if text is not None else None) or frozenset()
+
+
 def _features(cpuinfo: str) -> Optional[FrozenSet[str]]:
     """The first CPU's flags (x86 `flags`, ARM `Features`; a big.LITTLE board lists the same for all);
     None where cpuinfo lists none (some virtual and emulated kernels): unchecked, not lacking."""

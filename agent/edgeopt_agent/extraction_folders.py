@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import List, Optional, Union
 
-from .bench.leftovers import boot_id, process_start
+from .processes import boot_id, process_start
 
 log = logging.getLogger(__name__)
 _UNKNOWN = "x"

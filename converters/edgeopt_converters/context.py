@@ -66,6 +66,60 @@ class ConversionContext:
     # threads and samples per run for the reference, calibration and validation (set with the reference)
     accuracy_runs: AccuracyRuns = field(default_factory=lambda: AccuracyRuns(1, 1))
 
+    # --- what a conversion records: every write to the context goes through one of these ---------------
+
+    def note(self, *lines: str) -> None:
+        self.notes.extend(lines)
+
+    def warn(self, *lines: str) -> None:
+        self.warnings.extend(lines)
+
+    def fail(self, *entries: Dict[str, Any]) -> None:
+        """Artifacts that could not be built or run, with why (the manifest's `failed_artifacts`)."""
+        self.failed.extend(entries)
+
+    def record_built(self, key: str, path: Path, info: Dict[str, Any]) -> None:
+        """An artifact built (or taken from a repair) into `path`, with its build's facts."""
+        self.built[key] = path
+        if "dynamic_batch" in info:
+            self.dynamic_batch = bool(info["dynamic_batch"])
+
+    def forget_built(self, key: str) -> None:
+        self.built.pop(key, None)
+
+    def keep_prebuilt(self, key: str, path: Path, facts: Dict[str, Any]) -> None:
+        """A file a repair built for the artifact `key`, taken when that artifact is built."""
+        self.prebuilt[key] = (path, facts)
+
+    def take_prebuilt(self, key: str) -> Optional[Tuple[Path, Dict[str, Any]]]:
+        return self.prebuilt.pop(key, None)
+
+    def count_refusal(self, key: str) -> None:
+        self.refusals[key] = self.refusals.get(key, 0) + 1
+
+    def judging_for(self, decide: Callable[[], Judging]) -> Judging:
+        """How outputs are judged: decided once, by the first artifact judged."""
+        if self.judging is None:
+            self.judging = decide()
+        return self.judging
+
+    def streamed_reference_for(self, stream: Callable[[], List[np.ndarray]]) -> List[np.ndarray]:
+        """The FP32 model's outputs streamed through its states: computed once, on first use."""
+        if "outputs" not in self.streamed_reference:
+            self.streamed_reference["outputs"] = stream()
+        return self.streamed_reference["outputs"]
+
+    def take_reference(self, runs: AccuracyRuns, predict: Callable[[Dict[str, np.ndarray]], Sequence[np.ndarray]],
+                       evaluation: Dataset, outputs: List[np.ndarray]) -> None:
+        """The FP32 reference: how it runs, the evaluation data it ran on and its outputs there."""
+        self.accuracy_runs, self.reference_predict = runs, predict
+        self.evaluation, self.reference = evaluation, outputs
+
+    def extend_reference(self, evaluation: Dataset, added: List[np.ndarray]) -> None:
+        """More evaluation data, and the reference's outputs on the samples added."""
+        self.reference = [np.concatenate([old, new]) for old, new in zip(self.reference, added)]
+        self.evaluation = evaluation
+
     def seconds_left(self) -> float:
         """Of --time-budget, which the search and repairs spend (infinite without one): exports, the
         reference and the first verdicts do not count against it."""

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 from edgeopt_agent.errors import UserError
 from edgeopt_agent.files import write_atomically
 from edgeopt_agent import runtimes
-from edgeopt_agent.runtimes import PRECISIONS
+from edgeopt_agent.wire.bench_options import BenchOptions, as_json
 
 FILE_NAME = "manifest.json"
 SCHEMA_PREFIX = "edgeopt.manifest/"
@@ -167,19 +167,26 @@ def bench_inputs(entry: Mapping[str, Any]) -> Optional[List[dict]]:
     return result
 
 
+# The benchmark options (edgeopt_agent.wire.BenchOptions) an entry's "board" plans, and those of
+# them a user may override when benchmarking or deploying it.
 BOARD_OPTIONS = ("runtime", "precision", "threads", "fallback_runtimes")
+BOARD_OVERRIDES = ("runtime", "precision", "threads")
 
 
-def board_options(entry: Mapping[str, Any], runtime: Optional[str] = None, precision: Optional[str] = None,
-                  threads: Optional[int] = None) -> Dict[str, Any]:
+def board_options(entry: Mapping[str, Any], **overrides: Any) -> Dict[str, Any]:
     """The benchmark options that run a manifest's artifact entry as its conversion planned for the
-    board (its "board": runtime, precision, threads, fallback_runtimes), with the user's overrides.
+    board (its "board": runtime, precision, threads, fallback_runtimes), with the user's overrides
+    (BOARD_OVERRIDES, each checked as the benchmark option it is; None: not given).
 
     A `runtime` given replaces the planned runtime, its engine precision and its fallbacks; a
     `precision` given needs a runtime that builds an engine; `threads` replaces the planned threads.
     An entry without "board" (a manifest from before it) gives only the overrides. Options left
     unset (None, no fallback) are left out, so the engine's defaults apply.
     """
+    unknown = sorted(set(overrides) - set(BOARD_OVERRIDES))
+    if unknown:
+        raise TypeError(f"board_options() overrides only {', '.join(BOARD_OVERRIDES)}, not {', '.join(unknown)}")
+    given = {k: BenchOptions.checked(k, v) for k, v in overrides.items() if v is not None}
     key = entry.get("key")
     name = f"artifact '{key}'" if isinstance(key, str) else "an artifact"
     board = entry.get("board")
@@ -187,27 +194,24 @@ def board_options(entry: Mapping[str, Any], runtime: Optional[str] = None, preci
         board = {}
     elif not isinstance(board, dict):
         raise UserError(f"the manifest's {name} has a \"board\" that is not an object; re-run `edgeopt convert`")
-    planned = {k: board.get(k) for k in BOARD_OPTIONS}
-    fallbacks = planned["fallback_runtimes"] or []
-    known, engines = runtimes.RUNTIMES, runtimes.ENGINE_RUNTIMES
-    if planned["runtime"] is not None and planned["runtime"] not in known or \
-            planned["precision"] is not None and planned["precision"] not in PRECISIONS or \
-            planned["threads"] is not None and (not isinstance(planned["threads"], int) or planned["threads"] < 1) or \
-            not isinstance(fallbacks, list) or not all(f in known for f in fallbacks):
+    try:
+        planned = {k: BenchOptions.checked(k, board.get(k) if board.get(k) != [] else None) for k in BOARD_OPTIONS}
+    except UserError:
         raise UserError(f"the manifest's {name} has a \"board\" configuration edgeopt does not know "
-                        f"({_brief(board)}); re-run `edgeopt convert`")
-    if runtime is not None and runtime != planned["runtime"]:
-        planned.update(runtime=runtime, precision=None, fallback_runtimes=None)
-    if precision is not None:
+                        f"({_brief(board)}); re-run `edgeopt convert`") from None
+    if given.get("runtime", planned["runtime"]) != planned["runtime"]:
+        planned.update(runtime=given["runtime"], precision=None, fallback_runtimes=None)
+    if "precision" in given:
+        engines = runtimes.ENGINE_RUNTIMES
         if planned["runtime"] not in engines:
             runs_on = f"runs on {planned['runtime']}" if planned["runtime"] else "has no engine-building runtime"
             raise UserError(f"a precision applies to runtimes that build an engine on the board "
                             f"({', '.join(engines)}); {name} {runs_on}: leave the precision out "
                             f"or also give one of those runtimes")
-        planned["precision"] = precision
-    if threads is not None:
-        planned["threads"] = threads
-    return {k: v for k, v in planned.items() if v not in (None, [])}
+        planned["precision"] = given["precision"]
+    if "threads" in given:
+        planned["threads"] = given["threads"]
+    return {k: as_json(v) for k, v in planned.items() if v is not None}
 
 
 def _brief(value: Any) -> str:

@@ -1,19 +1,18 @@
 """Every `edgeopt convert` option, written once: name, type, default, help, choices and how a value
-given from the CLI or the Python API is read. `edgeopt convert`'s flags and `edgeopt.api.convert`'s
-keywords are generated from these fields, so adding an option is one field here plus its use.
+given from the CLI or the Python API is read (the mechanism, shared with the benchmark options, is
+`edgeopt_agent.wire.options`). `edgeopt convert`'s flags and `edgeopt.api.convert`'s keywords are
+generated from these fields, so adding an option is one field here plus its use.
 """
 from __future__ import annotations
 
-import dataclasses
-import math
 import numbers
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
-from edgeopt_agent.errors import UserError
 from edgeopt_agent.runtimes import FORMATS, PRECISIONS
+from edgeopt_agent.wire.options import OptionSet, Spec, option
 
 from .accuracy.kinds import KINDS, parse_output_kinds
 from .accuracy.streaming import parse_state_pairs
@@ -22,32 +21,6 @@ from .passes.quantize_onnx import CALIBRATION_METHODS
 DEFAULT_MAX_CALIBRATION = 256
 DEFAULT_MAX_EVAL = 1000
 RECOMMEND_BUDGET = 1.0  # percentage points an artifact may lose and still be recommended, unless --max-accuracy-drop says
-
-
-@dataclass(frozen=True)
-class Spec:
-    """How one option is given: CLI flags (default `--name-with-hyphens`), its value's reader, limits."""
-
-    help: str
-    read: Optional[Callable[[Any], Any]] = None  # a CLI or API value -> the option's value
-    flags: Tuple[str, ...] = ()
-    metavar: Optional[str] = None
-    choices: Tuple[str, ...] = ()
-    multiple: bool = False
-    minimum: Optional[float] = None
-    maximum: Optional[float] = None
-    kind: type = str  # what the CLI parses a single value as (Path: a file; a folder where `folder`)
-    folder: bool = False
-    negated_by: str = ""  # a True default switched off by this flag
-    required: bool = False
-    cli: bool = True  # False: Python API only
-
-    def cli_flags(self, name: str) -> Tuple[str, ...]:
-        return self.negated_by and (self.negated_by,) or self.flags or ("--" + name.replace("_", "-"),)
-
-
-def option(default: Any, help: str, **spec: Any) -> Any:
-    return field(default=default, metadata={"spec": Spec(help, **spec)})
 
 
 def _strings(value) -> Tuple[str, ...]:
@@ -102,7 +75,7 @@ def _pairs(parse: Callable[[Sequence[str]], Dict[str, str]]) -> Callable[[Any], 
 
 
 @dataclass(frozen=True)
-class ConvertOptions:
+class ConvertOptions(OptionSet):
     device: str = option(None, "Target board profile: a name from `edgeopt devices` or a TOML file (see "
                                "`edgeopt devices --template`).", flags=("-d", "--device", "--profile"),
                          metavar="PROFILE", required=True)
@@ -174,92 +147,15 @@ class ConvertOptions:
     strict: bool = option(False, "Fail the conversion when any artifact cannot be built or run (by default it is "
                                  "listed as failed with its cause and the others go on).", kind=bool)
 
-    def __post_init__(self) -> None:
-        """Each value read (from a CLI string, an API shape, dict or path; every reader takes its own
-        output back unchanged) or checked against its spec's type, then against its choices and limits."""
-        for f in dataclasses.fields(self):
-            spec: Spec = f.metadata["spec"]
-            value = getattr(self, f.name)
-            if spec.read is not None and (value is not None or spec.multiple):
-                value = _read(f.name, spec, value)
-                object.__setattr__(self, f.name, value)
-            elif value is not None:
-                value = _typed(f.name, spec, value)
-                object.__setattr__(self, f.name, value)
-            if spec.required and value is None:
-                raise UserError(f"{spec.cli_flags(f.name)[-1]} is required")
-            if value is None or isinstance(value, bool):
-                continue
-            for item in (value if spec.multiple and spec.choices else (value,)):
-                if spec.choices and item not in spec.choices:
-                    raise UserError(f"unknown {spec.cli_flags(f.name)[-1]} '{item}'; choose from {', '.join(spec.choices)}")
-            if spec.minimum is not None and value < spec.minimum or spec.maximum is not None and value > spec.maximum:
-                raise UserError(f"{spec.cli_flags(f.name)[-1]} must be {_range(spec)}, got {value}")
-
     @classmethod
-    def read(cls, **given: Any) -> "ConvertOptions":
-        """Options from the CLI's or the Python API's values; unknown names are refused with the known ones."""
-        unknown = sorted(set(given) - set(specs()))
-        if unknown:
-            raise TypeError(f"unknown convert option(s) {', '.join(unknown)}; known: {', '.join(specs())}")
-        return cls(**given)
-
-
-def _read(name: str, spec: Spec, value: Any) -> Any:
-    try:
-        return spec.read(value)
-    except TypeError:  # a reader given a value of a type it does not take (a number for a path)
-        wanted = ("a path" if spec.kind is Path else f"one of {', '.join(spec.choices)}" if spec.choices
-                  else f"a string like {spec.metavar}" if spec.metavar else "a string")
-        raise UserError(f"{_named(name, spec)} cannot be {value!r} ({type(value).__name__}); give {wanted}"
-                        f"{' or a list of them' if spec.multiple else ''}") from None
-
-
-def _typed(name: str, spec: Spec, value: Any) -> Any:
-    """`value` as its spec's type: a bool is no number, a number no bool, and a float is finite."""
-    if spec.kind is bool:
-        if isinstance(value, bool):
-            return value
-        wanted = "True or False"
-    elif spec.kind is int:
-        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-            return int(value)
-        wanted = "a whole number" + _limits(spec)
-    elif spec.kind is float:
-        if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value):
-            return float(value)
-        wanted = "a finite number" + _limits(spec)
-    else:
-        if isinstance(value, str):
-            return value
-        if isinstance(value, os.PathLike):  # a profile's or a metric's file
-            return str(value)
-        wanted = "a string" + (f" ({spec.metavar})" if spec.metavar else "")
-    raise UserError(f"{_named(name, spec)} must be {wanted}, got {value!r} ({type(value).__name__})")
-
-
-def _named(name: str, spec: Spec) -> str:
-    """The option as the CLI flag, with the Python keyword where the two differ."""
-    flag = spec.cli_flags(name)[-1]
-    return flag if flag == "--" + name.replace("_", "-") else f"{flag} ({name}=)"
-
-
-def _limits(spec: Spec) -> str:
-    return "" if spec.minimum is None and spec.maximum is None else f", {_range(spec)}"
-
-
-def _range(spec: Spec) -> str:
-    if spec.minimum is None:
-        return f"{spec.maximum:g} or less"
-    if spec.maximum is None:
-        return f"{spec.minimum:g} or more"
-    return f"between {spec.minimum:g} and {spec.maximum:g}"
+    def what(cls) -> str:
+        return "convert option"
 
 
 def specs() -> Dict[str, Spec]:
     """{option name: Spec}, in definition order (what the CLI and the API are generated from)."""
-    return {f.name: f.metadata["spec"] for f in dataclasses.fields(ConvertOptions)}
+    return ConvertOptions.specs()
 
 
 def defaults() -> Dict[str, Any]:
-    return {f.name: f.default for f in dataclasses.fields(ConvertOptions)}
+    return ConvertOptions.defaults()

@@ -96,11 +96,14 @@ def _convert(source: SourceModel, profile: DeviceProfile, metric: Optional[UserM
         _reference(ctx, progress)
         records = _build_all(ctx, progress)
         _judge_open_verdicts_on_more_data(ctx, records, progress)
-        records = apply_gates(records, opts, ctx.failed, ctx.warnings)
+        gated, warned = [], []
+        records = apply_gates(records, opts, gated, warned)
+        ctx.fail(*gated)
+        ctx.warn(*warned)
         if opts.time_on_host:
             with ctx.clock.phase("timing"):
                 time_artifacts(ctx, records, progress, decide_at=MIN_SPEEDUP)
-        ctx.warnings.extend(unresolved_warnings(records))
+        ctx.warn(*unresolved_warnings(records))
         measured, why_not = _measured_on_host(profile, opts.time_on_host)
         with ctx.clock.phase("prediction"):
             costs = {} if measured else artifact_costs({r.planned.key: work / r.path for r in records},
@@ -125,12 +128,13 @@ def _reference(ctx: ConversionContext, progress: ProgressReporter) -> None:
     """The FP32 source model's outputs on the evaluation data, which every artifact is judged against,
     computed with the threads and samples per run that suit this host (`host_work`)."""
     with ctx.clock.phase("reference"):
-        ctx.accuracy_runs, ctx.reference_predict = _accuracy_runs(ctx)
-        ctx.notes.append(ctx.accuracy_runs.describe())
-        ctx.evaluation = fit_outputs_in_memory(ctx.evaluation, ctx.reference_predict, ctx.batch, ctx.notes)
-        with progress.step("FP32 reference", ctx.evaluation.size) as advance:
-            ctx.reference = acc.collect_outputs(ctx.reference_predict, ctx.evaluation,
-                                                ctx.batch * ctx.accuracy_runs.batch, advance)
+        runs, predict = _accuracy_runs(ctx)
+        notes = [runs.describe()]
+        evaluation = fit_outputs_in_memory(ctx.evaluation, predict, ctx.batch, notes)
+        ctx.note(*notes)
+        with progress.step("FP32 reference", evaluation.size) as advance:
+            outputs = acc.collect_outputs(predict, evaluation, ctx.batch * runs.batch, advance)
+        ctx.take_reference(runs, predict, evaluation, outputs)
 
 
 def _accuracy_runs(ctx: ConversionContext) -> Tuple[AccuracyRuns, Any]:
@@ -206,8 +210,7 @@ def _judge_open_verdicts_on_more_data(ctx: ConversionContext, records: List[Arti
     extra = more.subset(slice(before, None))
     with ctx.clock.phase("reference"), progress.step(f"FP32 reference on {extra.size} more samples", extra.size) as advance:
         added = acc.collect_outputs(ctx.reference_predict, extra, ctx.batch * ctx.accuracy_runs.batch, advance)
-    ctx.reference = [np.concatenate([old, new]) for old, new in zip(ctx.reference, added)]
-    ctx.evaluation = more
+    ctx.extend_reference(more, added)
     from .validation import validate
 
     for record in open_:
@@ -215,7 +218,7 @@ def _judge_open_verdicts_on_more_data(ctx: ConversionContext, records: List[Arti
         with ctx.clock.phase("validate"), progress.step(f"validate {record.planned.key} on {more.size} samples",
                                                         more.size) as advance:
             record.accuracy, _ = validate(ctx, record.planned, ctx.work / record.path, advance)
-        ctx.notes.append(f"{record.planned.key}: unresolved on {before} evaluation samples ({was}); judged again on "
+        ctx.note(f"{record.planned.key}: unresolved on {before} evaluation samples ({was}); judged again on "
                          f"{more.size}: {record.accuracy.verdict}")
 
 
@@ -224,16 +227,14 @@ def _build_and_judge(ctx: ConversionContext, item: PlannedArtifact, validate,
     """Build `item` (or take the file a repair already built for it), judge it, and follow up on the
     verdict. A step that cannot make the artifact raises: the caller repairs or lists it."""
     target = ctx.work / item.filename
-    prebuilt = ctx.prebuilt.pop(item.key, None)
+    prebuilt = ctx.take_prebuilt(item.key)
     if prebuilt is not None:
         path, info = prebuilt
         os.replace(path, target)
         info = dict(info, steps=[c.name for c in item.steps])
     else:
         info = _build(ctx, item, target, progress)
-    ctx.built[item.key] = target
-    if "dynamic_batch" in info:
-        ctx.dynamic_batch = bool(info["dynamic_batch"])
+    ctx.record_built(item.key, target, info)
     with ctx.clock.phase("validate"), progress.step(f"validate {item.key}", ctx.evaluation.size) as advance:
         accuracy, io = validate(item, target, advance)
     record = ArtifactRecord(item, item.filename, accuracy, io,

@@ -13,7 +13,6 @@ from edgeopt_agent.profiles import Artifact, DeviceProfile
 from edgeopt_agent import runtimes
 from edgeopt_agent.runtimes import PRECISIONS
 
-from .precision.architecture import Architecture
 from .passes.base import Step, StepCall, step_class
 from .passes.export_onnx import OnnxExportOptions
 from .passes.export_tflite import TfliteOptions
@@ -106,27 +105,6 @@ def board_config(profile: DeviceProfile, item: PlannedArtifact) -> Dict[str, Any
         "threads": profile.default_threads,
         "fallback_runtimes": able[1:],
     }
-
-
-def architecture_variants(plan: "Plan", arch: Architecture, profile: DeviceProfile) -> List[PlannedArtifact]:
-    """INT8 modes beside static QDQ that suit the architecture (onnxruntime targets only)."""
-    static = next((a for a in plan.artifacts if a.int8 is not None), None)
-    dynamic = any(runtimes.BY_NAME[r].dynamic_int8 for r in profile.runtimes)
-    if static is None or not dynamic or (static.int8 and static.int8.symmetric_activations):
-        return []
-    reduce_range = bool(static.int8 and static.int8.reduce_range)
-    if arch.kind == "transformer":
-        pre = PreprocessOptions(transformer_fusion=True)
-        options = OnnxDynamicOptions(TRANSFORMER_OPS, reduce_range=reduce_range)
-        why = f"transformer ({arch.why}): attention/LayerNorm/GELU fused, then dynamic INT8 MatMul/Gemm"
-    elif arch.kind == "recurrent":
-        pre = PreprocessOptions()
-        options = OnnxDynamicOptions(RECURRENT_OPS, reduce_range=reduce_range)
-        why = f"recurrent ({arch.why}): dynamic INT8, ranges follow the state"
-    else:
-        return []
-    return [PlannedArtifact("onnx", "int8", why, variant="dynamic", base="onnx-fp32",
-                            steps=(StepCall("preprocess-onnx", pre), StepCall("quantize-onnx-dynamic", options)))]
 
 
 @dataclass

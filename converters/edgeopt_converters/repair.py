@@ -75,9 +75,9 @@ def _crash_repaired(ctx: ConversionContext, item: PlannedArtifact, exc: Quantize
         return None
     _artifact_failed(ctx, item, exc, replaced_by=f"built with {built.stage}", repair=report)
     repaired = with_int8(item, built.int8)
-    ctx.prebuilt[repaired.key] = (built.path, dict(built.info, quantizer_repair=report,
-                                                   inputs_of={"quantize-onnx-static": repair.prepared}))
-    ctx.notes.append(f"{item.key}: onnxruntime's quantizer crashed ({one_line(exc)[:160]}); built with {built.stage} "
+    ctx.keep_prebuilt(repaired.key, built.path, dict(built.info, quantizer_repair=report,
+                                                     inputs_of={"quantize-onnx-static": repair.prepared}))
+    ctx.note(f"{item.key}: onnxruntime's quantizer crashed ({one_line(exc)[:160]}); built with {built.stage} "
                      f"after {len(repair.attempts)} attempts")
     return repaired
 
@@ -91,7 +91,7 @@ def _artifact_failed(ctx: ConversionContext, item: PlannedArtifact, exc: Excepti
     log.debug("%s failed", item.key, exc_info=True)
     if ctx.options.strict:
         raise UserError(f"{item.key} failed: {cause} (--strict stops at the first artifact that fails)") from exc
-    ctx.built.pop(item.key, None)
+    ctx.forget_built(item.key)
     (ctx.work / item.filename).unlink(missing_ok=True)
     entry = {"key": item.key, "format": item.format, "precision": item.precision, "cause": cause}
     if getattr(exc, "step", ""):
@@ -100,8 +100,8 @@ def _artifact_failed(ctx: ConversionContext, item: PlannedArtifact, exc: Excepti
         entry["repaired"] = replaced_by
     if repair is not None:
         entry["quantizer_repair"] = repair
-    ctx.failed.append(entry)
-    ctx.warnings.append(f"{item.key} failed: {cause}" + (f"; {replaced_by}" if replaced_by else "; left out"))
+    ctx.fail(entry)
+    ctx.warn(f"{item.key} failed: {cause}" + (f"; {replaced_by}" if replaced_by else "; left out"))
 
 
 def _refused_node(ctx: ConversionContext, item: PlannedArtifact, exc: Exception) -> Optional[PlannedArtifact]:
@@ -122,9 +122,9 @@ def _refused_node(ctx: ConversionContext, item: PlannedArtifact, exc: Exception)
     named = [n for n in nodes_named(graph, str(exc)) if n not in kept][:4]
     if not named:
         return None
-    ctx.built.pop(item.key, None)
-    ctx.refusals[item.key] = ctx.refusals.get(item.key, 0) + 1
-    ctx.notes.append(f"{item.key}: the runtime refused it ({one_line(exc)[:160]}); built again with "
+    ctx.forget_built(item.key)
+    ctx.count_refusal(item.key)
+    ctx.note(f"{item.key}: the runtime refused it ({one_line(exc)[:160]}); built again with "
                      f"{', '.join(named)} kept in float")
     return with_exclusions(item, kept + named)
 

@@ -28,8 +28,7 @@ def validate(ctx: ConversionContext, item: PlannedArtifact, target: Path, advanc
         outputs = acc.collect_outputs(predictor.predict, ctx.evaluation, _samples_per_run(ctx, item, predictor),
                                       advance)
         io = predictor.io()
-        ctx.judging = ctx.judging or _decide_judging(ctx, item, io)
-        judging = ctx.judging
+        judging = ctx.judging_for(lambda: _decide_judging(ctx, item, io))
         accuracy = acc.compare(ctx.reference, outputs, ctx.evaluation.labels, judging.names, judging.kinds,
                                ctx.tolerances, ctx.metric)
         if judging.state_pairs:
@@ -58,7 +57,7 @@ def _exact_int8_config(ctx: ConversionContext, item: PlannedArtifact) -> Dict[st
     note = ("INT8 ONNX artifacts with 8-bit weights are validated with quantize/dequantize unfused: this host's "
             "onnxruntime INT8 kernels (x86 without VNNI) saturate such weights, the target's do not")
     if config and note not in ctx.notes:
-        ctx.notes.append(note)
+        ctx.note(note)
     return config
 
 
@@ -76,11 +75,11 @@ def _decide_judging(ctx: ConversionContext, item: PlannedArtifact, io: Io) -> Ju
         step = dict(zip(names, (np.asarray(o) for o in ctx.reference_predict(feed))))
         pairs = find_state_pairs(feed, step)
         if pairs:
-            ctx.notes.append("stateful model: " + ", ".join(f"output {o} feeds input {i}" for i, o in pairs.items())
+            ctx.note("stateful model: " + ", ".join(f"output {o} feeds input {i}" for i, o in pairs.items())
                              + f"; artifacts are also judged streamed through up to {opts.stream_steps} steps "
                                f"(override with --state INPUT=OUTPUT)")
     if pairs and ctx.evaluation.size < 2:
-        ctx.warnings.append("the model is stateful but the evaluation data has one sample: nothing to stream")
+        ctx.warn("the model is stateful but the evaluation data has one sample: nothing to stream")
         pairs = {}
     kinds = acc.decide_kinds(names, reference, given, list(pairs.values()),
                              producers=acc.graph_evidence(ctx.float_artifact("onnx")), labels=ctx.evaluation.labels,
@@ -90,10 +89,9 @@ def _decide_judging(ctx: ConversionContext, item: PlannedArtifact, io: Io) -> Ju
 
 def _judge_streamed(ctx: ConversionContext, judging: Judging, accuracy: acc.Accuracy, predict) -> acc.Accuracy:
     steps = judging.stream_steps
-    if "outputs" not in ctx.streamed_reference:
-        ctx.streamed_reference["outputs"] = stream(ctx.reference_predict, ctx.evaluation, ctx.batch,
-                                                   judging.state_pairs, judging.names, steps)
+    reference = ctx.streamed_reference_for(lambda: stream(ctx.reference_predict, ctx.evaluation, ctx.batch,
+                                                          judging.state_pairs, judging.names, steps))
     candidate = stream(predict, ctx.evaluation, ctx.batch, judging.state_pairs, judging.names, steps)
-    streamed = acc.judge_all([f"{n}@stream" for n in judging.names], judging.kinds, ctx.streamed_reference["outputs"],
+    streamed = acc.judge_all([f"{n}@stream" for n in judging.names], judging.kinds, reference,
                              candidate, None, ctx.tolerances)
     return replace(accuracy, streamed=streamed, stream_steps=steps)

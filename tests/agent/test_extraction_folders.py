@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from edgeopt_agent import bundle, extraction_folders
-from edgeopt_agent.bench.leftovers import boot_id
+from edgeopt_agent.processes import boot_id
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to tell processes apart")
 
@@ -167,3 +167,19 @@ def test_odd_names_never_stop_the_sweep(tmp_path):
     huge.mkdir()
     extraction_folders.sweep(root)
     assert sorted(p.name for p in root.iterdir()) == [huge.name]
+
+
+def test_the_runners_floor_does_not_reach_back_to_the_benchmark_engine():
+    """bench runs the runners, and the runners extract bundles: bundle and extraction_folders stand on
+    edgeopt_agent.processes, never on bench."""
+    import ast
+
+    from pathlib import Path
+
+    import edgeopt_agent
+
+    root = Path(edgeopt_agent.__file__).parent
+    for name in ("bundle.py", "extraction_folders.py", "processes.py"):
+        tree = ast.parse((root / name).read_text(encoding="utf-8"))
+        imported = [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+        assert not [m for m in imported if m == "bench" or m.startswith("bench.") or "edgeopt_agent.bench" in m], name

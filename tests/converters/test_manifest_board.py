@@ -14,7 +14,8 @@ from edgeopt_agent.profiles import load_profile
 from edgeopt_agent.runtimes import BY_NAME
 from edgeopt_converters import manifest
 from edgeopt_converters.manifest import board_options
-from edgeopt_converters.recipe import architecture_variants, board_config, make_plan, with_int8
+from edgeopt_converters.precision.architecture import architecture_variants
+from edgeopt_converters.recipe import board_config, make_plan, with_int8
 
 NETS = Path(__file__).resolve().parent / "nets.py"
 

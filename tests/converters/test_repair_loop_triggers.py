@@ -4,6 +4,7 @@ the data's doing: no split changes it, and the note says how many samples would.
 from types import SimpleNamespace
 
 from edgeopt_converters.accuracy.intervals import Bounds
+from edgeopt_converters.context import ConversionContext
 from edgeopt_converters.precision.follow_ups import _can_improve
 
 
@@ -15,8 +16,14 @@ def _record(verdict, *judged, trials=1000):
     return SimpleNamespace(accuracy=accuracy, planned=SimpleNamespace(key="onnx-int8"))
 
 
+class FakeContext(SimpleNamespace):
+    """The few fields a test gives, written through the real context's recording methods."""
+
+    note, warn, extend_reference = ConversionContext.note, ConversionContext.warn, ConversionContext.extend_reference
+
+
 def _ctx():
-    return SimpleNamespace(notes=[], tolerances=SimpleNamespace(budget_points=1.0))
+    return FakeContext(notes=[], tolerances=SimpleNamespace(budget_points=1.0))
 
 
 def test_failed_and_unresolved_with_losses_are_searched():
@@ -67,7 +74,7 @@ def test_a_verdict_left_open_is_judged_again_on_the_data_max_eval_samples_left_o
     open_ = _record("unresolved", ("unresolved", 0.01, 300))
     open_.path, open_.planned.key = "model.int8.onnx", "onnx-int8"
     settled = _record("ok", ("ok", 0.0, None))
-    ctx = SimpleNamespace(evaluation=whole.subset(slice(None, 10)), evaluation_all=whole, batch=1,
+    ctx = FakeContext(evaluation=whole.subset(slice(None, 10)), evaluation_all=whole, batch=1,
                           reference=[rows[:10] * 2], reference_predict=lambda feed: [feed["x"] * 2],
                           accuracy_runs=AccuracyRuns(1, 4), clock=PhaseClock(), work=tmp_path, notes=[])
     progress = SimpleNamespace(step=lambda *a: contextlib.nullcontext(lambda n=1: None))
@@ -88,7 +95,7 @@ def test_a_follow_up_that_raises_leaves_the_artifact_as_built_and_judged(monkeyp
     record = _record("failed", ("failed", 0.05, None))
     record.planned.main_step = SimpleNamespace(name="quantize-onnx-static")
     record.info = {"inputs_of": {}}
-    ctx = SimpleNamespace(options=SimpleNamespace(strict=False), warnings=[])
+    ctx = FakeContext(options=SimpleNamespace(strict=False), warnings=[])
     assert follow_ups.follow_up(ctx, record, None, None) == (record, [])
     assert ctx.warnings == ["onnx-int8: what follows its verdict failed (ValueError: the sensitivity pass met a graph "
                             "it cannot read); it stands as built and judged"]

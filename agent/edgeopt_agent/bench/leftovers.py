@@ -16,35 +16,12 @@ from pathlib import Path
 from typing import List, Optional
 
 from ..files import write_atomically
+from ..processes import PROC, boot_id, process_cmdline, process_start, stat_fields
 
 CHILD_MODULE = "edgeopt_agent.bench.child"
 RECORD_FILE = "bench-child.json"
 log = logging.getLogger(__name__)
-_PROC = Path("/proc")
 _GONE_WAIT_S = 2.0
-
-
-def process_start(pid: int) -> Optional[int]:
-    """When `pid` started, in clock ticks since boot (field 22 of /proc/PID/stat); None if unknown."""
-    try:
-        return int(_stat_fields(pid)[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def process_cmdline(pid: int) -> List[str]:
-    try:
-        raw = (_PROC / str(pid) / "cmdline").read_bytes()
-    except OSError:
-        return []
-    return [part.decode("utf-8", "replace") for part in raw.split(b"\0") if part]
-
-
-def boot_id() -> Optional[str]:
-    try:
-        return (_PROC / "sys" / "kernel" / "random" / "boot_id").read_text().strip()
-    except OSError:
-        return None
 
 
 def is_benchmark_child(pid: int, start: int, boot: Optional[str]) -> bool:
@@ -120,13 +97,13 @@ def session_members(sid: int, not_before: int) -> List[int]:
     """Live processes in session `sid` that started no earlier than `not_before` ticks."""
     members = []
     try:
-        entries = list(_PROC.iterdir())
+        entries = list(PROC.iterdir())
     except OSError:
         return members
     for entry in entries:
         if not entry.name.isdigit():
             continue
-        fields = _stat_fields(int(entry.name))
+        fields = stat_fields(int(entry.name))
         try:
             if fields and fields[0] != b"Z" and int(fields[3]) == sid and int(fields[19]) >= not_before:
                 members.append(int(entry.name))
@@ -154,15 +131,5 @@ def _wait_gone(pid: int) -> bool:
 
 def _is_zombie(pid: int) -> bool:
     """True also when there is no such process."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return not fields or fields[0] == b"Z"
-
-
-def _stat_fields(pid: int) -> List[bytes]:
-    """/proc/PID/stat from field 3 (state) on; [] if there is no such process."""
-    try:
-        stat = (_PROC / str(pid) / "stat").read_bytes()
-    except OSError:
-        return []
-    # The name (field 2) is in parentheses and may itself hold spaces and parentheses.
-    return stat[stat.rfind(b")") + 2:].split()

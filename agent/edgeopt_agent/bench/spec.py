@@ -2,23 +2,18 @@
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, fields
-from typing import Any, Dict, Mapping, Optional, Tuple
+from dataclasses import dataclass, fields
+from typing import Any, Dict, Mapping, Optional
 
-from ..errors import UserError
 from .. import runtimes
-from ..runtimes import PRECISIONS
-from ..values import is_int, is_number
-from ..wire import check_input_description, check_reference
+from ..errors import UserError
+from ..wire.bench_options import BenchOptions, as_json
 
 
 @dataclass(frozen=True)
-class BenchmarkSpec:
-    """One benchmark of one artifact.
-
-    Phases: load, one cold inference, warm-up until both `warmup_runs` and `warmup_s` are met,
-    then the measured phase until both `runs` and `duration_s` are met; each of the last two
-    phases stops at `max_duration_s` whatever it has reached.
+class BenchmarkSpec(BenchOptions):
+    """One benchmark of one artifact: the benchmark options (edgeopt_agent.wire.BenchOptions, each
+    defined there once, with the phases they bound) and what the board adds itself.
 
     batch_sizes: None runs the model's declared shape (1 where the batch axis is dynamic);
     several sizes sweep them, one measured phase each.
@@ -39,91 +34,26 @@ class BenchmarkSpec:
     profile: after every batch size is measured, run the first one again under the runtime's
     own per-op profiler (onnxruntime's; TensorRT's IProfiler; other runtimes say why they
     cannot) and report it as "op_profile" (edgeopt_agent.op_profile).
-    engine_cache_dir: where built engines are kept (the agent passes one under its data dir;
-    None: edgeopt_agent.runners.engine_cache.default_cache_dir()).
+
+    What the board adds: artifact, the file to run; engine_cache_dir: where built engines are kept
+    (the agent passes one under its data dir; None: edgeopt_agent.runners.engine_cache.default_cache_dir());
     bundle_dir: where a multi-file artifact (an ncnn bundle) is extracted while it loads (the agent
     passes one under its data dir, swept of what killed children left: edgeopt_agent.extraction_folders;
     None: the system's temporary folder).
     """
 
-    artifact: str
-    runs: int = 100
-    duration_s: float = 1.0
-    warmup_runs: int = 10
-    warmup_s: float = 0.2
-    max_duration_s: float = 60.0
-    threads: Optional[int] = None
-    batch_sizes: Optional[Tuple[int, ...]] = None
-    latency_budget_ms: Optional[float] = None
-    input_file: Optional[str] = None
-    seed: int = 0
-    timeout_s: float = 300.0
-    memory_limit_mb: Optional[int] = None
-    runtime: Optional[str] = None
-    idle_s: float = 1.0
-    precision: Optional[str] = None
+    artifact: str = ""
     engine_cache_dir: Optional[str] = None
     bundle_dir: Optional[str] = None
-    profile: bool = False
-    inputs: Optional[Tuple[Dict[str, Any], ...]] = None
-    reference: Optional[Dict[str, Any]] = None
-    fallback_runtimes: Optional[Tuple[str, ...]] = None
 
     def __post_init__(self) -> None:
-        if self.reference is not None:
-            object.__setattr__(self, "reference", check_reference(self.reference))
-        if self.inputs is not None:
-            object.__setattr__(self, "inputs", check_input_description(self.inputs))
+        super().__post_init__()
+        if not self.artifact:
+            raise UserError("a benchmark needs an 'artifact'")
         object.__setattr__(self, "artifact", str(self.artifact))
-        if self.input_file is not None:
-            object.__setattr__(self, "input_file", str(self.input_file))
         for name in ("engine_cache_dir", "bundle_dir"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, str(getattr(self, name)))
-        if self.batch_sizes is not None:
-            if isinstance(self.batch_sizes, int) or not all(is_int(b) for b in self.batch_sizes):
-                raise UserError(f"batch sizes must be a list of whole numbers, got {self.batch_sizes!r}")
-            sizes = tuple(int(b) for b in self.batch_sizes)
-            if not sizes or min(sizes) < 1 or len(set(sizes)) != len(sizes):
-                raise UserError(f"batch sizes must be distinct and at least 1, got {list(sizes)}")
-            object.__setattr__(self, "batch_sizes", sizes)
-        _at_least(self, "runs", 1, whole=True)
-        _at_least(self, "warmup_runs", 0, whole=True)
-        _at_least(self, "duration_s", 0)
-        _at_least(self, "warmup_s", 0)
-        _at_least(self, "idle_s", 0)
-        _positive(self, "max_duration_s")
-        _positive(self, "timeout_s")
-        if self.threads is not None:
-            _at_least(self, "threads", 1, whole=True)
-        if self.memory_limit_mb is not None:
-            _at_least(self, "memory_limit_mb", 1, whole=True)
-        if self.latency_budget_ms is not None:
-            _positive(self, "latency_budget_ms")
-        if not isinstance(self.profile, bool):
-            raise UserError(f"profile must be true or false, got {self.profile!r}")
-        if not is_int(self.seed):
-            raise UserError(f"seed must be a whole number, got {self.seed!r}")
-        known, engines = runtimes.RUNTIMES, runtimes.ENGINE_RUNTIMES
-        if self.runtime is not None and self.runtime not in known:
-            raise UserError(f"unknown runtime '{self.runtime}'; available: {', '.join(known)}")
-        if self.fallback_runtimes is not None:
-            if isinstance(self.fallback_runtimes, str) or not all(isinstance(r, str) for r in self.fallback_runtimes):
-                raise UserError(f"fallback_runtimes must be a list of runtime names, got {self.fallback_runtimes!r}")
-            names = tuple(self.fallback_runtimes)
-            unknown = [r for r in names if r not in known]
-            if unknown:
-                raise UserError(f"unknown fallback runtime '{unknown[0]}'; available: {', '.join(known)}")
-            if len(set(names)) != len(names) or self.runtime in names:
-                raise UserError(f"fallback_runtimes must be distinct and differ from the runtime, got {list(names)}")
-            object.__setattr__(self, "fallback_runtimes", names or None)
-        if self.precision is not None and self.precision not in PRECISIONS:
-            raise UserError(f"unknown precision '{self.precision}'; available: {', '.join(PRECISIONS)}")
-        if self.precision is not None and self.runtime is not None and self.runtime not in engines:
-            raise UserError(
-                f"precision applies to runtimes that build an engine on the board ({', '.join(engines)}), "
-                f"not to '{self.runtime}'"
-            )
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "BenchmarkSpec":
@@ -134,20 +64,10 @@ class BenchmarkSpec:
             raise UserError(f"unknown benchmark option(s) {', '.join(unknown)}; known: {', '.join(known)}")
         if "artifact" not in data:
             raise UserError("a benchmark needs an 'artifact'")
-        values = dict(data)
-        if values.get("batch_sizes") is not None and not isinstance(values["batch_sizes"], (int, str)):
-            values["batch_sizes"] = tuple(values["batch_sizes"])
-        return cls(**values)
+        return cls(**data)
 
     def to_dict(self) -> Dict[str, Any]:
-        data = asdict(self)
-        if self.batch_sizes is not None:
-            data["batch_sizes"] = list(self.batch_sizes)
-        if self.inputs is not None:
-            data["inputs"] = [dict(item) for item in self.inputs]
-        if self.fallback_runtimes is not None:
-            data["fallback_runtimes"] = list(self.fallback_runtimes)
-        return data
+        return {f.name: as_json(getattr(self, f.name)) for f in fields(self)}
 
     def resolved_threads(self) -> int:
         """`threads`, at most the CPUs this process may use (more would only make the threads share
@@ -169,17 +89,3 @@ def available_cpus() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
-
-
-def _at_least(spec: BenchmarkSpec, name: str, minimum: float, whole: bool = False) -> None:
-    value = getattr(spec, name)
-    ok = is_int(value) if whole else is_number(value)
-    if not ok or value < minimum:
-        kind = "a whole number" if whole else "a number"
-        raise UserError(f"{name} must be {kind} of at least {minimum}, got {value!r}")
-
-
-def _positive(spec: BenchmarkSpec, name: str) -> None:
-    value = getattr(spec, name)
-    if not is_number(value) or value <= 0:
-        raise UserError(f"{name} must be a number above 0, got {value!r}")

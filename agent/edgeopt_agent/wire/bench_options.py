@@ -1,37 +1,18 @@
-"""The `bench` object of a job: the benchmark options it may set, and the checks of its input
-descriptions and reference outputs."""
+"""The benchmark options, each written once (`BenchOptions`): `edgeopt bench` and `edgeopt deploy`
+flags, the `bench` object of a job and its checks on the board, the board configuration a manifest
+plans, and the benchmark spec the board runs (edgeopt_agent.bench.BenchmarkSpec adds the artifact)
+are generated from these fields. Also the checks of input descriptions and reference outputs."""
 from __future__ import annotations
 
-from typing import Any, Dict, Tuple
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple
 
 from ..errors import UserError
+from ..runtimes import PRECISIONS
 from ..values import is_int, is_number
 from .errors import ProtocolError
-
-# Benchmark options a job may set, with their JSON types; they map one to one onto the fields of
-# edgeopt_agent.bench.BenchmarkSpec (the agent fills in the artifact itself).
-BENCH_OPTIONS: Dict[str, Tuple[str, bool]] = {
-    # name: (kind, nullable)
-    "runs": ("positive", False),
-    "duration_s": ("number", False),
-    "warmup_runs": ("count", False),
-    "warmup_s": ("number", False),
-    "max_duration_s": ("number", False),
-    "threads": ("positive", True),
-    "batch_sizes": ("batch_sizes", True),
-    "latency_budget_ms": ("number", True),
-    "input_file": ("path", True),
-    "seed": ("integer", False),
-    "timeout_s": ("number", False),
-    "memory_limit_mb": ("positive", True),
-    "runtime": ("name", True),
-    "precision": ("name", True),  # the precision a TensorRT engine is built at on the board
-    "fallback_runtimes": ("names", True),  # runtimes to use, in order, when `runtime` is not available here
-    "idle_s": ("number", False),
-    "profile": ("flag", False),  # per-op profile from the runtime's own profiler, published with the result
-    "inputs": ("inputs", True),  # how to feed each input: see check_input_description
-    "reference": ("reference", True),  # outputs the board's must match: see check_reference
-}
+from .options import OptionSet, Spec, option
 
 MAX_FALLBACK_RUNTIMES = 8
 INPUT_DESCRIPTION_KEYS = ("name", "shape", "dtype", "value", "alias", "min_shape", "max_shape")
@@ -148,63 +129,155 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def _runtimes() -> Tuple[str, ...]:
+    from ..runtimes import RUNTIMES  # the table as it is when asked: a row added later is seen
+
+    return RUNTIMES
+
+
+def _engine_runtimes() -> Tuple[str, ...]:
+    from ..runtimes import ENGINE_RUNTIMES
+
+    return ENGINE_RUNTIMES
+
+
+def _batch_sizes(value: Any) -> Tuple[int, ...]:
+    """The CLI's "1,2,4,8", or a list of whole numbers: distinct, each at least 1."""
+    if isinstance(value, str):
+        try:
+            sizes = [int(part) for part in value.split(",") if part.strip()]
+        except ValueError:
+            sizes = []
+        if not sizes:
+            raise UserError(f"--batch takes whole numbers separated by commas, e.g. 1,2,4,8; got '{value}'")
+        value = sizes
+    if not isinstance(value, (list, tuple)) or not all(is_int(b) for b in value):
+        raise UserError(f"'batch_sizes' must be a list of whole numbers, got {_short(value)}")
+    sizes = tuple(int(b) for b in value)
+    if not sizes or min(sizes) < 1 or len(set(sizes)) != len(sizes):
+        raise UserError(f"'batch_sizes' must be distinct and at least 1, got {list(sizes)}")
+    return sizes
+
+
+def _runtime_names(value: Any) -> Tuple[str, ...]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise UserError(f"'fallback_runtimes' must be a list of runtime names, got {_short(value)}")
+    if not 1 <= len(value) <= MAX_FALLBACK_RUNTIMES or not all(1 <= len(v) <= 64 for v in value):
+        raise UserError(f"'fallback_runtimes' must list 1-{MAX_FALLBACK_RUNTIMES} runtime names, got {_short(value)}")
+    known = _runtimes()
+    unknown = [r for r in value if r not in known]
+    if unknown:
+        raise UserError(f"unknown fallback runtime '{unknown[0]}'; available: {', '.join(known)}")
+    return tuple(value)
+
+
+@dataclass(frozen=True)
+class BenchOptions(OptionSet):
+    """Every benchmark option a job, `edgeopt bench` or `edgeopt deploy` may set, once.
+
+    Phases: load, one cold inference, warm-up until both `warmup_runs` and `warmup_s` are met,
+    then the measured phase until both `runs` and `duration_s` are met; each of the last two
+    phases stops at `max_duration_s` whatever it has reached. An option whose default is None may
+    be null in a job; the others may not.
+    """
+
+    named_by = "name"
+    booleans = "true or false"
+
+    runs: int = option(100, "Minimum number of measured runs.", kind=int, minimum=1)
+    duration_s: float = option(1.0, "Minimum measured seconds.", kind=float, minimum=0, flags=("--duration",))
+    warmup_runs: int = option(10, "Minimum warm-up runs.", kind=int, minimum=0, flags=("--warmup",))
+    warmup_s: float = option(0.2, "Minimum warm-up seconds.", kind=float, minimum=0, cli=False)
+    max_duration_s: float = option(60.0, "Cap on each of warm-up and measurement, seconds.", kind=float, minimum=0,
+                                   above_minimum=True, flags=("--max-duration",))
+    threads: Optional[int] = option(
+        None, "Runtime threads (default: for a convert folder's artifact, its manifest's, from the profile; else "
+              "every CPU the benchmark may use; at most those CPUs).", kind=int, minimum=1)
+    batch_sizes: Optional[Tuple[int, ...]] = option(None, "Batch sizes to sweep, e.g. 1,2,4,8.", read=_batch_sizes,
+                                                    flags=("--batch",), metavar="N[,N...]")
+    latency_budget_ms: Optional[float] = option(None, "Report the largest batch whose p90 fits this budget.",
+                                                kind=float, minimum=0, above_minimum=True)
+    input_file: Optional[str] = option(
+        None, "Input data: .npy (one input) or .npz keyed by input name, N samples on axis 0 (as convert reads it); "
+              "a run feeds one batch of them (--batch sets its size). On a board: a file under the agent's "
+              "data folder's models/.", kind=Path, flags=("--input",))
+    seed: int = option(0, "Seed of the random input.", kind=int)
+    timeout_s: float = option(300.0, "Kill a benchmark after this many seconds.", kind=float, minimum=0,
+                              above_minimum=True, flags=("--timeout", "--bench-timeout"))
+    memory_limit_mb: Optional[int] = option(None, "Address-space limit of the benchmark process (RLIMIT_AS; not "
+                                                  "applied to GPU runtimes).", kind=int, minimum=1)
+    runtime: Optional[str] = option(
+        None, "Runtime (default: for a convert folder's artifact, its manifest's, falling back to the next the "
+              "profile lists where the machine lacks it; else from the file type).", choices=_runtimes)
+    precision: Optional[str] = option(
+        None, "Precision a TensorRT engine is built at on the machine that runs it (runtimes tensorrt, "
+              "onnxruntime-tensorrt; default: the manifest's).", choices=PRECISIONS)
+    fallback_runtimes: Optional[Tuple[str, ...]] = option(
+        None, "Runtimes to use, in order, when `runtime` is not available where the benchmark runs.",
+        read=_runtime_names, cli=False)
+    idle_s: float = option(1.0, "Idle power baseline before each run, seconds (with a power sensor).", kind=float,
+                           minimum=0, flags=("--idle",))
+    profile: bool = option(False, "Per-op profile from the runtime's own profiler, published with the result.",
+                           kind=bool, cli=False)
+    inputs: Optional[Tuple[Dict[str, Any], ...]] = option(
+        None, "How to feed each input (see check_input_description).", read=check_input_description, cli=False)
+    reference: Optional[Dict[str, Any]] = option(
+        None, "Outputs the board's must match (see check_reference).", read=check_reference, cli=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._check_together()
+
+    def _check_together(self) -> None:
+        """What one option says about another: fallbacks differ from the runtime, an engine precision
+        needs a runtime that builds an engine."""
+        fallbacks = self.fallback_runtimes
+        if fallbacks is not None and (len(set(fallbacks)) != len(fallbacks) or self.runtime in fallbacks):
+            raise UserError(f"fallback_runtimes must be distinct and differ from the runtime, got {list(fallbacks)}")
+        engines = _engine_runtimes()
+        if self.precision is not None and self.runtime is not None and self.runtime not in engines:
+            raise UserError(f"precision applies to runtimes that build an engine on the board ({', '.join(engines)}), "
+                            f"not to '{self.runtime}'")
+
+    @classmethod
+    def what(cls) -> str:
+        return "benchmark option"
+
+
+# The options a job's `bench` may set (all of BenchOptions), by name.
+BENCH_OPTIONS: Dict[str, Spec] = BenchOptions.specs()
+
+
 def parse_bench(data: Any) -> Dict[str, Any]:
+    """A job's `bench` object checked as BenchOptions checks it (a ProtocolError naming the first
+    problem): the options it sets, as JSON values."""
     if not isinstance(data, dict):
         raise ProtocolError("job 'bench' must be an object of benchmark options")
-    unknown = sorted(set(data) - set(BENCH_OPTIONS))
+    specs = BenchOptions.specs()
+    unknown = sorted(set(data) - set(specs))
     if unknown:
-        raise ProtocolError(
-            f"unknown bench option(s): {', '.join(unknown)}; known: {', '.join(sorted(BENCH_OPTIONS))}"
-        )
+        raise ProtocolError(f"unknown bench option(s): {', '.join(unknown)}; known: {', '.join(sorted(specs))}")
     options: Dict[str, Any] = {}
     for name, value in data.items():
-        kind, nullable = BENCH_OPTIONS[name]
-        if value is None:
-            if not nullable:
-                raise ProtocolError(f"bench option '{name}' may not be null")
-            options[name] = None
-            continue
-        options[name] = _check_option(name, kind, value)
-    return options
+        try:
+            options[name] = BenchOptions.checked(name, value)
+        except UserError as exc:
+            raise ProtocolError(_on_the_wire(name, str(exc))) from None
+    try:
+        BenchOptions(**options)
+    except UserError as exc:
+        raise ProtocolError(f"bench options: {exc}") from None
+    return {name: as_json(value) for name, value in options.items()}
 
 
-def _check_option(name: str, kind: str, value: Any) -> Any:
-    if kind == "integer":
-        if not is_int(value):
-            raise ProtocolError(f"bench option '{name}' must be an integer, got {value!r}")
-    elif kind == "count":
-        if not is_int(value) or value < 0:
-            raise ProtocolError(f"bench option '{name}' must be a non-negative integer, got {value!r}")
-    elif kind == "positive":
-        if not is_int(value) or value < 1:
-            raise ProtocolError(f"bench option '{name}' must be a positive integer, got {value!r}")
-    elif kind == "number":
-        if not is_number(value) or value < 0:
-            raise ProtocolError(f"bench option '{name}' must be a non-negative number, got {value!r}")
-    elif kind == "batch_sizes":
-        if not isinstance(value, list) or not value or not all(is_int(v) and v >= 1 for v in value):
-            raise ProtocolError(f"bench option '{name}' must be a non-empty list of positive integers, got {value!r}")
-        return tuple(value)
-    elif kind == "flag":
-        if not isinstance(value, bool):
-            raise ProtocolError(f"bench option '{name}' must be true or false, got {value!r}")
-    elif kind == "inputs":
-        try:
-            return [dict(item) for item in check_input_description(value)]
-        except UserError as exc:
-            raise ProtocolError(f"bench option {exc}") from None
-    elif kind == "reference":
-        try:
-            return check_reference(value)
-        except UserError as exc:
-            raise ProtocolError(f"bench option {exc}") from None
-    elif kind == "names":
-        if not isinstance(value, list) or not 1 <= len(value) <= MAX_FALLBACK_RUNTIMES or \
-                not all(isinstance(v, str) and 1 <= len(v) <= 64 for v in value):
-            raise ProtocolError(f"bench option '{name}' must be a list of 1-{MAX_FALLBACK_RUNTIMES} runtime names, "
-                                f"got {_short(value)}")
-        return list(value)
-    elif kind in ("path", "name"):
-        if not isinstance(value, str) or not value:
-            raise ProtocolError(f"bench option '{name}' must be a non-empty string, got {value!r}")
+def as_json(value: Any) -> Any:
+    """An option's value as a job carries it: tuples as lists."""
+    if isinstance(value, (list, tuple)):
+        return [as_json(item) for item in value]
+    if isinstance(value, dict):
+        return {key: as_json(item) for key, item in value.items()}
     return value
+
+
+def _on_the_wire(name: str, text: str) -> str:
+    return f"bench option {text}" if text.startswith(f"'{name}'") else f"bench option '{name}': {text}"

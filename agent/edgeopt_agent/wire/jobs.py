@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from ..runtimes import FORMATS as RUNTIME_FORMATS
 from ..values import is_int, is_number
-from .bench_options import parse_bench
+from .bench_options import BenchOptions, parse_bench
 from .chunks import MAX_CHUNK_BYTES, MAX_CHUNKS, MIN_CHUNK_BYTES, ChunkPlan, chunk_count
 from .envelope import BENCHMARK_JOB, JOB_TYPES, Envelope, is_sha256
 from .errors import ProtocolError
@@ -214,8 +214,11 @@ def benchmark_body(
 
     The job is valid from `issued_at` (default: now) for `lifetime_s`. `signer` (the host's key,
     `SigningKey.sign_job`) signs everything in the body; a signed job needs a `target`.
-    `bench` holds BENCH_OPTIONS; `meta` is anything the sender wants echoed in the result.
+    `bench` holds benchmark options (BenchOptions' names; another name is a TypeError, and
+    `job_message` checks the values as the board will); `meta` is anything the sender wants echoed
+    in the result.
     """
+    BenchOptions.refuse_unknown(bench)
     artifact: Dict[str, Any] = {"sha256": sha256, "format": fmt}
     if size is not None:
         artifact["size"] = size
@@ -255,24 +258,11 @@ def job_message(device_id: str, seq: int, body: Mapping[str, Any]) -> Envelope:
     return envelope
 
 
-def benchmark_job(
-    device_id: str,
-    seq: int,
-    job_id: str,
-    sha256: str,
-    fmt: str,
-    path: Optional[str] = None,
-    data: Optional[bytes] = None,
-    meta: Optional[Mapping[str, Any]] = None,
-    *,
-    target: Optional[JobTarget] = None,
-    **options: Any,
-) -> Envelope:
-    """A benchmark job for one device (host side): `benchmark_body` addressed to `device_id`
-    (the `target`, by default that device alone)."""
+def benchmark_job(device_id: str, seq: int, *body: Any, target: Optional[JobTarget] = None, **options: Any) -> Envelope:
+    """A benchmark job for one device (host side): `benchmark_body(*body, **options)` addressed to
+    `device_id` (the `target`, by default that device alone)."""
     target = target or JobTarget(devices=(device_id,))
-    return job_message(device_id, seq, benchmark_body(job_id, sha256, fmt, path, data, meta, target=target,
-                                                      **options))
+    return job_message(device_id, seq, benchmark_body(*body, target=target, **options))
 
 
 def _check_meta(meta: Any) -> Optional[Dict[str, Any]]:

@@ -46,5 +46,5 @@ def _warn_if_drifting(ctx: ConversionContext, key: str, timing: HostTiming) -> N
     if speedup is None or speedup.drift is None or speedup.drift <= DRIFT_WARNING:
         return
     load = f" (load average {timing.load[0]:.1f} -> {timing.load[1]:.1f})" if timing.load else ""
-    ctx.warnings.append(f"{key}: its speed-up moved {speedup.drift:.0%} between the first and second half of the "
+    ctx.warn(f"{key}: its speed-up moved {speedup.drift:.0%} between the first and second half of the "
                         f"timing rounds{load}: the host was busy; time it again on a quieter one")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
-from ..precision.host_int8 import cpu_flags
+from edgeopt_agent.cpu_check import cpu_flags
 
 # The SIMD features that decide how fast the host's kernels are, named as /proc/cpuinfo does.
 SPEED_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8",

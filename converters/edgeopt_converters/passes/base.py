@@ -13,16 +13,18 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple, Type
 
 from edgeopt_agent.errors import UserError
+from edgeopt_agent.wire.options import option as any_option
 
 from ..source.source_model import SourceModel
 from ..source.tensors import Dataset, InputSpec
 
 
-def option(default: Any, description: str, **kwargs) -> Any:
-    """A step option: its default and what it does (shown by `Step.describe()`)."""
+def option(default: Any, description: str) -> Any:
+    """A step option: its default and what it does (shown by `Step.describe()`), in the one option
+    mechanism (edgeopt_agent.wire.options)."""
     if isinstance(default, (list, dict, set)):
         raise TypeError("step options are immutable: use a tuple")
-    return field(default=default, metadata={"description": description}, **kwargs)
+    return any_option(default, description)
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ class Step:
         rows = []
         for f in dataclasses.fields(cls.Options):
             rows.append({"name": f.name, "type": f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type)),
-                         "default": f.default, "description": f.metadata.get("description", "")})
+                         "default": f.default, "description": f.metadata["spec"].help if "spec" in f.metadata else ""})
         return rows
 
 

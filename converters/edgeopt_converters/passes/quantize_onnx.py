@@ -19,6 +19,7 @@ from .errors import QuantizerCrashed, first_line
 from .onnx_steps import describe_scheme
 
 CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
+ALL_OPS = ("*",)  # calibrated_op_types: every op's tensors
 TENSORRT_INT8_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "Add")
 
 
@@ -37,6 +38,9 @@ class OnnxInt8Options:
     adjust_weights_for_bias: bool = option(True, "widen a weight's scale where its INT32 bias would overflow "
                                                  "(onnxruntime's optional pass)")
     nodes_to_exclude: Tuple[str, ...] = option((), "nodes kept in float (mixed precision)")
+    calibrated_op_types: Optional[Tuple[str, ...]] = option(
+        None, "calibrate the tensors of these op types (None: op_types'; ALL_OPS: every op's), so that the "
+              "attempts of a mixed-precision search share one calibration whatever each quantizes")
 
     @classmethod
     def for_tensorrt(cls, calibrate_method: str = "minmax") -> "OnnxInt8Options":
@@ -95,7 +99,9 @@ class QuantizeOnnxStatic(Step):
                     total["seen"] += real
                 yield feed
 
-        return calibrate(model, batches, o.calibrate_method, list(o.op_types) if o.op_types else None,
+        op_types = o.op_types if o.calibrated_op_types is None else \
+            None if o.calibrated_op_types == ALL_OPS else o.calibrated_op_types
+        return calibrate(model, batches, o.calibrate_method, list(op_types) if op_types else None,
                          o.symmetric_activations, cache, threads=ctx.threads,
                          run_batch=ctx.run_batch if ctx.batch == 1 else 1)
 

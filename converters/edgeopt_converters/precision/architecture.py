@@ -13,7 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Set
 
+from edgeopt_agent import runtimes
 from edgeopt_agent.errors import require
+from edgeopt_agent.profiles import DeviceProfile
+
+from ..passes.base import StepCall
+from ..passes.preprocess_onnx import PreprocessOptions
+from ..passes.quantize_dynamic import RECURRENT_OPS as DYNAMIC_RECURRENT_OPS
+from ..passes.quantize_dynamic import TRANSFORMER_OPS, OnnxDynamicOptions
+from ..recipe import Plan, PlannedArtifact
 
 RECURRENT_OPS = ("LSTM", "GRU", "RNN")
 FUSED_ATTENTION_OPS = ("Attention", "MultiHeadAttention", "GroupQueryAttention", "PackedAttention")
@@ -29,6 +37,27 @@ MAX_BETWEEN = 3  # such ops on the way from a product to the Softmax or back
 class Architecture:
     kind: str  # "cnn" | "transformer" | "recurrent" | "other"
     why: str
+
+
+def architecture_variants(plan: Plan, arch: Architecture, profile: DeviceProfile) -> List[PlannedArtifact]:
+    """INT8 modes beside static QDQ that suit the architecture (onnxruntime targets only)."""
+    static = next((a for a in plan.artifacts if a.int8 is not None), None)
+    dynamic = any(runtimes.BY_NAME[r].dynamic_int8 for r in profile.runtimes)
+    if static is None or not dynamic or (static.int8 and static.int8.symmetric_activations):
+        return []
+    reduce_range = bool(static.int8 and static.int8.reduce_range)
+    if arch.kind == "transformer":
+        pre = PreprocessOptions(transformer_fusion=True)
+        options = OnnxDynamicOptions(TRANSFORMER_OPS, reduce_range=reduce_range)
+        why = f"transformer ({arch.why}): attention/LayerNorm/GELU fused, then dynamic INT8 MatMul/Gemm"
+    elif arch.kind == "recurrent":
+        pre = PreprocessOptions()
+        options = OnnxDynamicOptions(DYNAMIC_RECURRENT_OPS, reduce_range=reduce_range)
+        why = f"recurrent ({arch.why}): dynamic INT8, ranges follow the state"
+    else:
+        return []
+    return [PlannedArtifact("onnx", "int8", why, variant="dynamic", base="onnx-fp32",
+                            steps=(StepCall("preprocess-onnx", pre), StepCall("quantize-onnx-dynamic", options)))]
 
 
 def classify(model: Path) -> Architecture:

@@ -12,8 +12,8 @@ from .. import accuracy as acc
 from ..context import ConversionContext
 from ..manifest_build import ArtifactRecord
 from ..progress import ProgressReporter
-from ..recipe import PlannedArtifact, architecture_variants, tflite_dynamic_variant
-from .architecture import classify
+from ..recipe import PlannedArtifact, tflite_dynamic_variant
+from .architecture import architecture_variants, classify
 from ..phase_clock import SEARCH
 from .data_bound import data_bound
 from .mixed_precision import search_mixed_precision
@@ -40,7 +40,7 @@ def follow_up(ctx: ConversionContext, record: ArtifactRecord, validate: Validate
             raise
         log.debug("follow-up of %s failed", record.planned.key, exc_info=True)
         cause = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-        ctx.warnings.append(f"{record.planned.key}: what follows its verdict failed ({type(exc).__name__}: {cause}); "
+        ctx.warn(f"{record.planned.key}: what follows its verdict failed ({type(exc).__name__}: {cause}); "
                             f"it stands as built and judged")
         record.info.pop("inputs_of", None)
         return record, []
@@ -49,7 +49,7 @@ def follow_up(ctx: ConversionContext, record: ArtifactRecord, validate: Validate
 def _variants_for_architecture(ctx: ConversionContext, record: ArtifactRecord, validate: Validate,
                                progress: ProgressReporter) -> Tuple[ArtifactRecord, List[PlannedArtifact]]:
     arch = classify(ctx.work / record.path)
-    ctx.notes.append(f"architecture: {arch.kind} ({arch.why})")
+    ctx.note(f"architecture: {arch.kind} ({arch.why})")
     planned = {a.key for a in ctx.plan.artifacts}
     return record, [v for v in architecture_variants(ctx.plan, arch, ctx.profile) if v.key not in planned]
 
@@ -68,7 +68,7 @@ def _check_int8(ctx: ConversionContext, record: ArtifactRecord, validate: Valida
     if not weights.quantized:
         record.not_quantized = True
         kept = len(record.info.get("float_nodes") or [])
-        ctx.warnings.append(f"{record.planned.key} is not really quantized: {weights.describe()}"
+        ctx.warn(f"{record.planned.key} is not really quantized: {weights.describe()}"
                             + (f" ({kept} nodes kept in float)" if kept else ""))
     record.info.pop("inputs_of", None)
     return record, []
@@ -81,7 +81,7 @@ def _can_improve(ctx: ConversionContext, record: ArtifactRecord) -> bool:
         return False
     why = data_bound(record.accuracy, ctx.tolerances.budget_points)
     if why:
-        ctx.notes.append(f"{record.planned.key}: {why}")
+        ctx.note(f"{record.planned.key}: {why}")
     return why is None
 
 
@@ -95,11 +95,11 @@ def _blame_fp16(ctx: ConversionContext, record: ArtifactRecord, validate: Valida
         ranked = [s for s in node_sensitivity(ctx.float_artifact("onnx"), ctx.work / record.path, feeds, ctx.accuracy_runs.threads)
                   if s.drop_db > 1.0][:5]
     except Exception as exc:  # the verdict stands; only the diagnosis is missing
-        ctx.warnings.append(f"{record.planned.key}: could not measure which ops lose precision ({exc})")
+        ctx.warn(f"{record.planned.key}: could not measure which ops lose precision ({exc})")
         return record, []
     record.info["fp16_sensitive_nodes"] = [s.to_dict() for s in ranked]
     if ranked:
-        ctx.warnings.append(f"{record.planned.key} failed; the ops losing most precision in FP16: "
+        ctx.warn(f"{record.planned.key} failed; the ops losing most precision in FP16: "
                             + ", ".join(f"{s.name} ({s.op_type}, -{s.drop_db:.0f} dB)" for s in ranked)
                             + " (keep them in FP32 with ConvertOnnxFp16's node_block_list)")
     return record, []
@@ -127,7 +127,7 @@ def _check_tflite_size(ctx: ConversionContext, record: ArtifactRecord, fp32: Opt
                                        "quantized": ratio <= TFLITE_INT8_MAX_SIZE})
     if ratio > TFLITE_INT8_MAX_SIZE:
         record.not_quantized = True
-        ctx.warnings.append(f"{record.planned.key} is not really quantized: its file is {ratio:.2f}x the FP32 "
+        ctx.warn(f"{record.planned.key} is not really quantized: its file is {ratio:.2f}x the FP32 "
                             f"TFLite's (INT8 weights should make it about 0.25x)")
 
 

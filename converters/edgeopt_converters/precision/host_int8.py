@@ -11,26 +11,14 @@ the quantized model defines, carried out in float, which is what exact integer k
 from __future__ import annotations
 
 import platform
-from pathlib import Path
 from typing import FrozenSet, Optional
+
+from edgeopt_agent.cpu_check import cpu_flags
 
 # Any of these gives onnxruntime an INT8 dot product that accumulates in 32 bits.
 EXACT_INT8_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 X86_MACHINES = ("x86_64", "amd64", "i686", "i386")
 UNFUSED_QDQ = {"session.disable_quant_qdq": "1"}
-
-
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> FrozenSet[str]:
-    """The first CPU's feature flags as the kernel lists them (empty where there is no /proc)."""
-    try:
-        text = cpuinfo.read_text()
-    except OSError:
-        return frozenset()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return frozenset(value.split())
-    return frozenset()
 
 
 def int8_kernels_saturate(flags: Optional[FrozenSet[str]] = None, machine: Optional[str] = None) -> bool:

@@ -196,7 +196,7 @@ def search_mixed_precision(ctx: ConversionContext, record, prepared: Path, valid
         report["stopped"] = (f"--time-budget {ctx.options.time_budget:g} s reached after {len(search.seconds)} "
                              f"attempts of about {statistics.median(search.seconds or [0]):.0f} s")
         may_find = "a split judged ok" if search.failed else "a split that keeps more in INT8"
-        ctx.warnings.append(f"{item.key}: mixed precision stopped at the time budget ({report['stopped']}); "
+        ctx.warn(f"{item.key}: mixed precision stopped at the time budget ({report['stopped']}); "
                             f"a larger --time-budget may find {may_find}")
     if search.best is not record:
         os.replace(search.best_path, target)
@@ -210,7 +210,7 @@ def search_mixed_precision(ctx: ConversionContext, record, prepared: Path, valid
     if best.accuracy.verdict != acc.OK:
         report["result"] = no_split_found(search, len(candidates))
         within = " in the attempts the time budget allowed" if search.out_of_time else ""
-        ctx.warnings.append(f"{item.key}: mixed precision found no split judged ok{within}; the best is "
+        ctx.warn(f"{item.key}: mixed precision found no split judged ok{within}; the best is "
                             f"{best.accuracy.verdict} ({best.accuracy.reason})")
     else:
         method = best.planned.int8.calibrate_method
@@ -219,7 +219,7 @@ def search_mixed_precision(ctx: ConversionContext, record, prepared: Path, valid
         if best.planned.int8.op_types != item.int8.op_types:
             how += ", only " + "/".join(best.planned.int8.op_types) + " in INT8"
         report["result"] = f"{best.accuracy.verdict}: {how}"
-        ctx.notes.append(f"{item.key}: whole-graph INT8 was {record.accuracy.verdict} ({record.accuracy.reason}); {how} make it "
+        ctx.note(f"{item.key}: whole-graph INT8 was {record.accuracy.verdict} ({record.accuracy.reason}); {how} make it "
                          f"{best.accuracy.verdict}" + (f": {', '.join(floats)}" if floats else ""))
     best.info["mixed_precision"] = report
     best.info["float_nodes"] = floats
@@ -313,10 +313,11 @@ def _sensitivity_stage(ctx: ConversionContext, search: _Search, ranked, candidat
 def _quantize(ctx: ConversionContext, attempt, prepared: Path, trial: Path, cache: Path,
               calibrated_ops: Optional[Tuple[str, ...]] = None) -> Dict[str, Any]:
     """Quantize with the ranges cached for the attempt's calibrator (each calibrator runs at most once,
-    over the tensors of `calibrated_ops`, the search's own op types, whatever the attempt quantizes)."""
-    from ..passes.quantize_onnx import QuantizeOnnxStatic
+    over the tensors of `calibrated_ops`, the search's own op types, whatever the attempt quantizes),
+    through the registered step: it calibrates into `cache` when that holds nothing yet."""
+    from ..passes.base import StepCall
+    from ..passes.quantize_onnx import ALL_OPS, QuantizeOnnxStatic
 
-    step_ctx = ctx.step_context(calibration_cache=cache)
-    if not cache.is_file():
-        QuantizeOnnxStatic(replace(attempt.int8, op_types=calibrated_ops)).calibrate(step_ctx, prepared, cache)
-    return QuantizeOnnxStatic(attempt.int8).run(step_ctx, prepared, trial).info
+    options = replace(attempt.int8, calibrated_op_types=calibrated_ops or ALL_OPS)
+    step = StepCall(QuantizeOnnxStatic.name, options).build()
+    return step.run(ctx.step_context(calibration_cache=cache), prepared, trial).info

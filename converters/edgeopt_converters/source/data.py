@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Protocol, Tuple
 
 import numpy as np
 
 from edgeopt_agent.errors import require
 
-from ..options import ConvertOptions
 from .input_specs import BATCH_FIRST, UNDECLARED_DTYPES, DataInput, inputs_from_data, readings
 from .source_model import SourceModel
 from .tensors import Dataset, DatasetParts, InputSpec, load_datasets, random_dataset, read_data_arrays
@@ -16,7 +15,16 @@ from .tensors import Dataset, DatasetParts, InputSpec, load_datasets, random_dat
 MAX_OUTPUT_BYTES = 512 * 2**20  # float32 outputs kept for the reference, and again per artifact
 
 
-def choose_datasets(source: SourceModel, specs: List[InputSpec], opts: ConvertOptions, notes: List[str],
+class DataOptions(Protocol):
+    """What a conversion's data comes from: the options' files and sample limits (ConvertOptions has them)."""
+
+    calibration: Tuple[Path, ...]
+    eval_data: Optional[Path]
+    max_calibration_samples: int
+    max_eval_samples: int
+
+
+def choose_datasets(source: SourceModel, specs: List[InputSpec], opts: DataOptions, notes: List[str],
                     warnings: List[str]) -> Tuple[Dataset, Dataset, Dataset]:
     """(calibration, evaluation, all the evaluation data): the user's files, else the data bundled with the
     model, else random data (each fallback said in a note or a warning), the first two cut to the options'
@@ -53,7 +61,7 @@ def head(data: Dataset, limit: int) -> Dataset:
     return data.subset(slice(None, limit))
 
 
-def data_shapes(source: SourceModel, opts: ConvertOptions) -> Tuple[Dict[str, DataInput], str]:
+def data_shapes(source: SourceModel, opts: DataOptions) -> Tuple[Dict[str, DataInput], str]:
     """({input: DataInput}, the file) for inputs whose shape or dtype the model does not declare (a
     file.py:factory's forward() declares names only) and the first data file fixes. Where the file can be
     read two ways ([N, 1, ...]: N whole inputs, or N samples of [1, ...]; integer arrays: token ids, or

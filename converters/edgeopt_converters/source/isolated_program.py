@@ -129,7 +129,7 @@ class _Child:
             self.private.mkdir()
             (self.private / "model.pt2").write_bytes(archive)
             self.isolated = sandbox.isolation(self.private)
-            argv = [sys.executable, "-m", "edgeopt_converters.source.pt2_worker", str(self.private)]
+            argv = [sys.executable, "-m", sandbox.WORKER_MODULE, str(self.private)]
             self.process = sandbox.start(argv, self.private, limits, self.isolated, self.stderr)
         except BaseException:  # nothing of the model's copy stays behind
             self.stderr.close()

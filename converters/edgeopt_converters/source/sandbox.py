@@ -36,6 +36,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from edgeopt_agent.errors import UserError
 
+# The child a sandbox runs (named, not imported: it lives above this room, beside the exports it calls).
+WORKER_MODULE = "edgeopt_converters.passes.pt2_worker"
+
 GIB = 1 << 30
 MIB = 1 << 20
 # The child's address space: at least MEMORY_FLOOR (+ MEMORY_PER_CPU for each CPU's threads and
@@ -223,7 +226,7 @@ def _probe(level: str) -> bool:
             return False
         isolated = Isolation(level, prefix, "", user)
         try:
-            child = start([sys.executable, "-c", "import edgeopt_converters.source.pt2_worker"], private,
+            child = start([sys.executable, "-c", f"import {WORKER_MODULE}"], private,
                           Limits.for_model(0), isolated, subprocess.DEVNULL)
             child.stdin.close()
             try:

@@ -10,45 +10,29 @@ import click
 
 from edgeopt_agent.bench import BenchmarkSpec, run_benchmark
 from edgeopt_agent.runners import resolve_runtime
-from edgeopt_agent.runtimes import PRECISIONS, RUNTIMES
+from edgeopt_agent.wire.bench_options import BenchOptions
 from edgeopt_converters.manifest import FILE_NAME as MANIFEST_FILE
 from edgeopt_converters.manifest import bench_inputs, board_options
 from edgeopt_converters.manifest import read as read_manifest
 
 from ..errors import UserError
+from .option_flags import option_flags
 from .output import console, table
+
 
 @click.command()
 @click.argument("artifact", type=click.Path(path_type=Path))
-@click.option("--runs", type=int, default=100, show_default=True, help="Minimum number of measured runs.")
-@click.option("--duration", type=float, default=1.0, show_default=True, help="Minimum measured seconds.")
-@click.option("--warmup", "warmup_runs", type=int, default=10, show_default=True, help="Minimum warm-up runs.")
-@click.option("--max-duration", type=float, default=60.0, show_default=True, help="Cap on each of warm-up and measurement, seconds.")
-@click.option("--threads", type=int, help="Runtime threads (default: for a convert folder, each artifact's from "
-                                         "its manifest, at most this machine's CPUs; else every CPU this process may use).")
-@click.option("--batch", "batch", metavar="N[,N...]", help="Batch sizes to sweep, e.g. 1,2,4,8.")
-@click.option("--latency-budget-ms", type=float, help="Report the largest batch whose p90 fits this budget.")
-@click.option("--input", "input_file", type=click.Path(path_type=Path), help="Input data: .npy (one input) or .npz keyed by input name, N samples on axis 0 (as convert "
-                   "reads it); a run feeds one batch of them (--batch sets its size).")
+@option_flags(BenchOptions)
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=1,512",
               help="Shape of an input with dynamic dims (NAME= for a scalar); repeat per input. "
                    "Artifacts of an `edgeopt convert` folder take the shapes its manifest recorded.")
 @click.option("--input-value", "input_values", multiple=True, metavar="NAME=16000",
               help="A constant every feed of input NAME holds (a sample rate); repeat per input.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random input.")
-@click.option("--timeout", type=float, default=300.0, show_default=True, help="Kill a benchmark after this many seconds.")
-@click.option("--memory-limit-mb", type=int, help="Address-space limit of the benchmark process (RLIMIT_AS).")
-@click.option("--runtime", type=click.Choice(RUNTIMES),
-              help="Runtime (default: for a convert folder, each artifact's from its manifest, falling back to "
-                   "the next the profile lists where this machine lacks it; else from the file type).")
-@click.option("--precision", type=click.Choice(PRECISIONS),
-              help="Precision a TensorRT engine is built at (runtimes tensorrt, onnxruntime-tensorrt).")
-@click.option("--idle", "idle_s", type=float, default=1.0, show_default=True, help="Idle power baseline before each run, seconds (with a power sensor).")
 @click.option("--no-sensors", is_flag=True, help="Do not read this machine's power and thermal sensors.")
 @click.option("--allow-invalid", is_flag=True,
               help="Exit 0 even when an artifact's outputs do not match its FP32 reference (still reported).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
-def bench(artifact: Path, batch: Optional[str], no_sensors: bool, as_json: bool, allow_invalid: bool,
+def bench(artifact: Path, no_sensors: bool, as_json: bool, allow_invalid: bool,
           input_shapes: Sequence[str], input_values: Sequence[str], **options: Any) -> None:
     """Benchmark ARTIFACT (.onnx/.tflite, or a folder with manifest.json) on this machine.
 
@@ -58,7 +42,6 @@ def bench(artifact: Path, batch: Optional[str], no_sensors: bool, as_json: bool,
     checked against its FP32 artifact's with the tolerance its conversion earned (column "outputs").
     Exits 1 when a benchmark fails or an artifact is invalid (--allow-invalid: only when one fails).
     """
-    options["batch_sizes"] = parse_batches(batch)
     targets = collect_targets(artifact)
     given = given_inputs(input_shapes, input_values)
     specs = [_spec(path, with_board(options, entry), merge_inputs(entry, given)) for path, entry in targets]
@@ -87,18 +70,6 @@ def bench(artifact: Path, batch: Optional[str], no_sensors: bool, as_json: bool,
         show(results)
     if not all(r["ok"] for r in results) or (not allow_invalid and not all(r.get("valid", True) for r in results)):
         click.get_current_context().exit(1)
-
-
-def parse_batches(text: Optional[str]) -> Optional[Tuple[int, ...]]:
-    if text is None:
-        return None
-    try:
-        sizes = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        sizes = ()
-    if not sizes:
-        raise UserError(f"--batch takes whole numbers separated by commas, e.g. 1,2,4,8; got '{text}'")
-    return sizes
 
 
 def collect_targets(artifact: Path) -> List[Tuple[Path, Optional[Dict[str, Any]]]]:
@@ -191,12 +162,7 @@ def with_board(options: Dict[str, Any], entry: Optional[Dict[str, Any]]) -> Dict
 
 
 def _spec(path: Path, options: Dict[str, Any], inputs: Optional[List[Dict[str, Any]]] = None) -> BenchmarkSpec:
-    values = dict(options)
-    values["inputs"] = inputs
-    values["timeout_s"] = values.pop("timeout")
-    values["duration_s"] = values.pop("duration")
-    values["max_duration_s"] = values.pop("max_duration")
-    return BenchmarkSpec(artifact=str(path), **values)
+    return BenchmarkSpec(artifact=str(path), **dict(options, inputs=inputs))
 
 
 def show(results: Sequence[Dict[str, Any]]) -> None:

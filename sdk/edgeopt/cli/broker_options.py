@@ -10,6 +10,10 @@ import click
 FILE = click.Path(exists=True, dir_okay=False)
 
 
+# The parameters `broker_options` adds to a command, in `broker_settings_from`'s order.
+BROKER_OPTIONS = ("broker", "tls", "tls_ca", "tls_cert", "tls_key", "tls_insecure", "username", "password_file")
+
+
 def broker_options(password_env: str, default_broker: str = "localhost:1883") -> Callable[[Any], Any]:
     """Adds --broker, --tls, --tls-ca, --tls-cert, --tls-key, --tls-insecure, --username and
     --password-file; the command takes them as `**broker` and passes them to `broker_settings_from`."""

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
 
+from .option_flags import option_flags
 from .output import console, table
 
 MODEL_HELP = """MODEL is one of: path/to/file.py:factory (a function returning an nn.Module), a TorchScript
@@ -14,34 +14,9 @@ file, an ExportedProgram .pt2, an .onnx file, or example:digits-cnn (bundled).""
 
 def convert_options(command):
     """One click option per convert option, generated from their one definition (edgeopt_converters.options)."""
-    from edgeopt_converters.options import defaults, specs
+    from edgeopt_converters.options import ConvertOptions
 
-    given = defaults()
-    for name, spec in reversed(list(specs().items())):
-        default = given[name]
-        kwargs = dict(help=spec.help, metavar=spec.metavar)
-        if spec.negated_by:
-            kwargs.update(flag_value=not default, default=default)
-        elif spec.kind is bool:
-            kwargs.update(is_flag=True, default=default)
-        else:
-            kwargs.update(type=_click_type(spec), multiple=spec.multiple, required=spec.required)
-            if not spec.multiple and default is not None:
-                kwargs.update(default=default, show_default=True)
-        command = click.option(*spec.cli_flags(name), name, **kwargs)(command)
-    return command
-
-
-def _click_type(spec):
-    if spec.choices:
-        return click.Choice(spec.choices)
-    if spec.kind is int and spec.minimum is not None:
-        return click.IntRange(min=int(spec.minimum))
-    if spec.kind is Path:
-        return click.Path(file_okay=not spec.folder, dir_okay=spec.folder)
-    if spec.kind in (int, float):
-        return spec.kind  # float limits are checked with the option's own message
-    return None
+    return option_flags(ConvertOptions)(command)
 
 
 @click.command(help=f"Quantize and export a model for a target board.\n\n{MODEL_HELP}")

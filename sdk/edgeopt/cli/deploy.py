@@ -9,10 +9,11 @@ from typing import Any, Dict, List
 
 import click
 
-from edgeopt_agent.runtimes import PRECISIONS, RUNTIMES
+from edgeopt_agent.wire.bench_options import BenchOptions
 
-from .broker_options import broker_options, broker_settings_from
+from .broker_options import BROKER_OPTIONS, broker_options, broker_settings_from
 from .option_alias import hidden_alias
+from .option_flags import option_flags
 from .output import console, table
 
 PASSWORD_ENV = "EDGEOPT_DEPLOY_PASSWORD"
@@ -47,7 +48,7 @@ class Duration(click.ParamType):
               help="The fleet store (e.g. sqlite:///fleet.db): keep the jobs there, so the collector sends each "
                    "again until its device answers or the job expires, whatever the broker loses; with --all or "
                    "--profile, pick only devices it holds a result from.")
-@click.option("--artifact", "artifact_key", metavar="KEY", help="Artifact of the manifest (default: the recommended one).")
+@click.option("--artifact", "artifact", metavar="KEY", help="Artifact of the manifest (default: the recommended one).")
 @click.option("--key", "key_path", type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
               help="Ed25519 private key to sign with (default: $EDGEOPT_SIGNING_KEY, or the key of "
                    "`edgeopt keys init` when there is one).")
@@ -58,18 +59,10 @@ class Duration(click.ParamType):
 @click.option("--wait", is_flag=True, help="Wait for every device's measurement; exit 1 if any failed, timed out "
                                             "or is invalid (its outputs do not match the FP32 reference).")
 @click.option("--allow-invalid", is_flag=True, help="With --wait: exit 0 although a result is invalid (still shown).")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
+@click.option("--timeout", "wait_s", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
               metavar="SECONDS",
-              help="Seconds to wait for the devices, in all.")
-@click.option("--runs", type=click.IntRange(min=1), help="Minimum measured runs on the device.")
-@click.option("--duration", "duration_s", type=click.FloatRange(min=0), help="Minimum measured seconds on the device.")
-@click.option("--threads", type=click.IntRange(min=1),
-              help="Runtime threads on the device (default: the manifest's, from the profile; else all it may use).")
-@click.option("--runtime", type=click.Choice(RUNTIMES),
-              help="Runtime on the device (default: the manifest's, from the profile's runtimes and the file type).")
-@click.option("--precision", type=click.Choice(PRECISIONS),
-              help="Precision a TensorRT engine is built at on the device (default: the manifest's).")
-@click.option("--idle", "idle_s", type=click.FloatRange(min=0), help="Idle power baseline before the run, seconds.")
+              help="Seconds to wait for the devices, in all (--bench-timeout: how long a benchmark may take).")
+@option_flags(BenchOptions, defaults=False, taken=("--timeout",))
 @click.option("--chunk-kb", type=click.IntRange(min=1, max=4096), default=256, show_default=True,
               help="Size of the chunks the artifact travels in.")
 @click.option("--expires", "expires_s", type=Duration(), default="24h", show_default=True,
@@ -82,9 +75,7 @@ class Duration(click.ParamType):
                    "it does not trust).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON list (one object per device) instead of a table.")
 @broker_options(PASSWORD_ENV)
-def deploy(outdir: Path, device_id, profile, all_devices, max_devices, fleet_db, artifact_key, key_path, unsigned, url, wait,
-           timeout_s, runs, duration_s, threads, runtime, precision, idle_s, chunk_kb, expires_s, allow_downgrade, force, as_json, allow_invalid,
-           **broker):
+def deploy(outdir: Path, device_id, key_path, unsigned, chunk_kb, as_json, allow_invalid, **options):
     """Send the recommended artifact of OUTDIR (an `edgeopt convert` output) to devices as a benchmark job.
 
     The file travels through the broker in chunks (a device that already holds some gets only
@@ -101,18 +92,14 @@ def deploy(outdir: Path, device_id, profile, all_devices, max_devices, fleet_db,
     from ..deploy import deploy as run_deploy
     from ..deploy import signing_key
 
-    settings = broker_settings_from(PASSWORD_ENV, **broker)
+    bench = {name: options.pop(name) for name in BenchOptions.specs() if name in options}
+    settings = broker_settings_from(PASSWORD_ENV, **{name: options.pop(name) for name in BROKER_OPTIONS})
     key = signing_key(key_path, unsigned)
-    bench = {name: value for name, value in
-             (("runs", runs), ("duration_s", duration_s), ("threads", threads), ("idle_s", idle_s),
-              ("runtime", runtime), ("precision", precision)) if value is not None}
-    display = ProgressDisplay(wait)
-    try:
-        rows = run_deploy(outdir, settings, device=device_id, profile=profile, all_devices=all_devices,
-                          artifact=artifact_key, private_key=key, unsigned=key is None, wait=wait, timeout_s=timeout_s,
-                          progress=display.update, url=url, bench=bench, chunk_size=chunk_kb * 1024,
-                          expires_s=expires_s, allow_downgrade=allow_downgrade, fleet_db=fleet_db,
-                          max_devices=max_devices, force=force)
+    display = ProgressDisplay(options["wait"])
+    try:  # what is left of `options` are the deploy API's own keywords, named as the flags' values
+        rows = run_deploy(outdir, settings, device=device_id, private_key=key, unsigned=key is None,
+                          progress=display.update, bench={k: v for k, v in bench.items() if v is not None},
+                          chunk_size=chunk_kb * 1024, timeout_s=options.pop("wait_s"), **options)
     finally:
         display.close()
     if as_json:

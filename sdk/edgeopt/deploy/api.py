@@ -8,7 +8,8 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from edgeopt_agent import wire
 from edgeopt_agent.wire.broker import BrokerSettings, broker_settings
-from edgeopt_converters.manifest import board_options
+from edgeopt_agent.wire.bench_options import BenchOptions
+from edgeopt_converters.manifest import BOARD_OVERRIDES, board_options
 
 from ..errors import UserError
 from .artifact import choose_artifact
@@ -55,8 +56,8 @@ def deploy(
     signed job names the devices picked (and the profile, with `profile`), so it serves all of
     them and no other device. Devices refuse it `expires_s` seconds after now, and refuse an
     older build of the same model than the last they accepted unless `allow_downgrade`.
-    `bench` holds benchmark options (runs, duration_s, threads...; see
-    edgeopt_agent.wire.BENCH_OPTIONS); the job carries the board configuration the manifest planned
+    `bench` holds benchmark options (runs, duration_s, threads...: edgeopt_agent.wire.BenchOptions
+    defines each, and an unknown name is a TypeError); the job carries the board configuration the manifest planned
     for the artifact (runtime, precision, threads, fallback_runtimes), which `bench`'s `runtime`,
     `precision` and `threads` override. `all_devices` and `profile` pick at most `max_devices`
     devices (more is refused) and, with `fleet_db` (a fleet store URL), only devices that store
@@ -122,11 +123,11 @@ def keep_jobs(fleet_db: str, jobs: Iterable[Tuple[str, wire.Envelope]], resend_s
 
 
 def _with_board(bench: Optional[Mapping[str, Any]], chosen) -> Dict[str, Any]:
-    """The benchmark options, with the board configuration the manifest planned for the artifact
-    (runtime, engine precision, threads, fallback runtimes); `runtime`, `precision` and `threads` in
-    `bench` override it (see edgeopt_converters.manifest.board_options)."""
-    options = dict(bench or {})
-    overrides = {name: options.pop(name, None) for name in ("runtime", "precision", "threads")}
+    """The benchmark options (each checked as BenchOptions defines it), with the board configuration
+    the manifest planned for the artifact (runtime, engine precision, threads, fallback runtimes);
+    `runtime`, `precision` and `threads` in `bench` override it (see edgeopt_converters.manifest.board_options)."""
+    options = BenchOptions.read_given(bench or {})
+    overrides = {name: options.pop(name, None) for name in BOARD_OVERRIDES}
     planned = board_options(chosen.entry or {}, **overrides)
     planned.update(options)  # any other option the caller gives (its own fallback_runtimes included) wins
     return planned

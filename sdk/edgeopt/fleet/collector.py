@@ -38,6 +38,7 @@ from edgeopt_agent.wire.session import V5, Message, MqttSession, Received
 from ..errors import UserError
 from .jobs import DEFAULT_RESEND_S, JobQueue
 from .store import FleetStore
+from .messages import KINDS
 from .writer import DUPLICATE, NOT_CONFIRMED, REJECTED, STORED, IngestOutcome
 
 if TYPE_CHECKING:
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-COLLECTED_KINDS = (wire.STATUS, wire.TELEMETRY, wire.RESULTS)
 PRESENCE_ROOT = "edgeopt/collectors"
 DEFAULT_MAX_BATCH = 500
 DEFAULT_MAX_WAIT_S = 0.05
@@ -60,8 +60,8 @@ def default_client_id(shared_group: Optional[str] = None) -> str:
 
 def subscriptions(shared_group: Optional[str] = None) -> List[str]:
     if shared_group is None:
-        return [wire.subscription(kind) for kind in COLLECTED_KINDS]
-    return [wire.shared_subscription(shared_group, kind) for kind in COLLECTED_KINDS]
+        return [wire.subscription(kind) for kind in KINDS]  # every message kind a board sends the fleet
+    return [wire.shared_subscription(shared_group, kind) for kind in KINDS]
 
 
 @dataclass(frozen=True)
@@ -298,7 +298,8 @@ def confirmations(outcomes: Sequence[IngestOutcome]
     reason) of those rejected for good. The digest is that of the bytes received, so a board forgets
     only its own message, never on the word about someone's copy under its id.
 
-    Status messages are left out (the agent publishes them directly, never from its outbox), and so
+    Kinds the board does not keep until confirmed are left out (statuses: not in wire.CONFIRMED_KINDS, the
+    agent publishes them directly, never from its outbox), and so
     are rejections without a readable device or message id (there is nobody to tell) and those whose
     sender is unknown (unsigned, a bad signature, another key than the board's: `NOT_CONFIRMED`):
     the board keeps its own bytes and sends them again.
@@ -306,7 +307,7 @@ def confirmations(outcomes: Sequence[IngestOutcome]
     found: Dict[str, Tuple[Dict[Tuple[str, str], None], Dict[Tuple[str, str], str]]] = {}
     for outcome in outcomes:
         if outcome.device_id is None or not wire.is_message_id(outcome.message_id) \
-                or not wire.is_sha256(outcome.digest) or outcome.kind == wire.STATUS:
+                or not wire.is_sha256(outcome.digest) or outcome.kind not in (None, *wire.CONFIRMED_KINDS):
             continue
         if outcome.status == REJECTED and outcome.reason in NOT_CONFIRMED:
             continue

@@ -1,4 +1,5 @@
-"""Turn one MQTT message from a device into the row it will become, or say why it is rejected.
+"""Turn one MQTT message from a device into the row it will become, or say why it is rejected; and
+the registry of the messages a board sends the fleet (`KINDS`: topic, schema, row, table, handlers).
 
 Pure functions, no database: the envelope is checked with the wire protocol's own validator
 (edgeopt_agent.wire), its device signature with `edgeopt_agent.message_signing` (whose key it is,
@@ -11,11 +12,13 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
 from edgeopt_agent import message_signing, wire
 from edgeopt_agent.runtimes import DISTRIBUTIONS
 from edgeopt_agent.values import finite, is_int, is_number
+
+from . import handlers
 
 EXCERPT_BYTES = 256
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # shown escaped; tab and newline stay
@@ -24,15 +27,6 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # shown escaped; tab and new
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 MAX_INT64 = 2 ** 63 - 1  # BIGINT and SQLite's INTEGER: the seq columns
 MAX_INT32 = 2 ** 31 - 1  # INTEGER on PostgreSQL: results.threads
-# The only topic kinds a device sends and the collector stores, with the envelope type each carries.
-DEVICE_KINDS = {
-    wire.STATUS: wire.STATUS_TYPE,
-    wire.TELEMETRY: wire.TELEMETRY_TYPE,
-    wire.RESULTS: wire.RESULT_TYPE,
-}
-# Status sequence numbers have holes by design (the agent numbers a Last Will for every
-# connection, and most Wills are never sent), so only these kinds are checked for gaps.
-GAP_CHECKED_KINDS = (wire.TELEMETRY, wire.RESULTS)
 _META_TEXT = ("model", "model_sha256", "artifact_key", "format", "precision", "manifest_sha256")
 
 
@@ -62,6 +56,11 @@ class DeviceMessage:
     def device_id(self) -> str:
         return self.envelope.device_id
 
+    @property
+    def facts(self) -> Dict[str, Any]:
+        """What it says about its device (see `device_facts`)."""
+        return device_facts(self)
+
 
 Parsed = Union[DeviceMessage, Rejection]
 
@@ -82,9 +81,9 @@ def parse(topic: str, payload: bytes, max_bytes: int = wire.MAX_MESSAGE_BYTES) -
         device_id, kind = wire.parse_topic(topic)
     except wire.ProtocolError as exc:
         return reject("invalid_topic", str(exc))
-    if kind not in DEVICE_KINDS:
+    if kind not in KINDS:
         return reject("unexpected_topic", f"'{kind}' messages go to devices; the collector stores "
-                                          f"{', '.join(DEVICE_KINDS)}", device_id)
+                                          f"{', '.join(KINDS)}", device_id)
     try:
         document = wire.parse_json(payload, max_bytes)
         envelope = wire.Envelope.from_dict(document, expect_device=device_id)
@@ -99,11 +98,11 @@ def parse(topic: str, payload: bytes, max_bytes: int = wire.MAX_MESSAGE_BYTES) -
         return reject(exc.kind, str(exc), device_id, envelope.id)
     if envelope.seq > MAX_INT64:
         return reject("malformed_message", f"'seq' must be at most {MAX_INT64}", device_id, envelope.id)
-    if envelope.type != DEVICE_KINDS[kind]:
+    if envelope.type != KINDS[kind].type:
         return reject("unexpected_type", f"a '{envelope.type}' message on a {kind} topic; expected "
-                                         f"'{DEVICE_KINDS[kind]}'", device_id, envelope.id)
+                                         f"'{KINDS[kind].type}'", device_id, envelope.id)
     try:
-        row = _cleaned(_ROWS[kind](envelope))
+        row = _cleaned(KINDS[kind].row(envelope))
     except BodyError as exc:
         return reject("invalid_body", str(exc), device_id, envelope.id)
     row.update(id=envelope.id, device_id=device_id, seq=envelope.seq, ts=envelope.ts)
@@ -251,9 +250,6 @@ def _meta(meta: Any) -> Dict[str, Any]:
     return meta
 
 
-_ROWS = {wire.STATUS: status_row, wire.TELEMETRY: telemetry_row, wire.RESULTS: result_row}
-
-
 def _section(body: Mapping[str, Any], key: str) -> Dict[str, Any]:
     value = body.get(key)
     return value if isinstance(value, dict) else {}
@@ -311,3 +307,36 @@ def device_facts(message: DeviceMessage) -> Dict[str, Any]:
         facts["temperature_c"] = message.row["temperature_c"]
     return facts
 
+
+
+# --- the registry -----------------------------------------------------------------------------
+
+Handler = Callable[[Any, str, List[DeviceMessage], float], None]  # (transaction, device id, messages, now)
+
+
+@dataclass(frozen=True)
+class MessageKind:
+    """One kind of message a board sends the fleet: everything the collector and the writer do with
+    it. A new kind is one entry in KINDS plus its row function and handlers (docs/ARCHITECTURE.md,
+    "Adding a fleet message", lists the other steps: its topic and type in the wire, its table)."""
+
+    topic: str  # the topic kind it comes on: edgeopt/v1/<device_id>/<topic>; the collector subscribes to it
+    type: str  # the envelope type it must carry
+    row: Callable[[wire.Envelope], Dict[str, Any]]  # its body checked (BodyError) and made its table's columns
+    table: str  # where that row is stored (created in migrations.py)
+    gap_checked: bool = False  # its sequence numbers are checked for gaps
+    before: Optional[Handler] = None  # runs before a device's messages of this kind in a batch are stored
+    after: Optional[Handler] = None  # runs once they are stored
+    device: Optional[Callable[[Dict[str, Any], DeviceMessage], None]] = None  # folds one into the devices row
+
+
+# The only topic kinds a device sends and the collector stores (read when needed, not copied at import).
+KINDS: Dict[str, MessageKind] = {kind.topic: kind for kind in (
+    # Status sequence numbers have holes by design (the agent numbers a Last Will for every
+    # connection, and most Wills are never sent), so statuses are not checked for gaps.
+    MessageKind(wire.STATUS, wire.STATUS_TYPE, status_row, "status",
+                before=handlers.forget_baselines_if_reset, device=handlers.status_device),
+    MessageKind(wire.TELEMETRY, wire.TELEMETRY_TYPE, telemetry_row, "telemetry", gap_checked=True,
+                device=handlers.telemetry_device),
+    MessageKind(wire.RESULTS, wire.RESULT_TYPE, result_row, "results", gap_checked=True, after=handlers.answered),
+)}

@@ -1,9 +1,7 @@
 """The columns of the fleet tables that the writer fills and the queries read (schema: migrations.py)."""
 from __future__ import annotations
 
-from edgeopt_agent import wire
 
-TABLES = {wire.STATUS: "status", wire.TELEMETRY: "telemetry", wire.RESULTS: "results"}
 DEVICE_COLUMNS = (
     "profile", "state", "state_reason", "state_started_at", "state_seq", "state_ts", "mqtt_protocol",
     "agent_version", "versions", "runtimes", "temperature_c", "telemetry_ts", "telemetry_seq", "first_seen", "last_seen",

@@ -18,14 +18,14 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import groupby
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from edgeopt_agent import message_signing, wire
 
 from . import messages as msg
 from .database import Database, DataError, Transaction
 from .sequences import track
-from .tables import DEVICE_COLUMNS, TABLES
+from .tables import DEVICE_COLUMNS
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ class FleetWriter:
                 if message.public_key != pinned:
                     report.outcomes[index] = self._key_changed(tx, message, pinned, now)
             of_device = [(i, m) for i, m in of_device if m.public_key == pinned]
-            self._forget_baselines_if_reset(tx, device_id, [m for _, m in of_device if m.kind == wire.STATUS])
+            self._handle(tx, device_id, "before", [m for _, m in of_device], now)
             stored: List[msg.DeviceMessage] = []
             for kind, of_kind in groupby(of_device, key=lambda pair: pair[1].kind):
                 seqs = []
@@ -138,7 +138,7 @@ class FleetWriter:
                     elif outcome.status == DUPLICATE:
                         duplicates[kind] += 1
                     report.outcomes[index] = outcome
-                if kind in msg.GAP_CHECKED_KINDS and seqs:
+                if msg.KINDS[kind].gap_checked and seqs:
                     found = track(tx, self.db.dialect, device_id, kind, seqs, now)
                     report.new_gaps += found.new_gaps
                     report.missing += found.missing
@@ -146,7 +146,7 @@ class FleetWriter:
                     report.suspect += found.suspect
             if stored:
                 self._update_device(tx, device_id, stored)
-                self._answered(tx, device_id, [m for m in stored if m.kind == wire.RESULTS], now)
+                self._handle(tx, device_id, "after", stored, now)
         self._count(tx, {f"duplicate:{kind}": n for kind, n in duplicates.items()})
         report.counts = Counter(o.status for o in report.outcomes)
         return report
@@ -182,22 +182,14 @@ class FleetWriter:
                                        message.digest), now)
         return IngestOutcome(REJECTED, KEY_CHANGED, detail, message.kind, e.device_id, e.id, message.digest)
 
-    def _forget_baselines_if_reset(self, tx: Transaction, device_id: str, statuses: List[msg.DeviceMessage]) -> None:
-        """An agent whose state was wiped numbers from 1 again, so its streams take a new baseline.
-
-        Status numbers survive restarts: a newer start with a lower number than the newest status
-        stored is the sign.
-        """
-        if not statuses:
-            return
-        row = tx.one("SELECT state_started_at, state_seq FROM devices WHERE device_id = ?", (device_id,))
-        if row is None or row["state_seq"] is None:
-            return
-        if any(msg.device_facts(m)["started_at"] > (row["state_started_at"] or 0.0) and m.envelope.seq < row["state_seq"]
-               for m in statuses):
-            log.warning("%s restarted with its sequence numbers reset; checking its messages for gaps from the "
-                        "new numbers on", device_id)
-            tx.execute("DELETE FROM streams WHERE device_id = ?", (device_id,))
+    @staticmethod
+    def _handle(tx: Transaction, device_id: str, when: str, messages: List[msg.DeviceMessage], now: float) -> None:
+        """Each kind's `before` or `after` handler (messages.KINDS) with the device's messages of that kind."""
+        for topic, kind in msg.KINDS.items():
+            handler = getattr(kind, when)
+            of_kind = [m for m in messages if m.kind == topic]
+            if handler is not None and of_kind:
+                handler(tx, device_id, of_kind, now)
 
     def _insert(self, tx: Transaction, message: msg.DeviceMessage, now: float) -> IngestOutcome:
         e = message.envelope
@@ -221,7 +213,7 @@ class FleetWriter:
             return IngestOutcome(REJECTED, CONFLICT, detail, message.kind, e.device_id, e.id, message.digest)
         columns = list(message.row)
         tx.execute(
-            f"INSERT INTO {TABLES[message.kind]} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+            f"INSERT INTO {msg.KINDS[message.kind].table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
             [message.row[c] for c in columns],
         )
         return stored
@@ -254,31 +246,9 @@ class FleetWriter:
         device["first_seen"] = min(stamps + ([device["first_seen"]] if not new else []))
         device["last_seen"] = max(stamps + ([device["last_seen"]] if not new else []))
         for message in stored:
-            facts = msg.device_facts(message)
-            if message.kind == wire.STATUS:
-                # (agent start time, seq) orders statuses even across a reset of the agent's counters.
-                key = (facts["started_at"], message.envelope.seq)
-                if device["state"] is None or key > (device["state_started_at"] or 0.0, device["state_seq"] or 0):
-                    device.update(
-                        state=message.row["state"],
-                        state_reason=message.row["reason"],
-                        state_started_at=facts["started_at"],
-                        state_seq=message.envelope.seq,
-                        state_ts=message.envelope.ts,
-                        mqtt_protocol=facts["mqtt_protocol"] or device["mqtt_protocol"],
-                    )
-                    _update_known(device, facts, ("profile", "agent_version"))
-            elif message.kind == wire.TELEMETRY:
-                key = (message.envelope.ts, message.envelope.seq)
-                if device["telemetry_ts"] is None or key > (device["telemetry_ts"], device["telemetry_seq"]):
-                    device.update(
-                        telemetry_ts=message.envelope.ts,
-                        telemetry_seq=message.envelope.seq,
-                        temperature_c=facts["temperature_c"],
-                        versions=json.dumps(facts["versions"]),
-                        runtimes=json.dumps(facts["runtimes"]),
-                    )
-                    _update_known(device, facts, ("profile", "agent_version"))
+            fold = msg.KINDS[message.kind].device
+            if fold is not None:
+                fold(device, message)
         values = [device[c] for c in DEVICE_COLUMNS]
         if new:
             tx.execute(
@@ -291,14 +261,6 @@ class FleetWriter:
                 f"UPDATE devices SET {', '.join(c + ' = ?' for c in DEVICE_COLUMNS)} WHERE device_id = ?",
                 [*values, device_id],
             )
-
-    def _answered(self, tx: Transaction, device_id: str, results: List[msg.DeviceMessage], now: float) -> None:
-        """A stored result answers the job message it names (its request_id): that job is re-sent no more."""
-        for message in results:
-            request_id = message.row.get("request_id")
-            if request_id:
-                tx.execute("UPDATE jobs SET answered_at = ? WHERE device_id = ? AND request_id = ? "
-                           "AND answered_at IS NULL", (now, device_id, request_id))
 
     # --- device keys --------------------------------------------------------------------------------
 
@@ -391,9 +353,3 @@ def _merged(reports: List[BatchReport]) -> BatchReport:
 
 def _b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode("ascii")
-
-
-def _update_known(device: Dict[str, Any], facts: Dict[str, Any], keys: Iterable[str]) -> None:
-    for key in keys:
-        if facts.get(key) is not None:
-            device[key] = facts[key]

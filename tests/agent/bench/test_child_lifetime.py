@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from edgeopt_agent.bench.leftovers import ChildRecord, process_cmdline, process_start
+from edgeopt_agent.bench.leftovers import ChildRecord
+from edgeopt_agent.processes import process_cmdline, process_start
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to see processes end")
 

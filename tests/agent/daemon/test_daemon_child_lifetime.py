@@ -9,7 +9,8 @@ from agent_harness import Listener
 from harness import AgentProcess, wait_until, write_tiny_onnx
 
 from edgeopt_agent import wire
-from edgeopt_agent.bench.leftovers import RECORD_FILE, process_start
+from edgeopt_agent.bench.leftovers import RECORD_FILE
+from edgeopt_agent.processes import process_start
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to see processes end")]

@@ -178,7 +178,9 @@ def test_a_hanging_benchmark_is_killed(handler, data_dir):
 
 
 def test_options_the_engine_refuses(handler, data_dir):
-    body = handler.handle(benchmark(data_dir, runtime="pytorch").encode())
+    path = data_dir / "models" / "tiny.onnx"  # sent as is: `wire.benchmark_job` would refuse it on the host
+    body = wire.benchmark_body("j", sha_of(path), "onnx", path="models/tiny.onnx", runtime="pytorch")
+    body = handler.handle(wire.Envelope(device_id=DEVICE, seq=1, type=wire.BENCHMARK_JOB, body=body).encode())
     kind, message = error_of(body)
     assert kind == "invalid_job" and "pytorch" in message
 

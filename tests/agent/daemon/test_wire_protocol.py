@@ -100,7 +100,7 @@ def test_benchmark_job_by_path_and_inline():
     job = wire.parse_job(Envelope.decode(by_path.encode(), expect_device="rpi-01"))
     assert job.job_id == "job-1" and job.request_id == by_path.id
     assert job.artifact.path == "models/m.onnx" and job.artifact.data_b64 is None
-    assert job.bench == {"runs": 50, "batch_sizes": (1, 4)}
+    assert job.bench == {"runs": 50, "batch_sizes": [1, 4]}  # as the job carries them
     assert job.meta is None
 
     with_meta = wire.benchmark_job("rpi-01", 3, "job-3", SHA, "onnx", path="m.onnx", meta={"precision": "int8"})

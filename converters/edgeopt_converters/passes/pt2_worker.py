@@ -1,6 +1,7 @@
-"""The isolated child that loads a .pt2 and does what needs the loaded program (see isolated_program.py).
+"""The isolated child that loads a .pt2 and does what needs the loaded program (see
+source/isolated_program.py, its parent): run it, export it with this room's writers.
 
-Run as `python -m edgeopt_converters.source.pt2_worker FOLDER` inside the sandbox, with FOLDER (its only
+Run as `python -m edgeopt_converters.passes.pt2_worker FOLDER` inside the sandbox, with FOLDER (its only
 writable place) holding `model.pt2`. Requests come as JSON lines on stdin; answers go as JSON
 lines on the original stdout, which is then pointed at stderr so that nothing a library prints
 can be mistaken for an answer. Arrays travel as uncompressed .npz files in FOLDER, never pickled.
@@ -94,7 +95,7 @@ class _Worker:
     def op_onnx(self, request) -> Dict[str, Any]:
         import torch
 
-        from ..passes.export_onnx import write_onnx
+        from .export_onnx import write_onnx
 
         axes = {name: {int(axis): group for axis, group in per.items()} for name, per in request["axes"].items()}
         write_onnx(torch, self.bound(request), self.tensors(request["args"]), request["names"],
@@ -104,7 +105,7 @@ class _Worker:
     def op_tflite(self, request) -> Dict[str, Any]:
         import torch
 
-        from ..passes.export_tflite import TfliteOptions, write_tflite
+        from .export_tflite import TfliteOptions, write_tflite
 
         options = TfliteOptions(**request["options"])
         feeds = None
