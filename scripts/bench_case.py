@@ -66,9 +66,13 @@ class Case:
     # The inputs the task judge runs every artifact on, where the task needs more than the evaluation
     # data edgeopt's verdicts use (a retrieval set of 1,600 texts); None: the evaluation data.
     task_data: Optional[Dict[str, np.ndarray]] = None
+    # Whether edgeopt is told `kinds` (--output-kind), as someone who knows the model would; False: it
+    # decides them from evidence, as a new user's conversion does (the kinds are then what check_kind_inference
+    # compares its decision with).
+    tell_kinds: bool = True
 
     def feed(self, arrays: Dict[str, np.ndarray], i: int) -> Dict[str, np.ndarray]:
-        return {k: v[i] if self.whole else v[i:i + 1] for k, v in arrays.items()}
+        return {k: np.asarray(v[i]) if self.whole else v[i:i + 1] for k, v in arrays.items()}  # a scalar as a 0-d array
 
 
 IMAGENET_MEAN, IMAGENET_STD = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)

@@ -42,6 +42,7 @@ from corpus import corpus_file, face_grid_tiles  # noqa: E402
 from bench_case import (LINES, SENTENCES, Case, TaskResult, font as _font, imagenet_chw, not_worse,  # noqa: E402
                         ocr_eval_lines, read_float_wav as _read_float_wav)
 from corpus_cases import NEW_CASES  # noqa: E402
+from untuned_cases import UNTUNED_CASES  # noqa: E402
 from done_when import done_when, done_when_lines  # noqa: E402
 from retrieval_set import SEQ, docstring_pairs, recall_at_1, tokenize  # noqa: E402
 
@@ -283,7 +284,18 @@ def orientation(work: Path) -> Case:
 
 
 CASES = {"detector": detector, "transformer": transformer, "vad": vad, "ocr": ocr, "classifier": classifier,
-         "orientation": orientation, **NEW_CASES}
+         "orientation": orientation, **NEW_CASES, **UNTUNED_CASES}
+GROUPS = {"all": list(CASES), "issue26": list(NEW_CASES), "untuned": list(UNTUNED_CASES)}
+
+
+def selected(models: str) -> List[str]:
+    """`--models`: case names and group names (GROUPS), comma-separated, in order, each once."""
+    names: List[str] = []
+    for item in filter(None, models.split(",")):
+        if item not in CASES and item not in GROUPS:
+            raise SystemExit(f"unknown model or group '{item}'; models: {', '.join(CASES)}; groups: {', '.join(GROUPS)}")
+        names += [n for n in GROUPS.get(item, [item]) if n not in names]
+    return names
 
 
 # ---------------------------------------------------------------- the quantizers compared
@@ -383,14 +395,17 @@ def _outputs(path: Path, case: Case, data: Optional[Dict[str, np.ndarray]] = Non
 
 def _judge(reference: List[np.ndarray], got: List[np.ndarray], case: Case) -> acc.Accuracy:
     names = [f"output_{i}" for i in range(len(reference))]
-    given = dict(zip(names, case.kinds)) if case.kinds else {names[0]: case.kind}
+    given = (dict(zip(names, case.kinds)) if case.kinds else {names[0]: case.kind}) if case.tell_kinds else {}
     kinds = acc.decide_kinds(names, reference, {k: v for k, v in given.items() if v})
     return acc.compare(reference, got, case.labels, names, kinds, acc.Tolerances())
 
 
 def _given_kinds(case: Case) -> Dict[str, str]:
     """The output kinds edgeopt is told: by the ONNX file's output names, or for a PyTorch source (whose
-    names the export chooses) by position, as `--output-kind #0=coordinates`."""
+    names the export chooses) by position, as `--output-kind #0=coordinates`; none where the case converts
+    as a new user would."""
+    if not case.tell_kinds:
+        return {}
     if case.source:
         return {f"#{i}": kind for i, kind in enumerate(case.kinds or [case.kind]) if kind}
     names = [o.name for o in _session(case.onnx).get_outputs()]
@@ -583,7 +598,9 @@ def markdown(results: Dict[str, Dict[str, dict]]) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(CASES), help=f"comma-separated: {', '.join(CASES)}")
+    parser.add_argument("--models", default="all",
+                        help=f"comma-separated models or groups; models: {', '.join(CASES)}; groups: "
+                             + "; ".join(f"{g} ({', '.join(m)})" for g, m in GROUPS.items() if g != "all"))
     parser.add_argument("--json", type=Path, help="write every figure here")
     parser.add_argument("--device", default="x86-64",
                         help="the device profile edgeopt converts for: a name or a profile .toml (default x86-64)")
@@ -594,7 +611,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     results: Dict[str, Dict[str, dict]] = {}
     load_before = os.getloadavg()
-    for name in args.models.split(","):
+    for name in selected(args.models):
         with tempfile.TemporaryDirectory(prefix=f"bench-{name}-") as tmp:
             work = Path(tmp)
             try:

