@@ -1,8 +1,9 @@
 """The real-model benchmark's summary tables from its results files (scripts/bench_real_models.py --json):
 printed, or written into docs/BENCHMARKS.md between a section's markers (`<!-- realbench:NAME -->` and
-`<!-- /realbench:NAME -->`), so the document says what the results hold and nothing else.
+`<!-- /realbench:NAME -->`), so the document says what the results hold and nothing else. Files of the
+same device (one run per model, say) make one table block, their done-when computed over all of them.
 
-    .venv/bin/python scripts/bench_report.py docs/benchmarks/untuned-x86-64.json docs/benchmarks/untuned-rpi4.json \\
+    .venv/bin/python scripts/bench_report.py docs/benchmarks/untuned/*-x86-64.json docs/benchmarks/untuned/*-rpi4.json \\
         [--update docs/BENCHMARKS.md --section untuned]
 """
 import argparse
@@ -10,7 +11,7 @@ import sys
 from pathlib import Path
 
 from realbench import results
-from realbench.report import replace_section, summary_table
+from realbench.report import by_device, replace_section, summary_table
 
 
 def main(argv=None) -> int:
@@ -22,8 +23,8 @@ def main(argv=None) -> int:
     if bool(args.update) != bool(args.section):
         parser.error("--update and --section go together")
     try:
-        table = summary_table([results.load(path) for path in args.results])
-    except (OSError, results.ResultsError) as exc:
+        table = summary_table(by_device([results.load(path) for path in args.results]))
+    except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if not args.update:

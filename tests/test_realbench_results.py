@@ -52,3 +52,20 @@ def test_models_select_cases_and_groups_in_order_once():
     assert set(GROUPS["untuned"]) | set(GROUPS["issue26"]) <= set(CASES)
     with pytest.raises(SystemExit, match="unknown model or group 'nope'"):
         selected("nope")
+
+
+def test_runs_of_one_device_make_one_table_with_the_done_when_over_all(tmp_path):
+    from realbench.report import by_device
+
+    def one(model, started, finished):
+        rows = {"fp32": {"verdict": "ok", "task_kept": True, "speedup": results.FP32_SPEED.as_dict()},
+                "_edgeopt": {"recommended": "onnx-fp32", "failed_artifacts": [], "convert_s": 1.0}}
+        data = results.load(_file(tmp_path, **{model: rows}))
+        data["run"].update(started=started, finished=finished)
+        return data
+
+    merged = by_device([one("a", "10:00", "10:05"), one("b", "10:05", "10:09")])
+    assert len(merged) == 1
+    assert list(merged[0]["models"]) == ["a", "b"]
+    assert (merged[0]["run"]["started"], merged[0]["run"]["finished"]) == ("10:00", "10:09")
+    assert set(merged[0]["done_when"]["models"]) == {"a", "b"}

@@ -7,6 +7,7 @@ import os
 import re
 from typing import Dict, List, Optional
 
+from realbench.done_when import done_when
 from realbench.results import measured_speedup, predicted_speedup
 
 
@@ -139,3 +140,20 @@ def replace_section(document: str, name: str, body: str) -> str:
     if not pattern.search(document):
         raise ValueError(f"no section '{name}' (<!-- realbench:{name} --> ... <!-- /realbench:{name} -->)")
     return pattern.sub(lambda m: m.group(1) + body.rstrip("\n") + m.group(2), document, count=1)
+
+
+def by_device(files: List[dict]) -> List[dict]:
+    """Results files of one device (runs of a model or a few each) as one, in the order given: their models
+    together, the run's span and loads from the first and last, the done-when computed anew over all."""
+    merged: Dict[str, dict] = {}
+    for data in files:
+        run = data["run"]
+        into = merged.setdefault(run["device"], {"run": dict(run), "models": {}})
+        into["models"].update(data["models"])
+        into["run"]["finished"], into["run"]["load_after"] = run["finished"], run["load_after"]
+        if run["speed"] != into["run"]["speed"]:
+            raise ValueError(f"{run['device']}: results measured and predicted cannot share a table")
+    for data in merged.values():
+        data["done_when"] = done_when(data["models"], data["run"]["device"],
+                                      predicted=data["run"]["speed"].startswith("predicted"))
+    return list(merged.values())

@@ -47,12 +47,13 @@ CLASSIFIER_KEEPS = ("crops whose top-1 is one of their photo's ImageNet classes 
                     "one-sided (exact McNemar, per crop)")
 
 
-def mobilenet_v2(work: Path) -> Case:
+def mobilenet_v2(work: Path, crops_per_photo: int = 48) -> Case:
     """torchvision's pretrained MobileNetV2 converted as README's command does it: 224x224, evaluation images
-    without labels (edgeopt is given none); judged on 240 crops of five photographs by their ImageNet classes."""
+    without labels (edgeopt is given none); judged on crops of five photographs (48 each: 240) by their ImageNet
+    classes."""
     import torch
 
-    crops, sources = random_crops(PHOTO_CLASSES, EVAL_SEED, 48)
+    crops, sources = random_crops(PHOTO_CLASSES, EVAL_SEED, crops_per_photo)
     allowed = [PHOTO_CLASSES[s] for s in sources]
 
     def task(ref, got):
