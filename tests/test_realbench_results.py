@@ -37,7 +37,8 @@ def test_summary_table_reads_the_numbers_and_fills_a_marked_section(tmp_path):
             "ort-dynamic": {"error": "failed: RuntimeError: boom"},
             "_edgeopt": {"recommended": "onnx-fp32", "convert_s": 63.4, "failed_artifacts": []}}
     table = summary_table([results.load(_file(tmp_path, centerface=rows))])
-    assert "| centerface | onnx-fp32 1.00x | onnx-int8 loses (failed) 4.20x | loses 1.91x | fails: RuntimeError: boom | 63.4 s | none |" in table
+    assert ("| centerface | onnx-fp32 1.00x | onnx-int8 loses (failed) 4.20x [3.20, 5.40] | loses 1.91x [1.64, 2.63] | "
+            "fails: RuntimeError: boom | 63.4 s | none |") in table
     assert "Done-when on x86-64: issue 26 **PASS**; (a) 1 PASS" in table
     doc = "intro\n<!-- realbench:untuned -->\nold table\n<!-- /realbench:untuned -->\nrest\n"
     assert replace_section(doc, "untuned", table) == f"intro\n<!-- realbench:untuned -->\n{table}\n<!-- /realbench:untuned -->\nrest\n"

@@ -83,12 +83,16 @@ def _speed(row: dict, predicted: bool) -> Optional[float]:
     return speed.estimate if speed else None
 
 
+def _speed_or_interval(row: dict, predicted: bool) -> str:
+    return _x(_speed(row, True)) if predicted else speed_text(row)
+
+
 def _baseline(row: Optional[dict], predicted: bool) -> str:
     if not row:
         return "not run"
     if "verdict" not in row:
         return "fails: " + str(row.get("error", "")).removeprefix("failed: ")[:90]
-    return f"{'keeps' if row.get('task_kept') else 'loses'} {_x(_speed(row, predicted))}"
+    return f"{'keeps' if row.get('task_kept') else 'loses'} {_speed_or_interval(row, predicted)}"
 
 
 def model_lines(data: dict) -> List[str]:
@@ -103,9 +107,9 @@ def model_lines(data: dict) -> List[str]:
             picked = "no conversion: " + str(edgeopt.get("error") or rows.get("edgeopt", {}).get("error", "-"))[:120]
         else:
             row = rows.get("edgeopt") or rows.get(f"edgeopt:{pick}") or rows.get("fp32", {})
-            picked = f"{pick} {speed_text(row) if not predicted else _x(_speed(row, True))}".strip()
+            picked = f"{pick} {_speed_or_interval(row, predicted)}"
         int8 = [f"{name[len('edgeopt:'):]} {'keeps' if row.get('task_kept') else 'loses'} "
-                f"({row.get('verdict')}) {_x(_speed(row, predicted))}"
+                f"({row.get('verdict')}) {_speed_or_interval(row, predicted)}"
                 for name, row in rows.items() if name.startswith("edgeopt:") and "verdict" in row] or ["none built"]
         failed = ", ".join(f.get("key", str(f)) if isinstance(f, dict) else str(f)
                            for f in edgeopt.get("failed_artifacts") or []) or "none"
