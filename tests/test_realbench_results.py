@@ -65,8 +65,8 @@ def test_runs_of_one_device_make_one_table_with_the_done_when_over_all(tmp_path)
         data["run"].update(started=started, finished=finished)
         return data
 
-    merged = by_device([one("a", "10:00", "10:05"), one("b", "10:05", "10:09")])
+    merged = by_device([one("b", "10:05", "10:09"), one("a", "10:00", "10:05")])
     assert len(merged) == 1
-    assert list(merged[0]["models"]) == ["a", "b"]
+    assert list(merged[0]["models"]) == ["b", "a"]
     assert (merged[0]["run"]["started"], merged[0]["run"]["finished"]) == ("10:00", "10:09")
     assert set(merged[0]["done_when"]["models"]) == {"a", "b"}

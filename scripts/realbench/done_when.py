@@ -162,8 +162,7 @@ def model_summary(rows: Dict[str, dict], predicted: bool) -> Dict[str, dict]:
                     "detail": (f"no evidence for {sorted(set(map(str, missing)))}; " if missing else "")
                     + _kinds_line(kinds, recommended)}
     out["f"] = _failures_listed(edgeopt)
-    keeping_int8 = sorted(name for name in ("ort-static", "ort-dynamic", *rows) if _is_int8(name) and
-                          _ran(rows.get(name)) and _kept(rows[name]))
+    keeping_int8 = sorted(name for name in rows if _is_int8(name) and _ran(rows[name]) and _kept(rows[name]))
     out["g"] = _search_ran(edgeopt, keeping_int8)
     out["h"] = _pick_share(rows, keeping_int8, pick_speed, recommended, predicted)
     return out

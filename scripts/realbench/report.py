@@ -147,14 +147,18 @@ def replace_section(document: str, name: str, body: str) -> str:
 
 
 def by_device(files: List[dict]) -> List[dict]:
-    """Results files of one device (runs of a model or a few each) as one, in the order given: their models
-    together, the run's span and loads from the first and last, the done-when computed anew over all."""
+    """Results files of one device (runs of a model or a few each) as one, models in the order given: the
+    span from the earliest start (and its load) to the latest finish (and its load), the done-when computed
+    anew over all."""
     merged: Dict[str, dict] = {}
     for data in files:
         run = data["run"]
         into = merged.setdefault(run["device"], {"run": dict(run), "models": {}})
         into["models"].update(data["models"])
-        into["run"]["finished"], into["run"]["load_after"] = run["finished"], run["load_after"]
+        if run["started"] < into["run"]["started"]:
+            into["run"]["started"], into["run"]["load_before"] = run["started"], run["load_before"]
+        if run["finished"] > into["run"]["finished"]:
+            into["run"]["finished"], into["run"]["load_after"] = run["finished"], run["load_after"]
         if run["speed"] != into["run"]["speed"]:
             raise ValueError(f"{run['device']}: results measured and predicted cannot share a table")
     for data in merged.values():
