@@ -272,8 +272,9 @@ def fcpe(work: Path) -> Case:
             hz = decoder.cent_to_f0(decoder.latent2cents_local_decoder(latent, threshold=0.006)).numpy()[..., 0]
         return np.nan_to_num(hz), hz >= decoder.f0_min
 
-    path = export_fp32(decoder, (torch.from_numpy(evaluation[:1]),), work / "fcpe.onnx", ["mel"], ["output"])
+    # "x": forward()'s own parameter, the input name edgeopt's export of the source keeps
+    path = export_fp32(decoder, (torch.from_numpy(evaluation[:1]),), work / "fcpe.onnx", ["x"], ["output"])
     return Case("fcpe", f"torchfcpe FCPE (PyTorch, 10.8 M parameters), log-mel [1, {frames}, 128] -> per-frame 360 "
-                f"pitch activations", path, [f"1,{frames},128"], [], {"mel": mels(glide_clips(0, 16)[0])},
-                {"mel": evaluation}, None, per_frame_pitch_task(decode, f0, voiced), source=f"{FACTORIES}:fcpe",
+                f"pitch activations", path, [f"1,{frames},128"], [], {"x": mels(glide_clips(0, 16)[0])},
+                {"x": evaluation}, None, per_frame_pitch_task(decode, f0, voiced), source=f"{FACTORIES}:fcpe",
                 weights=weights, kinds=["bins"], tell_kinds=False)
