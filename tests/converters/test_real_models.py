@@ -1,4 +1,4 @@
-"""Real models nobody here wrote (from the corpus, scripts/corpus.py), judged by the task they do."""
+"""Real models nobody here wrote (from the corpus, realbench.corpus), judged by the task they do."""
 
 import numpy as np
 import pytest
