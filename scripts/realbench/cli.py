@@ -59,6 +59,18 @@ def main(argv=None) -> int:
                "load_before": " ".join(f"{v:.2f}" for v in load_before),
                "load_after": " ".join(f"{v:.2f}" for v in load_after), "started": started,
                "finished": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "convert_timeout_s": args.convert_timeout,
-               "edgeopt": not args.no_edgeopt}
+               "edgeopt": not args.no_edgeopt, "commit": _commit()}
         results_file.save(args.json, run, results, summary)
     return 0
+
+
+def _commit() -> str:
+    """The checkout's commit, where it is a git checkout ('' elsewhere)."""
+    import subprocess
+
+    try:
+        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False,
+                              cwd=Path(__file__).resolve().parent)
+    except OSError:
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""

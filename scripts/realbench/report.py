@@ -113,6 +113,9 @@ def model_lines(data: dict) -> List[str]:
                 for name, row in rows.items() if name.startswith("edgeopt:") and "verdict" in row] or ["none built"]
         failed = ", ".join(f.get("key", str(f)) if isinstance(f, dict) else str(f)
                            for f in edgeopt.get("failed_artifacts") or []) or "none"
+        unaccounted = ((data.get("done_when") or {}).get("models", {}).get(model, {}).get("f") or {}).get("unaccounted")
+        if unaccounted:
+            failed += f" (**{', '.join(unaccounted)} neither built nor listed**)"
         lines.append(f"| {model} | {picked} | {'; '.join(int8)} | {_baseline(rows.get('ort-static'), predicted)} | "
                      f"{_baseline(rows.get('ort-dynamic'), predicted)} | {edgeopt.get('convert_s', '-')} s | {failed} |")
     return lines
@@ -132,7 +135,8 @@ def summary_table(files: List[dict]) -> str:
         notes.append(f"Done-when on {run['device']}: " + ", ".join(f"{issue} **{mark}**" for issue, mark in overall.items())
                      + "; " + ", ".join(f"({c}) " + " ".join(f"{n} {mark}" for mark, n in counts.items() if n)
                                  for c, counts in summary["counts"].items())
-                     + f". Measured {run['started']} to {run['finished']} UTC on {run['host']}; load average "
+                     + f". Measured {run['started']} to {run['finished']} UTC"
+                     + (f" at commit {run['commit']}" if run.get("commit") else "") + f" on {run['host']}; load average "
                      f"{run['load_before']} before, {run['load_after']} after.")
     return "\n".join(lines) + "\n\n" + "\n\n".join(notes)
 
