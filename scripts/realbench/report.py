@@ -97,7 +97,8 @@ def _baseline(row: Optional[dict], predicted: bool) -> str:
 
 def model_lines(data: dict) -> List[str]:
     """One results file as rows of the summary table: per model, edgeopt's pick and its speed, whether its
-    INT8 kept the task, onnxruntime's default static and dynamic INT8, the conversion's time and failures."""
+    INT8 kept the task (with edgeopt's own verdict on it, from its manifest), onnxruntime's default static and
+    dynamic INT8, the conversion's time and failures."""
     predicted = data["run"]["speed"].startswith("predicted")
     lines = []
     for model, rows in data["models"].items():
@@ -108,8 +109,9 @@ def model_lines(data: dict) -> List[str]:
         else:
             row = rows.get("edgeopt") or rows.get(f"edgeopt:{pick}") or rows.get("fp32", {})
             picked = f"{pick} {_speed_or_interval(row, predicted)}"
+        verdicts = {key: info.get("verdict") for key, info in (edgeopt.get("int8") or {}).items()}
         int8 = [f"{name[len('edgeopt:'):]} {'keeps' if row.get('task_kept') else 'loses'} "
-                f"({row.get('verdict')}) {_speed_or_interval(row, predicted)}"
+                f"({verdicts.get(name[len('edgeopt:'):]) or row.get('verdict')}) {_speed_or_interval(row, predicted)}"
                 for name, row in rows.items() if name.startswith("edgeopt:") and "verdict" in row] or ["none built"]
         failed = ", ".join(f.get("key", str(f)) if isinstance(f, dict) else str(f)
                            for f in edgeopt.get("failed_artifacts") or []) or "none"

@@ -42,10 +42,14 @@ def run_outputs(path: Path, case: Case, data: Optional[Dict[str, np.ndarray]] = 
     return [np.concatenate([r[j] for r in runs]).astype(np.float32) for j in range(len(runs[0]))]
 
 
-def judge_artifact(reference: List[np.ndarray], got: List[np.ndarray], case: Case) -> acc.Accuracy:
-    names = [f"output_{i}" for i in range(len(reference))]
+def judge_artifact(reference: List[np.ndarray], got: List[np.ndarray], case: Case, fp32: Path) -> acc.Accuracy:
+    """edgeopt's verdict on an artifact's outputs, each judged by the kind edgeopt would decide on the same
+    evidence: the kinds given (where the case tells them) or the FP32 graph's names, ops and heads."""
+    names = [o.name for o in ort_session(fp32).get_outputs()]
     given = (dict(zip(names, case.kinds)) if case.kinds else {names[0]: case.kind}) if case.tell_kinds else {}
-    kinds = acc.decide_kinds(names, reference, {k: v for k, v in given.items() if v})
+    shapes = [value.shape for value in case.feed(case.evaluation, 0).values()]
+    kinds = acc.decide_kinds(names, reference, {k: v for k, v in given.items() if v}, producers=acc.graph_evidence(fp32),
+                             labels=case.labels, input_hw=acc.image_input_hw(shapes))
     return acc.compare(reference, got, case.labels, names, kinds, acc.Tolerances())
 
 
@@ -131,7 +135,7 @@ def bench(case: Case, work: Path, device: str = "x86-64", convert_timeout_s: flo
     for name, path in candidates.items():
         try:
             got = run_outputs(path, case)
-            verdict = judge_artifact(reference, got, case)
+            verdict = judge_artifact(reference, got, case, fp32)
             task = case.task(task_reference, got if case.task_data is None else run_outputs(path, case, case.task_data))
             rows[name] = {"path": str(path), "size_mb": round(path.stat().st_size / 1e6, 2), "verdict": verdict.verdict,
                           "reason": verdict.reason, "task": task.figure, "task_kept": task.kept,
