@@ -45,7 +45,6 @@ from hostinfo import cpu_model, int8_flags
 
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
 
 OUT = ROOT / ".bench" / "analyze"
 DOC = ROOT / "docs" / "BENCHMARKS.md"
@@ -63,7 +62,7 @@ def minilm_onnx(path: Path) -> Path:
     import json
 
     import torch
-    from corpus import corpus_file
+    from realbench.corpus import corpus_file
     from safetensors.torch import load_file
     from torch import nn
 
@@ -140,7 +139,7 @@ def minilm_onnx(path: Path) -> Path:
 def sources():
     """(name, model source, input shape(s), extra convert options)."""
     from bench_convert import MobileNetV2, ResNet18
-    from corpus import corpus_file
+    from realbench.corpus import corpus_file
 
     OUT.mkdir(parents=True, exist_ok=True)
     minilm = OUT / "minilm.onnx"

@@ -7,7 +7,7 @@ measured only on such a host).
 
 The whole graph is quantized by onnxruntime's `quantize_static` (QDQ, per-channel, minmax and
 percentile) on the recognizer prepared as edgeopt prepares it (Constant-node weights folded into
-initializers, opset 13, onnxruntime's pre-processing), calibrated on bench_real_models' 24 LINES and
+initializers, opset 13, onnxruntime's pre-processing), calibrated on the benchmark's 24 LINES (realbench.inputs) and
 judged on its 113 evaluation lines by edgeopt's `ctc` verdict; FP32 and every variant are timed in
 interleaved rounds (batch 1). Needs `scripts/corpus.py fetch --all` and the bench extra.
 """
@@ -16,14 +16,13 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_real_models as bench  # noqa: E402
+from realbench.cases.documents import ocr
+from realbench.run import ort_session
 
 
 def prepared(source: Path, work: Path) -> Path:
@@ -76,7 +75,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="bench-ocr-weights-") as tmp:
         work = Path(tmp)
-        case = bench.ocr(work)
+        case = ocr(work)
         fp32 = prepared(case.onnx, work)
         variants = {"fp32": fp32}
         for label, (weights, reduce_range) in WEIGHTS.items():
@@ -87,7 +86,7 @@ def main() -> int:
                 variants[f"{label}, {method.lower()}"] = quantized(
                     fp32, case.calibration["x"], weights, reduce_range, method,
                     work / f"{weights}-{int(reduce_range)}-{method}.onnx")
-        sessions = {key: bench._session(path) for key, path in variants.items()}
+        sessions = {key: ort_session(path) for key, path in variants.items()}
         images = case.evaluation["x"]
         outputs = {key: np.concatenate([s.run(None, {"x": images[i:i + 1]})[0] for i in range(len(images))])
                    for key, s in sessions.items()}

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,8 +33,7 @@ SEQ = 32
 
 def minilm():
     """all-MiniLM-L6-v2 + mean pooling: the transformer case of scripts/bench_real_models.py as an nn.Module."""
-    sys.path.insert(0, str(HERE))
-    from corpus_models import minilm as module
+    from realbench.sources import minilm as module
 
     return module()
 
@@ -42,8 +42,8 @@ def _data(case: str):
     """(model, extra convert arguments, calibration arrays, evaluation arrays) for a case."""
     import numpy as np
 
-    sys.path.insert(0, str(HERE))
-    from corpus import corpus_file, face_grid_tiles
+    from realbench.corpus import corpus_file
+    from realbench.inputs import face_grid_tiles
 
     if case == "onet":
         import torch
@@ -52,7 +52,7 @@ def _data(case: str):
         images = torch.from_numpy(np.repeat(crops[:, None].astype(np.float32), 3, axis=1))
         x = torch.nn.functional.interpolate(images, size=(48, 48), mode="area").numpy()
         x = ((x * 255 - 127.5) * 0.0078125).astype(np.float32)  # MTCNN's input scaling
-        model = f"{HERE / 'corpus_models.py'}:mtcnn_onet"
+        model = f"{HERE / 'realbench' / 'sources.py'}:mtcnn_onet"
         return model, ["--weights", str(corpus_file("facenet-pytorch", "onet"))], {"x": x[::4]}, {"x": x}
     if case == "detector":
         faces = np.load(corpus_file("scikit-image", "lfw"))
@@ -61,7 +61,7 @@ def _data(case: str):
     if case == "transformer":
         from tokenizers import Tokenizer
 
-        from bench_case import SENTENCES
+        from realbench.inputs import SENTENCES
 
         tok = Tokenizer.from_file(str(corpus_file("minilm", "tokenizer")))
         tok.enable_truncation(SEQ)
@@ -88,8 +88,9 @@ def run_case(case: str, work: Path, device: str, budget: float) -> None:
     command = [str(EDGEOPT), "convert", model, "--device", device, "-o", str(out), "--time-budget", str(budget),
                "--calibration", str(folder / "calibration.npz"), "--eval-data", str(folder / "eval.npz")] + extra
     print("$", " ".join(command), flush=True)
-    with open(folder / "convert.txt", "w") as log:
-        subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=False)
+    with open(folder / "convert.txt", "w") as log:  # a realbench factory imports realbench: scripts/ on its path
+        subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=False,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))})
     if not (out / "manifest.json").is_file():
         print(f"{case}: no manifest; see {folder / 'convert.txt'}")
         return

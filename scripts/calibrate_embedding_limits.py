@@ -1,7 +1,7 @@
 """Calibrate the embedding judge's limits (accuracy/judges.py `Tolerances.min_embedding_cosine` and
 `min_worst_embedding_cosine`) on a retrieval task with ground truth, for all-MiniLM-L6-v2.
 
-Task (scripts/retrieval_set.py): Python standard-library docstrings (shipped with the interpreter;
+Task (realbench.retrieval): Python standard-library docstrings (shipped with the interpreter;
 nothing is downloaded), query = a docstring's summary paragraph, document = the rest, the first --pairs
 by SHA-1 of the qualified name. Every query is searched against all documents by cosine; the truth is
 its own docstring's body. Texts are tokenized to 32 tokens, the shape the ONNX export and edgeopt's
@@ -37,17 +37,19 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_real_models as bench  # noqa: E402
-from bench_case import Case  # noqa: E402
-from retrieval_set import docstring_pairs, nearest_neighbours, tokenize  # noqa: E402
+from realbench import quantizers
+from realbench.case import Case
+from realbench.cases.text import transformer
+from realbench.report import host_line
+from realbench.retrieval import docstring_pairs, nearest_neighbours, tokenize
+from realbench.run import ort_session, run_edgeopt, run_outputs
 
 BOOTSTRAP_ROUNDS = 2000
 
 
 def embed(path: Path, case: Case, arrays: Dict[str, np.ndarray]) -> np.ndarray:
     """One text at a time (edgeopt's artifacts have a batch of 1), L2-normalised."""
-    session = bench._session(path)
+    session = ort_session(path)
     names = {i.name for i in session.get_inputs()}
     rows = [session.run(None, {k: v for k, v in case.feed(arrays, i).items() if k in names})[0]
             for i in range(len(arrays["input_ids"]))]
@@ -136,7 +138,7 @@ def edgeopt_int8(case: Case, work: Path, device: str, timeout_s: float) -> Dict[
     else:
         np.savez(work / "calib.npz", **case.calibration)
         np.savez(work / "eval.npz", **case.evaluation)
-        manifest = bench.run_edgeopt(case, work, device, timeout_s)
+        manifest = run_edgeopt(case, work, device, timeout_s)
     found = {}
     for artifact in manifest["artifacts"]:
         if artifact["precision"] == "int8":
@@ -147,16 +149,16 @@ def edgeopt_int8(case: Case, work: Path, device: str, timeout_s: float) -> Dict[
 
 
 def artifacts(work: Path, devices: List[str], timeout_s: float) -> Tuple[Case, Dict[str, Path]]:
-    case = bench.transformer(work)
+    case = transformer(work)
     fp32 = case.onnx
     found: Dict[str, Path] = {"fp32": fp32, "fp16 (ORT converter)": fp16(fp32, work / "fp16.onnx"),
-                              "ort quantize_dynamic": bench.ort_dynamic(case, fp32, work / "ort_dynamic.onnx"),
-                              "ort quantize_static": bench.ort_static(case, fp32, work / "ort_static.onnx"),
+                              "ort quantize_dynamic": quantizers.ort_dynamic(case, fp32, work / "ort_dynamic.onnx"),
+                              "ort quantize_static": quantizers.ort_static(case, fp32, work / "ort_static.onnx"),
                               "ort quantize_dynamic per-channel": dynamic_per_channel(fp32, work / "ort_dynamic_pc.onnx"),
                               "ort quantize_dynamic, layer 0 float": dynamic_layers_float(fp32, work / "ort_dyn_l0.onnx", 1),
                               "ort quantize_dynamic, layers 0-1 float": dynamic_layers_float(fp32, work / "ort_dyn_l01.onnx", 2),
-                              "ort weight-only int8": bench.ort_weight_only(case, fp32, work / "ort_wo8.onnx", 8),
-                              "ort weight-only int4": bench.ort_weight_only(case, fp32, work / "ort_wo4.onnx", 4)}
+                              "ort weight-only int8": quantizers.ort_weight_only(case, fp32, work / "ort_wo8.onnx", 8),
+                              "ort weight-only int4": quantizers.ort_weight_only(case, fp32, work / "ort_wo4.onnx", 4)}
     for device in devices:
         (work / device).mkdir(exist_ok=True)
         found.update(edgeopt_int8(case, work / device, device, timeout_s))
@@ -164,13 +166,13 @@ def artifacts(work: Path, devices: List[str], timeout_s: float) -> Tuple[Case, D
 
 
 def other_case(name: str, work: Path, devices: List[str], timeout_s: float) -> str:
-    """A second embedding model from scripts/corpus_cases.py (e.g. "speaker"): too little data there for a
+    """A second embedding model of the benchmark's cases (e.g. "speaker"): too little data there for a
     retrieval task, so per-sample cosine to FP32 next to the case's own task figure, per artifact."""
-    from corpus_cases import NEW_CASES
+    from realbench.cases import CASES
 
-    case = NEW_CASES[name](work)
+    case = CASES[name](work)
     found: Dict[str, Path] = {"fp32": case.onnx}
-    for label, make in (("ort quantize_dynamic", bench.ort_dynamic), ("ort quantize_static", bench.ort_static)):
+    for label, make in (("ort quantize_dynamic", quantizers.ort_dynamic), ("ort quantize_static", quantizers.ort_static)):
         try:
             found[label] = make(case, case.onnx, work / f"{label.split()[-1]}.onnx")
         except Exception as exc:  # a baseline that does not build is a row too
@@ -178,10 +180,10 @@ def other_case(name: str, work: Path, devices: List[str], timeout_s: float) -> s
     for device in devices:
         (work / device).mkdir(exist_ok=True)
         found.update(edgeopt_int8(case, work / device, device, timeout_s))
-    reference = bench._outputs(case.onnx, case)
+    reference = run_outputs(case.onnx, case)
     lines = [f"{case.what}", "| artifact | cos mean | cos p5 | cos worst | task |", "|---|---|---|---|---|"]
     for label, path in found.items():
-        got = bench._outputs(path, case)
+        got = run_outputs(path, case)
         a, b = (x / np.linalg.norm(x, axis=1, keepdims=True) for x in (reference[0], got[0]))
         cos = cosines(a.astype(np.float64), b.astype(np.float64))
         lines.append(f"| {label} | {cos.mean():.4f} | {np.percentile(cos, 5):.4f} | {cos.min():.4f} | "
@@ -222,7 +224,7 @@ def main(argv=None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     devices = [d for d in args.devices.split(",") if d]
     if args.case:
-        print(bench.host_line())
+        print(host_line())
         print(other_case(args.case, work, devices, args.convert_timeout))
         return 0
     pairs = docstring_pairs(args.pairs)
@@ -235,7 +237,7 @@ def main(argv=None) -> int:
         got = fp32 if name == "fp32" else {"q": embed(path, case, queries), "d": embed(path, case, documents)}
         rows[name] = figures(fp32, got, (sentences["fp32"], sentences[name]))
         print(f"{name}: R@1 {rows[name]['r1']:.3f} cos mean {rows[name]['cos_mean']:.4f}", file=sys.stderr)
-    print(bench.host_line())
+    print(host_line())
     print(markdown(rows, len(pairs)))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))

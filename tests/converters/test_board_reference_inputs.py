@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from corpus import CorpusMissing, corpus_file
 from edgeopt.cli.main import main
 from edgeopt_converters.manifest_build import data_facts
 from edgeopt_converters.source.tensors import Dataset
+from realbench.corpus import CorpusMissing, corpus_file
 
 
 def test_what_the_data_held_is_what_a_board_is_told_to_feed():

@@ -1,11 +1,8 @@
 """The retrieval task and statistics scripts/calibrate_embedding_limits.py calibrates the embedding limits with."""
-import sys
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-import calibrate_embedding_limits as calibrate  # noqa: E402
+import calibrate_embedding_limits as calibrate
 
 
 def test_docstring_pairs_are_reproducible_distinct_and_never_call_signatures():

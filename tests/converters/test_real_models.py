@@ -1,14 +1,12 @@
-"""Real models nobody here wrote (from the corpus, scripts/corpus.py), judged by the task they do."""
-import sys
-from pathlib import Path
+"""Real models nobody here wrote (from the corpus, realbench.corpus), judged by the task they do."""
 
 import numpy as np
 import pytest
 
 import edgeopt
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from corpus import CorpusMissing, corpus_file, face_grid_tiles  # noqa: E402
+from realbench.corpus import CorpusMissing, corpus_file
+from realbench.inputs import face_grid_tiles
 
 
 def corpus(entry, name):

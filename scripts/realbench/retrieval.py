@@ -1,5 +1,5 @@
 """The retrieval set with ground truth that MiniLM is judged on (scripts/calibrate_embedding_limits.py,
-and bench_real_models' transformer case): Python standard-library docstrings, shipped with the
+and the transformer case): Python standard-library docstrings, shipped with the
 interpreter, nothing downloaded. For every public function, class and method of MODULES whose docstring
 has a summary paragraph (5-40 words, not a call signature) and a body (>= 12 words): query = the
 summary, document = the body; duplicates are dropped and the first `count` by SHA-1 of the qualified
@@ -82,7 +82,7 @@ def docstring_pairs(count: int) -> List[Tuple[str, str, str]]:
 def tokenize(texts: List[str]) -> Dict[str, np.ndarray]:
     from tokenizers import Tokenizer
 
-    from corpus import corpus_file
+    from realbench.corpus import corpus_file
 
     tok = Tokenizer.from_file(str(corpus_file("minilm", "tokenizer")))
     tok.enable_truncation(SEQ)

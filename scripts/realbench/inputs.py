@@ -1,74 +1,15 @@
-"""One real model as scripts/bench_real_models.py benchmarks it (the model, its data and its task judge),
-and the text and audio helpers the cases share."""
+"""Inputs the cases share, all made here or read from the corpus (nothing downloaded): ImageNet-style
+images, Pillow's font, float WAV files, English sentences and text lines, and grids of LFW faces."""
 from __future__ import annotations
 
-import math
 import struct
 import textwrap
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import List
 
 import numpy as np
 
-
-@dataclass(frozen=True)
-class TaskResult:
-    """A case's task judgement of one artifact: the figure people read, whether the artifact keeps the
-    task (not measurably worse than FP32 on it), and the one-line criterion that decided."""
-    figure: str
-    kept: bool
-    criterion: str
-
-    def __post_init__(self):  # numpy's bool would reach the --json output as the string "False"
-        object.__setattr__(self, "kept", bool(self.kept))
-
-    def __str__(self) -> str:  # where a caller prints the judgement: the figure and the decision
-        return f"{self.figure} ({'keeps' if self.kept else 'does not keep'} the task)"
-
-
-ALPHA = 0.05  # one-sided: an artifact measurably worse than FP32 at 95 % does not keep the task
-
-
-def mcnemar_worse_p(reference_right, candidate_right) -> float:
-    """Exact one-sided McNemar test on paired per-sample outcomes (right / wrong against the truth): the
-    probability, were the candidate as good as FP32, of losing at least as many samples FP32 gets right
-    as it lost, among the samples where the two differ."""
-    ref, got = np.asarray(reference_right, bool), np.asarray(candidate_right, bool)
-    lost, gained = int((ref & ~got).sum()), int((~ref & got).sum())
-    n = lost + gained
-    return sum(math.comb(n, k) for k in range(lost, n + 1)) / 2 ** n if n else 1.0
-
-
-def not_worse(reference_right, candidate_right) -> tuple:
-    """(kept, "lost L, gained G, p=...") by mcnemar_worse_p at ALPHA."""
-    ref, got = np.asarray(reference_right, bool), np.asarray(candidate_right, bool)
-    p = mcnemar_worse_p(ref, got)
-    return p >= ALPHA, f"lost {int((ref & ~got).sum())}, gained {int((~ref & got).sum())}, p={p:.3f}"
-
-
-@dataclass
-class Case:
-    name: str
-    what: str
-    onnx: Path
-    shapes: List[str]
-    dtypes: List[str]
-    calibration: Dict[str, np.ndarray]
-    evaluation: Dict[str, np.ndarray]
-    kind: Optional[str]  # edgeopt output kind of the first output; None: edgeopt infers it
-    task: Callable[[List[np.ndarray], List[np.ndarray]], TaskResult]  # (reference outputs, candidate outputs)
-    whole: bool = False  # data arrays hold whole samples (inputs without a shared batch axis)
-    labels: Optional[np.ndarray] = None  # the evaluation's ground truth, given to edgeopt and to every verdict
-    source: Optional[str] = None  # what edgeopt converts when not `onnx`: "scripts/corpus_models.py:factory"
-    weights: Optional[Path] = None  # the state_dict edgeopt loads into `source` (--weights)
-    kinds: Optional[List[Optional[str]]] = None  # every output's kind in order (None: edgeopt infers it)
-    # The inputs the task judge runs every artifact on, where the task needs more than the evaluation
-    # data edgeopt's verdicts use (a retrieval set of 1,600 texts); None: the evaluation data.
-    task_data: Optional[Dict[str, np.ndarray]] = None
-
-    def feed(self, arrays: Dict[str, np.ndarray], i: int) -> Dict[str, np.ndarray]:
-        return {k: v[i] if self.whole else v[i:i + 1] for k, v in arrays.items()}
+from realbench.corpus import corpus_file
 
 
 IMAGENET_MEAN, IMAGENET_STD = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
@@ -149,3 +90,44 @@ def ocr_eval_lines(width: int = 24) -> List[str]:
     """Text lines the recognizer is judged on, none of them calibration's LINES: SENTENCES and the Zen
     of Python wrapped at `width` characters (what fits PP-OCR's 320-pixel line unsqueezed)."""
     return [line for text in SENTENCES + _zen_of_python() for line in textwrap.wrap(text, width)]
+
+
+def face_grid_tiles(faces, start: int, count: int, grid: int = 3, size: int = 320, smallest: int = 70,
+                    largest: int = 100, face_crops: int = 100, placed: list = None):
+    """Detector evaluation canvases that never repeat: tile i is drawn from a generator seeded by
+    start + i and holds grid x grid LFW faces (the `lfw` file's first 100 crops are faces, the rest
+    are not) at random sizes, offsets, mirroring, contrast and brightness on a random grey. About six
+    detections per 3x3 tile, against one per 2x2 canvas of the LFW crops in file order (the earlier
+    set, which repeated after 50 tiles). The 100 face crops recur in new
+    placements, so detections of one person are not fully independent. `placed`, if given, receives
+    each tile's pasted squares as [(x0, y0, x1, y1), ...]: the ground truth of where faces are."""
+    import numpy as np
+    from PIL import Image
+
+    cell = size // grid
+    images = []
+    for index in range(start, start + count):
+        rng = np.random.default_rng(index)
+        canvas = np.full((size, size), rng.uniform(0.3, 0.7), np.float32)
+        squares = []
+        for k in range(grid * grid):
+            side = min(int(rng.integers(smallest, largest + 1)), cell)
+            crop = faces[rng.integers(min(face_crops, len(faces)))]
+            if rng.random() < 0.5:
+                crop = crop[:, ::-1]
+            scaled = Image.fromarray((np.asarray(crop) * 255).astype(np.uint8)).resize((side, side), Image.BILINEAR)
+            face = (np.asarray(scaled, np.float32) / 255 - 0.5) * rng.uniform(0.8, 1.2) + 0.5 + rng.uniform(-0.1, 0.1)
+            y = (k // grid) * cell + int(rng.integers(0, cell - side + 1))
+            x = (k % grid) * cell + int(rng.integers(0, cell - side + 1))
+            canvas[y:y + side, x:x + side] = np.clip(face, 0.0, 1.0)
+            squares.append((x, y, x + side, y + side))
+        if placed is not None:
+            placed.append(squares)
+        images.append(np.stack([canvas] * 3))
+    return np.stack(images)
+
+
+def photo(name: str):
+    from PIL import Image
+
+    return Image.open(corpus_file("photos", name)).convert("RGB")

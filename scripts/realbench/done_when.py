@@ -1,4 +1,5 @@
-"""Issue 26's done-when, computed from bench_real_models.py's results for the run's device.
+"""The issues' done-when, computed from a run's results (realbench.results: numbers, never printed text)
+for the run's device.
 
 Per model (each criterion PASS, FAIL or n/a, with the numbers that decided it):
   (a) edgeopt's conversion produced a manifest (artifacts that failed inside it are listed, not fatal);
@@ -11,48 +12,40 @@ Per model (each criterion PASS, FAIL or n/a, with the numbers that decided it):
       the recommendation's 95 % interval; predicted for a board, the recommendation's predicted
       speed-up is >= PREDICTED_SLACK x the default's (the roofline ignores the kernels' constant factors);
   (e) the manifest records, for every output of every judged artifact, its kind and the evidence
-      (`kind_why`) that chose it.
+      (`kind_why`) that chose it;
+  (f) every failure is listed: each precision the benchmark asked for (FP32, INT8) has an artifact or an
+      entry in the manifest's failed_artifacts;
+  (g) where any INT8 (edgeopt's or onnxruntime's default) keeps the task, edgeopt's INT8 passed its
+      verdict or its repair search ran (at least one attempt recorded);
+  (h) where any INT8 keeps the task, the recommendation reaches >= SHARE_OF_BEST of the fastest
+      artifact that keeps the task, whatever its speed-up (FP32 included).
+Issue 26's done-when is (a)-(e); issue 36's is (a), (b), (f), (g), (h) (CRITERIA_OF).
 Each criterion is PASS, FAIL, n/a (does not apply: edgeopt not run, no default INT8 keeps the task) or
 UNKNOWN (these results cannot decide it: rows without task judgements, a missing speed).
 Speed is the measured speed-up estimate vs FP32 when the run's device is this host's architecture, and
-the roofline's predicted ratio (row["predicted"]) otherwise.
+the roofline's predicted speed-up (row["predicted"]["speedup"]) otherwise.
 """
 from __future__ import annotations
 
-import re
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
+
+from realbench.results import FP32_SPEED, measured_speedup, predicted_speedup
 
 SPEEDUP_NEEDED = 1.2
 SHARE_OF_BEST = 0.9
 PREDICTED_SLACK = 0.9
 DEFAULT_INT8 = ("ort-static", "ort-dynamic")
-CRITERIA = ("a", "b", "c", "d", "e")
+CRITERIA = ("a", "b", "c", "d", "e", "f", "g", "h")
+CRITERIA_OF = {"issue 26": ("a", "b", "c", "d", "e"), "issue 36": ("a", "b", "f", "g", "h")}
+REQUESTED_PRECISIONS = ("fp32", "int8")  # what realbench.run asks edgeopt for
 UNKNOWN = "unknown"  # a criterion these results cannot decide (older results, a speed missing), unlike n/a (None)
-
-_MEASURED = re.compile(r"^\s*([\d.]+)x(?:\s*\[([\d.]+),\s*([\d.]+)\])?")
-_PREDICTED = re.compile(r",\s*([\d.]+)x FP32")
-
-
-def measured_speedup(row: dict) -> Optional[Tuple[float, float, float]]:
-    """(estimate, low, high) of a row's measured speed-up vs FP32 ("1.23x [1.10, 1.30]"; "1.00x" for FP32)."""
-    match = _MEASURED.match(str(row.get("speedup", "")))
-    if not match:
-        return None
-    estimate = float(match.group(1))
-    return (estimate, float(match.group(2) or estimate), float(match.group(3) or estimate))
-
-
-def predicted_speedup(row: dict) -> Optional[float]:
-    """A row's predicted board speed-up vs FP32 ("12.3 ms, 1.23x FP32")."""
-    match = _PREDICTED.search(str(row.get("predicted", "")))
-    return float(match.group(1)) if match else None
 
 
 def _speed(row: dict, predicted: bool) -> Optional[float]:
     if predicted:
         return predicted_speedup(row)
     interval = measured_speedup(row)
-    return interval[0] if interval else None
+    return interval.estimate if interval else None
 
 
 def _x(value: Optional[float]) -> str:
@@ -148,9 +141,9 @@ def model_summary(rows: Dict[str, dict], predicted: bool) -> Dict[str, dict]:
             ok = None if theirs is None or pick_speed is None else pick_speed >= PREDICTED_SLACK * theirs
             notes.append(f"{name} keeps, {_x(theirs)} predicted vs pick {_x(pick_speed)}" + ("" if ok is None else f" ({'ok' if ok else 'behind'})"))
         else:
-            pick_interval = (1.0, 1.0, 1.0) if fp32_pick else (measured_speedup(pick_row) if _ran(pick_row) else None)
-            ok = None if theirs is None or pick_interval is None else pick_interval[2] >= theirs
-            notes.append(f"{name} keeps, {_x(theirs)} vs pick's upper end {_x(pick_interval[2] if pick_interval else None)}"
+            pick_interval = FP32_SPEED if fp32_pick else (measured_speedup(pick_row) if _ran(pick_row) else None)
+            ok = None if theirs is None or pick_interval is None else pick_interval.high >= theirs
+            notes.append(f"{name} keeps, {_x(theirs)} vs pick's upper end {_x(pick_interval.high if pick_interval else None)}"
                          + ("" if ok is None else f" ({'ok' if ok else 'behind'})"))
         verdicts.append(ok)
     decided = [v for v in verdicts if v is not None]
@@ -168,7 +161,66 @@ def model_summary(rows: Dict[str, dict], predicted: bool) -> Dict[str, dict]:
         out["e"] = {"pass": bool(outputs) and not missing,
                     "detail": (f"no evidence for {sorted(set(map(str, missing)))}; " if missing else "")
                     + _kinds_line(kinds, recommended)}
+    out["f"] = _failures_listed(edgeopt)
+    keeping_int8 = sorted(name for name in rows if _is_int8(name) and _ran(rows[name]) and _kept(rows[name]))
+    out["g"] = _search_ran(edgeopt, keeping_int8)
+    out["h"] = _pick_share(rows, keeping_int8, pick_speed, recommended, predicted)
     return out
+
+
+def _is_int8(name: str) -> bool:
+    return name in DEFAULT_INT8 or name.startswith("edgeopt:")
+
+
+def _failures_listed(edgeopt: dict) -> dict:
+    """(f): each precision asked for was built or is listed as failed."""
+    artifacts = edgeopt.get("artifacts")
+    if artifacts is None:
+        return {"pass": UNKNOWN, "detail": "these results do not list the manifest's artifacts"}
+    failed = [f for f in edgeopt.get("failed_artifacts") or [] if isinstance(f, dict)]
+    unaccounted = [p for p in REQUESTED_PRECISIONS if not any(a.get("precision") == p for a in artifacts + failed)]
+    listed = ", ".join(f"{f.get('key')} ({str(f.get('cause'))[:60]})" for f in failed) or "no failure"
+    return {"pass": not unaccounted, "unaccounted": unaccounted,
+            "detail": (f"{', '.join(unaccounted)} neither built nor listed as failed; " if unaccounted else "")
+            + f"{len(artifacts)} built, listed: {listed}"}
+
+
+def _search_ran(edgeopt: dict, keeping_int8: List[str]) -> dict:
+    """(g): where an INT8 keeps the task, edgeopt's INT8 passed its verdict or its repair search ran."""
+    if not keeping_int8:
+        return {"pass": None, "detail": "no INT8 keeps the task"}
+    int8 = edgeopt.get("int8") or {}
+    passed = [key for key, info in int8.items() if info.get("verdict") == "ok"]
+    tried = {key: len(info.get("tries") or []) for key, info in int8.items()}
+    why = f"{', '.join(keeping_int8)} keep the task; "
+    if passed:
+        return {"pass": True, "detail": why + f"edgeopt's {', '.join(passed)} passed its verdict"}
+    ran = {key: n for key, n in tried.items() if n}
+    stopped = "; ".join(f"{key}: {str(info.get('mixed'))[:100]}" for key, info in int8.items() if info.get("mixed"))
+    return {"pass": bool(ran), "detail": why + (f"search ran ({', '.join(f'{k} {n} attempts' for k, n in ran.items())})"
+                                                  if ran else "no INT8 of edgeopt's passed and its search made no attempt")
+            + (f"; {stopped}" if stopped else "")}
+
+
+def _pick_share(rows: Dict[str, dict], keeping_int8: List[str], pick_speed: Optional[float], recommended: str,
+                predicted: bool) -> dict:
+    """(h): where an INT8 keeps the task, the pick reaches SHARE_OF_BEST of the fastest artifact keeping it."""
+    if not keeping_int8:
+        return {"pass": None, "detail": "no INT8 keeps the task"}
+    speeds = {name: (1.0 if name == "fp32" else _speed(row, predicted)) for name, row in rows.items()
+              if name != "edgeopt" and not name.startswith("_") and _ran(row) and (name == "fp32" or _kept(row))}
+    unspeeded = sorted(name for name, v in speeds.items() if v is None)
+    timed = {name: v for name, v in speeds.items() if v is not None}
+    best = max(timed, key=timed.get)
+    if pick_speed is None:
+        return {"pass": UNKNOWN, "best": best, "detail": f"the pick {recommended} has no speed"}
+    is_pick = best == f"edgeopt:{recommended}" or (best == "fp32" and recommended == "onnx-fp32")
+    share = 1.0 if is_pick else pick_speed / timed[best]
+    decided = share < SHARE_OF_BEST or not unspeeded
+    return {"pass": share >= SHARE_OF_BEST if decided else UNKNOWN, "best": best, "best_speedup": timed[best],
+            "share": share, "detail": f"fastest keeping the task {best} {timed[best]:.2f}x; pick {recommended} "
+                                      f"{pick_speed:.2f}x = {share:.2f} of it"
+            + (f"; no speed for {', '.join(unspeeded)}" if unspeeded else "")}
 
 
 def done_when(results: Dict[str, Dict[str, dict]], device: str, predicted: Optional[bool] = None) -> dict:
@@ -181,11 +233,15 @@ def done_when(results: Dict[str, Dict[str, dict]], device: str, predicted: Optio
     models = {name: model_summary(rows, predicted) for name, rows in results.items() if not name.startswith("_")}
     counts = {c: {mark: sum(_mark(m[c]["pass"]) == mark for m in models.values()) for mark in ("PASS", "FAIL", "UNKNOWN", "n/a")}
               for c in CRITERIA}
-    judged = any(m[c]["pass"] is not None for m in models.values() for c in CRITERIA[1:])
-    overall = ("n/a (edgeopt not run)" if not judged else "FAIL" if any(v["FAIL"] for v in counts.values())
-               else "UNKNOWN" if any(v["UNKNOWN"] for v in counts.values()) else "PASS")
+    overall = {issue: _overall(models, counts, letters) for issue, letters in CRITERIA_OF.items()}
     return {"device": device, "speed": "predicted (roofline)" if predicted else "measured on this host",
-            "models": models, "counts": counts, "overall": overall}
+            "models": models, "counts": counts, "overall": overall["issue 26"], "overall_by_issue": overall}
+
+
+def _overall(models: Dict[str, dict], counts: Dict[str, dict], letters) -> str:
+    judged = any(m[c]["pass"] is not None for m in models.values() for c in letters[1:])
+    return ("n/a (edgeopt not run)" if not judged else "FAIL" if any(counts[c]["FAIL"] for c in letters)
+            else "UNKNOWN" if any(counts[c]["UNKNOWN"] for c in letters) else "PASS")
 
 
 def _mark(verdict) -> str:
@@ -193,12 +249,13 @@ def _mark(verdict) -> str:
 
 
 def done_when_lines(summary: dict) -> List[str]:
-    """One line per model, then the overall line."""
-    lines = [f"Done-when (issue 26) on {summary['device']}, speed {summary['speed']}:"]
+    """One line per model, then an overall line per issue (issue 26's first)."""
+    lines = [f"Done-when on {summary['device']}, speed {summary['speed']}:"]
     for name, criteria in summary["models"].items():
         lines.append(f"{name}: " + " | ".join(f"({c}) {_mark(criteria[c]['pass'])} {criteria[c]['detail']}"
-                                              for c in CRITERIA))
+                                              for c in CRITERIA if c in criteria))
     counts = summary["counts"]
-    lines.append(f"overall {summary['overall']}: " + ", ".join(
-        f"({c}) " + " ".join(f"{n} {mark}" for mark, n in counts[c].items() if n) for c in CRITERIA))
+    for issue, overall in summary.get("overall_by_issue", {"issue 26": summary["overall"]}).items():
+        lines.append(f"overall {overall} ({issue}): " + ", ".join(
+            f"({c}) " + " ".join(f"{n} {mark}" for mark, n in counts[c].items() if n) for c in CRITERIA_OF[issue]))
     return lines
