@@ -87,7 +87,7 @@ def test_every_format_a_board_profile_runs_has_a_runtime_extra(name):
 
 def test_a_missing_runtime_names_its_own_extra(monkeypatch, dynamic_onnx):
     from edgeopt_agent.runners import open_runner
-    from edgeopt_agent.runners.tflite import runner as tflite_runner
+    import edgeopt_agent.runners.tflite.runner as tflite_runner
 
     for module in ("onnxruntime", "ai_edge_litert.interpreter", "tflite_runtime.interpreter", "tensorflow"):
         monkeypatch.setitem(sys.modules, module, None)

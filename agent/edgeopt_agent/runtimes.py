@@ -89,30 +89,30 @@ PTE = Format("pte", "ExecuTorch", ".pte", magic=(4, b"ET12"), precisions=("fp32"
 
 # In order of preference: the first runtime that runs a format is its default.
 TABLE: Tuple[Runtime, ...] = (
-    Runtime("onnxruntime", ("onnx",), onnxruntime.runner, onnxruntime.unavailable_reason,
+    Runtime("onnxruntime", ("onnx",), onnxruntime.runner_class, onnxruntime.unavailable_reason,
             distributions=("onnxruntime",), defines=(ONNX,), profiler=onnxruntime.profile_ops,
             dynamic_int8=True, executed_graph=True),
-    Runtime("tensorrt", ("onnx",), tensorrt.runner, tensorrt.unavailable_reason,
+    Runtime("tensorrt", ("onnx",), tensorrt.runner_class, tensorrt.unavailable_reason,
             gpu=True, builds_engine=True, distributions=("tensorrt",), spec_options=tensorrt.spec_options,
             profiler=tensorrt.profile_ops, int8_scheme="symmetric"),
-    Runtime("onnxruntime-tensorrt", ("onnx",), onnxruntime.gpu_runner, onnxruntime.unavailable_reason,
+    Runtime("onnxruntime-tensorrt", ("onnx",), onnxruntime.gpu_runner_class, onnxruntime.unavailable_reason,
             gpu=True, builds_engine=True, in_profiles=False, provider="TensorrtExecutionProvider",
             spec_options=onnxruntime.tensorrt_provider_options,
             no_profiler="onnxruntime's TensorRT provider reports one fused node per engine"),
-    Runtime("onnxruntime-cuda", ("onnx",), onnxruntime.gpu_runner, onnxruntime.unavailable_reason,
+    Runtime("onnxruntime-cuda", ("onnx",), onnxruntime.gpu_runner_class, onnxruntime.unavailable_reason,
             gpu=True, in_profiles=False, provider="CUDAExecutionProvider", profiler=onnxruntime.profile_ops),
-    Runtime("tflite", ("tflite",), tflite.runner, tflite.unavailable_reason,
+    Runtime("tflite", ("tflite",), tflite.runner_class, tflite.unavailable_reason,
             distributions=("ai-edge-litert", "tflite-runtime"), defines=(TFLITE,),
             no_profiler="the LiteRT/TFLite Python interpreter exposes no per-op profiler (its op profiling is C++ "
                         "and benchmark_model only)"),
-    Runtime("ncnn", ("ncnn",), ncnn.runner, ncnn.unavailable_reason,
+    Runtime("ncnn", ("ncnn",), ncnn.runner_class, ncnn.unavailable_reason,
             distributions=("ncnn",), defines=(NCNN,), spec_options=ncnn.spec_options,
             no_profiler="ncnn's Python bindings expose no per-layer timing (its benchncnn tool is C++)",
             foreign_host_timing="ncnn's CPU kernels are hand-written per architecture and tuned for ARM NEON; on an "
                                 "x86 host it measured 0.01x to 1.8x ONNX Runtime's speed by threads and load "
                                 "(docs/BENCHMARKS.md)",
             notes="no INT8: ncnn's INT8 tools (ncnn2table, ncnn2int8) are in no registry package"),
-    Runtime("executorch", ("pte",), executorch.runner, executorch.unavailable_reason,
+    Runtime("executorch", ("pte",), executorch.runner_class, executorch.unavailable_reason,
             distributions=("executorch-numpy-runtime", "executorch"), defines=(PTE,),
             no_profiler="ExecuTorch's Python runtimes expose no per-op timing (ETDump needs a devtools build)"),
 )

@@ -18,7 +18,7 @@ from edgeopt_agent.runners.base import Runner, TensorInfo
 from edgeopt_agent.runners.errors import ArtifactError
 
 
-def runner() -> type:
+def runner_class() -> type:
     return LinearRunner
 
 
@@ -28,7 +28,7 @@ def unavailable_reason(runtime: runtimes.Runtime) -> Optional[str]:
 
 LINEAR = runtimes.Format("linear", "Linear", ".linear", precisions=("fp32",), export_step="export-linear",
                          export_base="onnx-fp32")
-ROW = runtimes.Runtime("linear", ("linear",), runner, unavailable_reason, defines=(LINEAR,))
+ROW = runtimes.Runtime("linear", ("linear",), runner_class, unavailable_reason, defines=(LINEAR,))
 
 
 def register() -> None:

@@ -205,7 +205,7 @@ def test_spec_carries_precision_and_engine_folder_to_the_runner(tmp_path):
 @pytest.mark.parametrize(
     "options, message",
     [
-        ({"precision": "int4"}, "unknown precision 'int4'; available: fp32, fp16, int8"),
+        ({"precision": "int4"}, "unknown precision 'int4'; choose from fp32, fp16, int8"),
         ({"precision": "fp16", "runtime": "onnxruntime"}, "precision applies to runtimes that build an engine"),
         ({"precision": "fp16", "runtime": "tflite"}, "not to 'tflite'"),
     ],

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Optional
 if TYPE_CHECKING:  # pragma: no cover
     from ...runtimes import Runtime
 
-__all__ = ["runner", "unavailable_reason"]
+__all__ = ["runner_class", "unavailable_reason"]
 
 
-def runner() -> type:
+def runner_class() -> type:
     from .runner import ExecuTorchRunner
 
     return ExecuTorchRunner

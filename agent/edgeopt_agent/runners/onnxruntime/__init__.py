@@ -17,16 +17,16 @@ from .profiler import profile_ops
 if TYPE_CHECKING:  # pragma: no cover
     from ...runtimes import Runtime
 
-__all__ = ["gpu_runner", "profile_ops", "runner", "tensorrt_provider_options", "unavailable_reason"]
+__all__ = ["gpu_runner_class", "profile_ops", "runner_class", "tensorrt_provider_options", "unavailable_reason"]
 
 
-def runner() -> type:
+def runner_class() -> type:
     from .runner import OnnxRuntimeRunner
 
     return OnnxRuntimeRunner
 
 
-def gpu_runner() -> type:
+def gpu_runner_class() -> type:
     from .gpu_runner import OnnxRuntimeGpuRunner
 
     return OnnxRuntimeGpuRunner

@@ -18,10 +18,10 @@ from .options import spec_options
 if TYPE_CHECKING:  # pragma: no cover
     from ...runtimes import Runtime
 
-__all__ = ["profile_ops", "runner", "spec_options", "unavailable_reason"]
+__all__ = ["profile_ops", "runner_class", "spec_options", "unavailable_reason"]
 
 
-def runner() -> type:
+def runner_class() -> type:
     from .runner import TensorRTRunner
 
     return TensorRTRunner
