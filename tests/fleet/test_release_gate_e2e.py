@@ -131,6 +131,8 @@ def test_a_build_ten_percent_slower_fails_the_gate_on_every_board_and_redeploys_
     assert main(["fleet", "compare", "--model", MODEL, "--db", url]) == 1
     text = capsys.readouterr().out
     assert "GATE FAILED" in text and text.count("SLOWER") >= len(BOARDS)
+    with capsys.disabled():
+        print(text)  # shown with -s: the figures docs/FLEET.md quotes
 
     # Ten re-deploys of the same build, each against the one before: at most one false gate.
     false_gates = []
@@ -143,4 +145,5 @@ def test_a_build_ten_percent_slower_fails_the_gate_on_every_board_and_redeploys_
         if found["gate"]["failed"]:
             false_gates.append((after, found["gate"]["slower"]))
     assert len(false_gates) <= 1, false_gates
-    print(f"release gate e2e: {time.monotonic() - started:.0f} s, false gates {false_gates}")
+    with capsys.disabled():
+        print(f"release gate e2e: {time.monotonic() - started:.0f} s, false gates {false_gates}")

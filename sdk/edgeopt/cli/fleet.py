@@ -279,7 +279,7 @@ class Fraction(click.ParamType):
 
 
 @fleet.command()
-@click.option("--model", required=True, help="The model (its source, as `fleet results` shows it).")
+@click.option("--model", required=True, metavar="MODEL", help="The model (its source, as `fleet results` shows it).")
 @click.option("--candidate", metavar="BUILD",
               help="The build to judge: its version, or the start of its build id (default: the newest build).")
 @click.option("--baseline", metavar="BUILD", help="The build to judge it against (default: the one before it).")
@@ -289,7 +289,7 @@ class Fraction(click.ParamType):
               help="A change smaller than this, or whose interval holds no change, is no measurable change.")
 @click.option("--max-slowdown", type=Fraction(),
               help="Exit 1 when a board or profile is measurably slower than this (default: --threshold).")
-@click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True,
+@click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True, metavar="LEVEL",
               help="Of each interval.")
 @_format_options
 def compare(model, candidate, baseline, metric, threshold, max_slowdown, confidence, db_url, as_json, as_csv):

@@ -140,7 +140,6 @@ def build_label(row: Mapping[str, Any]) -> str:
 
 RESULTS = (
     Column("model", _text("model")),
-    Column("build", build_label),
     Column("device", _text("device_id")),
     Column("profile", _text("profile")),
     Column("artifact", _text("artifact_key")),
@@ -155,6 +154,7 @@ RESULTS = (
     Column("mJ/inf", _number("energy_per_inference_mj", 2)),
     Column("acc drop pts", _drop),
     Column("valid", _validity),
+    Column("build", build_label),  # the version it was given, else the start of its id (fleet compare's names)
 )
 
 # Columns a narrow terminal leaves out first, in that order (--json and --csv keep everything).
@@ -286,7 +286,7 @@ def _ratio(metric: str) -> Callable[[Mapping[str, Any]], str]:
 
 
 def _percent_change(key: str) -> Callable[[Mapping[str, Any]], str]:
-    return lambda row: DASH if row.get(key) is None else f"{row[key] * 100 + 0.0:+.1f}%"
+    return lambda row: DASH if row.get(key) is None else f"{round(row[key] * 100, 1) + 0.0:+.1f}%"  # never -0.0
 
 
 def _latencies(metric: str) -> Callable[[Mapping[str, Any]], str]:
