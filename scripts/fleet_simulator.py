@@ -9,12 +9,14 @@ before device keys did).
 from __future__ import annotations
 
 import json
+import math
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from edgeopt_agent import wire
+from edgeopt_agent.bench.stats import summarize_milliseconds
 from edgeopt_agent.message_signing import DeviceKey
 
 
@@ -30,6 +32,26 @@ class Published:
         """Another message from the same device: `document` (this one's JSON, changed at will) signed
         with its key, as the board itself would send it (unsigned for an unsigned device)."""
         return self.key.sign_payload(json.dumps(document).encode()) if self.key else json.dumps(document).encode()
+
+
+@dataclass(frozen=True)
+class LatencyModel:
+    """How a simulated board's timed runs spread: a log-normal body of `spread` around `p50_ms`, a
+    `tail_share` of runs slowed by a factor drawn from `tail` (a page fault, another process), and each
+    benchmark as a whole shifted by a log-normal factor of `run_shift` (a warmer board, other work on it:
+    what repeated benchmarks of one build differ by beyond their own samples)."""
+
+    p50_ms: float
+    spread: float = 0.05
+    tail_share: float = 0.02
+    tail: Tuple[float, float] = (1.5, 3.0)
+    run_shift: float = 0.01
+
+    def durations(self, rng: random.Random, runs: int, factor: float = 1.0) -> List[float]:
+        """One benchmark's `runs` durations (ms), the build `factor` times slower than p50_ms."""
+        shifted = self.p50_ms * factor * math.exp(rng.gauss(0.0, self.run_shift))
+        return [shifted * math.exp(rng.gauss(0.0, self.spread)) *
+                (rng.uniform(*self.tail) if rng.random() < self.tail_share else 1.0) for _ in range(runs)]
 
 
 class SimulatedDevice:
@@ -117,4 +139,28 @@ class SimulatedDevice:
                                         error=wire.error_info(error_kind, error_message))
         if meta is not None:
             body["meta"] = dict(meta)
+        return self.envelope(wire.RESULTS, wire.RESULT_TYPE, body, seq)
+
+    def measured(self, job_id: str, durations_ms: Sequence[float], meta: Optional[Mapping[str, Any]] = None,
+                 valid: bool = True, throttled: bool = False, peak_rss_mb: float = 120.0,
+                 energy_mj: Optional[float] = None, runtime_version: str = "1.31.1", seq: Optional[int] = None,
+                 histogram: bool = True) -> Published:
+        """A result as the agent measures one: its percentiles, latency histogram and sample count from
+        `durations_ms` (one per timed run), what ran it (runtime and agent version) and the board's state;
+        `histogram=False` leaves the histogram out, as agents from before it did."""
+        latency = summarize_milliseconds(durations_ms)
+        reasons = [] if valid and not throttled else ["during the run: throttled"]
+        result: Dict[str, Any] = {
+            "ok": True, "artifact": f"artifacts/{job_id}.onnx", "runtime": "onnxruntime",
+            "runtime_version": runtime_version, "agent_version": self.agent_version, "threads": 4, "load_ms": 30.0,
+            "first_inference_ms": latency["max"], "latency_ms": latency, "runs": len(durations_ms),
+            "throughput_ips": round(1000.0 / latency["mean"], 2), "peak_rss_mb": peak_rss_mb,
+            "energy_per_inference_mj": energy_mj, "avg_power_w": None if energy_mj is None else 5.0,
+            "power_source": None if energy_mj is None else "simulated",
+            "thermal": {"before_c": 48.0, "after_c": 85.0 if throttled else 52.0, "throttled": throttled},
+            "valid": valid and not throttled, "invalid_reasons": reasons,
+        }
+        if histogram:
+            result["latency_histogram"] = wire.LatencyHistogram.of_durations(durations_ms).to_dict()
+        body = wire.result_body(job_id, wire.BENCHMARK_JOB, wire.new_message_id(), result=result, meta=meta)
         return self.envelope(wire.RESULTS, wire.RESULT_TYPE, body, seq)

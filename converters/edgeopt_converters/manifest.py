@@ -11,7 +11,9 @@ out of reach and the file on disk stays plain JSON.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
@@ -145,6 +147,41 @@ def _check_artifact_path(manifest_path: Path, entry: Mapping[str, Any], number: 
 def write(content: Mapping[str, Any], path: Union[str, Path]) -> None:
     """Write atomically: a reader sees the old manifest or the new one, never half of one."""
     write_atomically(path, json.dumps(content, indent=2) + "\n")
+
+
+# A build version: a release name or a CI run number, one word of at most 64 characters.
+_BUILD_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+:@-]{0,63}$")
+
+
+def check_build_version(value: Any) -> str:
+    """A build version as given (convert --build-version, deploy --build-version); UserError otherwise."""
+    if not isinstance(value, str) or not _BUILD_VERSION.match(value):
+        raise UserError(f"build version {value!r} is not usable: give 1-64 letters, digits and . _ + : @ - "
+                        "(starting with a letter or digit), e.g. 1.4.0 or ci-2817")
+    return value
+
+
+def build_id(data: Mapping[str, Any]) -> Optional[str]:
+    """A convert output's identity: the first 16 hex digits of the sha256 over the source model's hash,
+    the conversion's options, the edgeopt version and the device profile. Two conversions that agree on
+    all four are one build (give them apart with a build version); None for a manifest without a model
+    hash."""
+    model = data.get("model") if isinstance(data.get("model"), Mapping) else {}
+    tools = data.get("tool_versions") if isinstance(data.get("tool_versions"), Mapping) else {}
+    if not isinstance(model.get("sha256"), str):
+        return None
+    identity = {"model_sha256": model["sha256"], "options": data.get("options"), "edgeopt": tools.get("edgeopt"),
+                "device": data.get("device")}
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def build_of(data: Mapping[str, Any]) -> Dict[str, Optional[str]]:
+    """{"id", "version"}: the build a manifest records (`build`), or its id computed from it for a manifest
+    from before builds were recorded (version None)."""
+    written = data.get("build") if isinstance(data.get("build"), Mapping) else {}
+    version = written.get("version")
+    return {"id": written["id"] if isinstance(written.get("id"), str) else build_id(data),
+            "version": version if isinstance(version, str) else None}
 
 
 def bench_inputs(entry: Mapping[str, Any]) -> Optional[List[dict]]:

@@ -190,7 +190,7 @@ def build_manifest(ctx: ConversionContext, records: List[ArtifactRecord], recomm
     predicted = predicted_entries([(r.planned.key, r.planned.format, r.planned.precision) for r in records],
                                   predicted_ms or {})
     facts = {} if ctx.evaluation.is_random else data_facts(ctx.evaluation)
-    return {
+    content = {
         "schema": manifest.SCHEMA,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "model": {
@@ -253,6 +253,10 @@ def build_manifest(ctx: ConversionContext, records: List[ArtifactRecord], recomm
                                            profile, facts), predicted=predicted[r.planned.key])
                       for r in records],
     }
+    # Which build this is (fleet compare and the report name it): the identity of model, options, edgeopt
+    # version and profile, and the version the user gave it.
+    content["build"] = {"id": manifest.build_id(content), "version": opts.build_version}
+    return content
 
 
 def _listed_files(manifest_path: Path) -> List[str]:

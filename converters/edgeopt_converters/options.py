@@ -15,6 +15,7 @@ from edgeopt_agent.runtimes import FORMATS, PRECISIONS
 from edgeopt_agent.wire.options import OptionSet, Spec, option
 
 from .accuracy.kinds import KINDS, parse_output_kinds
+from .manifest import check_build_version
 from .accuracy.streaming import parse_state_pairs
 from .passes.quantize_onnx import CALIBRATION_METHODS
 
@@ -146,6 +147,10 @@ class ConvertOptions(OptionSet):
         metavar="SECONDS")
     strict: bool = option(False, "Fail the conversion when any artifact cannot be built or run (by default it is "
                                  "listed as failed with its cause and the others go on).", kind=bool)
+    build_version: Optional[str] = option(
+        None, "A version for this build (a release name, a CI run number), kept in the manifest: `edgeopt fleet "
+              "compare` and the report name the build by it (deploy --build-version overrides it).",
+        read=check_build_version, metavar="VERSION")
 
     @classmethod
     def what(cls) -> str:

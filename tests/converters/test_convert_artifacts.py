@@ -11,6 +11,7 @@ import torch
 
 import edgeopt
 from edgeopt_agent.errors import UserError
+from edgeopt_converters.manifest import build_id
 from nets import small_cnn
 
 pytestmark = pytest.mark.slow
@@ -44,7 +45,8 @@ def x86(tmp_path_factory, nets_path, image_data):
     out = tmp_path_factory.mktemp("x86")
     calibration, evaluation = image_data
     manifest = edgeopt.convert(f"{nets_path}:small_cnn", device="x86-64", output_dir=out,
-                               input_shape=(1, 3, 16, 16), calibration=calibration, eval_data=evaluation)
+                               input_shape=(1, 3, 16, 16), calibration=calibration, eval_data=evaluation,
+                               build_version="2026.11-rc1")
     return out, manifest
 
 
@@ -63,6 +65,7 @@ def test_x86_recipe_writes_every_artifact_with_a_true_manifest(x86):
     assert manifest["recommendation"]["basis"] == "measured"
     assert sum(a["recommended"] for a in manifest["artifacts"]) == 1
     assert manifest["tool_versions"]["onnxruntime"] == ort.__version__
+    assert manifest["build"] == {"id": build_id(manifest), "version": "2026.11-rc1"}  # what fleet compare names
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")], "temporary files left behind"
 
 

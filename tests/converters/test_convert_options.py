@@ -62,6 +62,13 @@ def test_api_values_are_read_as_the_cli_strings():
     assert ConvertOptions(device="rpi4") == ConvertOptions.read(device="rpi4"), "the readers take their own output"
 
 
+def test_a_build_version_is_read_and_checked():
+    assert ConvertOptions.read(device="rpi4", build_version="1.4.0").build_version == "1.4.0"
+    assert ConvertOptions.read(device="rpi4").build_version is None
+    with pytest.raises(UserError, match="build version 'two words' is not usable"):
+        ConvertOptions.read(device="rpi4", build_version="two words")
+
+
 def test_unknown_keywords_and_out_of_range_values_are_refused_by_name():
     with pytest.raises(TypeError, match="unknown convert option.*input_shapes.*known: device"):
         ConvertOptions.read(device="rpi4", input_shapes="1,3")

@@ -63,3 +63,35 @@ def test_a_hand_made_manifest_without_schema_reads_when_allowed(tmp_path):
 def _write(folder, text):
     (folder / manifest.FILE_NAME).write_text(text, encoding="utf-8")
     return folder
+
+
+IDENTITY = {"model": {"source": "nets.py:small_cnn", "sha256": "c" * 64}, "options": {"formats": ["onnx"]},
+            "tool_versions": {"edgeopt": "0.1.0", "torch": "2.13.0"}, "device": "rpi5", "created": "2026-11-24"}
+
+
+def test_a_build_is_the_model_hash_options_edgeopt_version_and_profile():
+    first = manifest.build_id(IDENTITY)
+    assert len(first) == 16 and first == manifest.build_id(json.loads(json.dumps(IDENTITY)))
+    assert manifest.build_id(dict(IDENTITY, created="2027-01-01", recommended="x")) == first  # not part of it
+    assert manifest.build_id({**IDENTITY, "tool_versions": {"edgeopt": "0.1.0", "torch": "2.14.0"}}) == first
+    for changed in ({"model": {"sha256": "d" * 64}}, {"options": {"formats": ["tflite"]}},
+                    {"tool_versions": {"edgeopt": "0.2.0"}}, {"device": "rpi4"}):
+        assert manifest.build_id(dict(IDENTITY, **changed)) != first, changed
+    assert manifest.build_id({"artifacts": []}) is None  # no model hash: nothing to name it by
+
+
+def test_the_build_written_by_convert_wins_and_older_manifests_get_theirs_computed():
+    assert manifest.build_of(IDENTITY) == {"id": manifest.build_id(IDENTITY), "version": None}
+    written = dict(IDENTITY, build={"id": "0123456789abcdef", "version": "1.4.0"})
+    assert manifest.build_of(written) == {"id": "0123456789abcdef", "version": "1.4.0"}
+
+
+@pytest.mark.parametrize("version", ["1.4.0", "ci-2817", "2026.11-rc1", "v2+cuda:12@main", "a" * 64])
+def test_a_build_version_is_one_word(version):
+    assert manifest.check_build_version(version) == version
+
+
+@pytest.mark.parametrize("version", ["", "-rc1", "two words", "a" * 65, "v1/2", 14, None])
+def test_a_build_version_that_is_not_one_word_is_refused_saying_what_works(version):
+    with pytest.raises(UserError, match="build version .* is not usable: give 1-64 letters, digits and"):
+        manifest.check_build_version(version)

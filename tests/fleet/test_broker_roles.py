@@ -32,7 +32,6 @@ import pytest
 from harness import wait_until
 from mqtt_broker import MqttBroker, free_port, mosquitto_binary
 from test_fleet_identity import ACL_TEMPLATE, NOT_AUTHORIZED, Client, Fleet, needs_mosquitto, started_collector
-from test_fleet_store import db_url  # noqa: F401  (the SQLite and PostgreSQL store fixture)
 
 from edgeopt.errors import UserError
 from edgeopt.fleet import provision as provisioning
@@ -271,7 +270,7 @@ def test_the_same_id_on_another_devices_topic_does_not_shadow_the_real_result(se
     store.close()
 
 
-def test_duplicates_are_per_device_and_the_migration_keeps_what_was_stored(db_url):  # noqa: F811 (the fixture)
+def test_duplicates_are_per_device_and_the_migration_keeps_what_was_stored(db_url):  # SQLite and PostgreSQL (conftest)
     """A database made before migration 5 (messages keyed by id alone) keeps its rows, and from
     then on the same id counts as a duplicate only from the same device."""
     old = SimulatedDevice("dev-a").result("before")

@@ -16,6 +16,7 @@ from edgeopt.deploy.targets import DeviceStatus, parse_status, read_statuses, se
 from edgeopt.errors import UserError
 from edgeopt_agent import wire
 from edgeopt_agent.wire.session import Received
+from edgeopt_converters.manifest import build_id
 
 
 def write_outdir(folder, recommended="onnx-int8", artifacts=None):
@@ -42,8 +43,21 @@ def test_the_recommended_artifact_is_planned_in_chunks_with_the_manifest_facts(t
         "model": "nets.py:small_cnn", "model_sha256": "a" * 64, "artifact_key": "onnx-int8", "format": "onnx",
         "precision": "int8", "accuracy_drop_points": 0.5,
         "manifest_sha256": hashlib.sha256((outdir / "manifest.json").read_bytes()).hexdigest(),
+        "build_id": build_id(json.loads((outdir / "manifest.json").read_text())), "build_version": None,
     }
     assert choose_artifact(outdir, "onnx-fp32").precision == "fp32"
+
+
+def test_the_job_names_the_build_by_the_manifest_or_by_the_version_deploy_gives(tmp_path):
+    outdir = write_outdir(tmp_path / "out")
+    manifest = json.loads((outdir / "manifest.json").read_text())
+    (outdir / "manifest.json").write_text(json.dumps(dict(manifest, build={"id": "0123456789abcdef",
+                                                                          "version": "1.4.0"})))
+    assert choose_artifact(outdir).meta["build_id"] == "0123456789abcdef"
+    assert choose_artifact(outdir).meta["build_version"] == "1.4.0"
+    assert choose_artifact(outdir, build_version="ci-2817").meta["build_version"] == "ci-2817"
+    with pytest.raises(UserError, match="build version 'no way' is not usable"):
+        choose_artifact(outdir, build_version="no way")
 
 
 def test_the_release_is_the_model_source_and_the_manifest_creation_time(tmp_path):

@@ -4,7 +4,7 @@ import json
 import time
 
 import pytest
-from test_fleet_store import db_url, ingest  # noqa: F401  (db_url is a fixture: SQLite and PostgreSQL)
+from test_fleet_store import ingest
 
 from edgeopt.cli.main import main
 from edgeopt.errors import UserError
@@ -15,7 +15,7 @@ from fleet_simulator import SimulatedDevice
 from edgeopt.fleet.store import open_store
 
 
-def test_a_forged_huge_seq_is_a_suspect_jump_not_missing_messages(db_url, capsys):  # noqa: F811
+def test_a_forged_huge_seq_is_a_suspect_jump_not_missing_messages(db_url, capsys):  # SQLite and PostgreSQL (conftest)
     device = SimulatedDevice("pi-1")
     with open_store(db_url) as store:
         for _ in range(3):

@@ -1,9 +1,7 @@
 """The fleet store on SQLite and (when a server is there) PostgreSQL: storing, duplicates, gaps,
-rejections, device state, result comparison, schema migrations."""
+rejections, device state, result comparison, schema migrations (`db_url`: tests/fleet/conftest.py)."""
 import json
-import os
 import sqlite3
-import uuid
 
 import pytest
 
@@ -12,39 +10,6 @@ from edgeopt.fleet.migrations import MIGRATIONS, Migration, latest_version
 from fleet_simulator import SimulatedDevice
 from edgeopt.fleet.store import open_store
 from edgeopt_agent import wire
-
-PG_URL = os.environ.get("EDGEOPT_TEST_POSTGRES", "postgresql://root@127.0.0.1:5432/test")
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request, tmp_path):
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/fleet.db"
-        return
-    with postgres_schema() as url:
-        yield url
-
-
-class postgres_schema:
-    """A fresh schema on the test PostgreSQL server, dropped afterwards (skips when there is none)."""
-
-    def __enter__(self):
-        try:
-            import psycopg
-        except ImportError:
-            pytest.skip("psycopg is not installed (pip install 'edgeopt[fleet]')")
-        try:
-            self._admin = psycopg.connect(PG_URL, autocommit=True, connect_timeout=3)
-        except psycopg.OperationalError as exc:
-            pytest.skip(f"no PostgreSQL server at {PG_URL}: {str(exc).strip().splitlines()[0]}")
-        self.schema = f"edgeopt_test_{uuid.uuid4().hex[:12]}"
-        self._admin.execute(f"CREATE SCHEMA {self.schema}")
-        return f"{PG_URL}?options=-csearch_path%3D{self.schema}"
-
-    def __exit__(self, *exc):
-        self._admin.execute(f"DROP SCHEMA {self.schema} CASCADE")
-        self._admin.close()
-
 
 @pytest.fixture
 def store(db_url):

@@ -6,7 +6,6 @@ import json
 import time
 
 from fleet_simulator import SimulatedDevice
-from test_fleet_store import db_url  # noqa: F401  (a fixture: SQLite and PostgreSQL)
 
 from edgeopt.fleet.jobs import JobQueue, job_row
 from edgeopt.fleet.store import open_store
@@ -20,7 +19,7 @@ def job(device_id, job_id, lifetime_s=3600.0, issued_at=T0):
                               issued_at=issued_at, lifetime_s=lifetime_s)
 
 
-def test_a_kept_job_is_due_again_with_back_off_until_its_board_answers(db_url):  # noqa: F811
+def test_a_kept_job_is_due_again_with_back_off_until_its_board_answers(db_url):  # SQLite and PostgreSQL (conftest)
     board = SimulatedDevice("pi-1")
     first, second, short = job("pi-1", "j1"), job("pi-1", "j2"), job("pi-2", "j3", lifetime_s=50.0)
     with open_store(db_url) as store:

@@ -35,7 +35,7 @@ from .memory import current_rss_mb, limit_address_space, peak_rss_mb
 from .parent_watch import die_with_parent
 from .reference import OUTPUT_MISMATCH, run_reference
 from .spec import BenchmarkSpec
-from .stats import device_timing_fields, summarize_ms
+from .stats import device_timing_fields, histogram_ms, summarize_ms
 from .timing import output_digest, time_calls
 
 Send = Callable[..., None]
@@ -173,6 +173,7 @@ def measure_batch(runner, spec: BenchmarkSpec, batch: Optional[int], feeds: Dict
         "ok": True,
         "first_inference_ms": round(first_ms, 6),
         "latency_ms": summarize_ms(durations),
+        "latency_histogram": histogram_ms(durations),
         "throughput_ips": round(len(durations) * samples / elapsed, 3) if elapsed > 0 else None,
         "runs": len(durations),
         "warmup_runs": len(warmup),

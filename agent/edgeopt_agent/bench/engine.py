@@ -9,12 +9,13 @@ from __future__ import annotations
 import dataclasses
 import time
 from contextlib import nullcontext
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
 from ..runners.errors import InputError
 from ..runners.formats import check_precision, resolve_runtime
-from .board_state import board_changes, board_fields, board_state
+from .board_state import board_changes, board_fields, board_state, thermal_fields
 from .failures import CRASH, TIMEOUT, describe_exit, error_result, failure
 from .isolation import ChildOutcome, ProgressTextCallback, run_child
 from .spec import BenchmarkSpec
@@ -42,6 +43,7 @@ _BATCH_KEYS = (
     "capped_by_max_duration",
     "output_sha256",
     "output_stable",
+    "latency_histogram",
 ) + ENERGY_KEYS
 # What a batch on a GPU runtime adds (CUDA event timings, device memory); copied where present.
 _DEVICE_KEYS = ("gpu_compute_ms", "gpu_latency_ms", "h2d_ms", "d2h_ms", "enqueue_ms", "gpu_memory_mb")
@@ -80,8 +82,11 @@ def run_benchmark(
             entry.update(_energy(entry, monitor, idle))
         health_during = _health_during(monitor, entries)
     health_after = sensors.health() if sensors is not None else None
-    board_after = board_state(sensors.snapshot()) if board_before else {}
+    snapshot_after = sensors.snapshot() if sensors is not None else {}
+    board_after = board_state(snapshot_after) if board_before else {}
     result = _result(spec, outcome, entries, health_before, health_during, health_after)
+    if result["ok"]:
+        result["thermal"] = thermal_fields(snapshot, snapshot_after, [health_before, *health_during, health_after])
     result.update(_threads_fields(threads_requested, spec.threads))
     if result.get("threads_capped") and result["ok"]:
         result["notes"] = [result["threads_capped"]] + list(result.get("notes") or [])
@@ -91,6 +96,17 @@ def run_benchmark(
         result["invalid_reasons"] = result["invalid_reasons"] + changes
         result["valid"] = not result["invalid_reasons"]
     return result
+
+
+@lru_cache(maxsize=1)
+def agent_version() -> Optional[str]:
+    """The installed edgeopt's version: what a comparison of builds shows beside the runtime's."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("edgeopt")
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def _threads_fields(requested: Optional[int], used: int) -> Dict[str, Any]:
@@ -203,6 +219,7 @@ def _result(
         "runtime": fell_back["to"] if fell_back else spec.runtime,
         "threads": spec.threads,
         "fallback": fell_back,
+        "agent_version": agent_version(),
     }
     head.update({k: v for k, v in runner.items() if k not in ("runtime", "threads")})
 
@@ -220,7 +237,8 @@ def _result(
     if profiled is not None:
         result["op_profile"] = profiled.get("profile")
     result["peak_rss_mb"] = done.get("peak_rss_mb") or max(e.get("peak_rss_mb") or 0 for e in good) or None
-    result["batches"] = entries
+    # The distribution travels once, at the top (the first good batch's): results stay small on the wire.
+    result["batches"] = [{k: v for k, v in e.items() if k != "latency_histogram"} for e in entries]
     if spec.latency_budget_ms is not None:
         result.update(_budget(spec.latency_budget_ms, good))
     reasons = _validity(health_before, health_during, health_after)

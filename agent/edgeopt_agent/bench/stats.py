@@ -1,9 +1,12 @@
-"""Latency statistics: nearest-rank percentiles, mean, population standard deviation."""
+"""Latency statistics: nearest-rank percentiles, mean, population standard deviation, and the
+distribution itself as a compact histogram (what a later build is compared against)."""
 from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import Dict, Mapping, Sequence
+from typing import Any, Dict, Mapping, Sequence
+
+from ..wire.latency_histogram import LatencyHistogram
 
 PERCENTILES = (50, 90, 95, 99)
 
@@ -24,6 +27,11 @@ def nearest_rank(sorted_values: Sequence[float], percentile: float) -> float:
 def summarize_ms(seconds: Sequence[float]) -> Dict[str, float]:
     """{p50, p90, p95, p99, mean, std, min, max} in milliseconds from per-run durations in seconds."""
     return summarize_milliseconds([s * 1000.0 for s in seconds])
+
+
+def histogram_ms(seconds: Sequence[float]) -> Dict[str, Any]:
+    """The per-run durations (seconds) as a result's `latency_histogram` (ms, within 0.5 %)."""
+    return LatencyHistogram.of_durations(s * 1000.0 for s in seconds).to_dict()
 
 
 def summarize_milliseconds(values: Sequence[float]) -> Dict[str, float]:

@@ -7,6 +7,7 @@ per concern, its public names also importable from here (``from edgeopt_agent im
     envelope       the message envelope, message ids, status and result bodies
     jobs           benchmark jobs: artifact, target, release, signature; parse and build
     bench_options  the options a job's `bench` may set, input descriptions, reference outputs
+    latency_histogram  a result's latency distribution: log-spaced buckets, compact
     chunks         how an artifact is cut into chunks (the plan, and cutting a file by it)
     transfers      the chunked-transfer messages (missing chunks, chunks)
     confirms       the collector's delivery confirmations
@@ -38,6 +39,7 @@ from .bench_options import (
     MAX_REFERENCE_OUTPUTS, MAX_REFERENCE_SAMPLES, MAX_REFERENCE_VALUES, REFERENCE_TOLERANCES,
     check_input_description, check_reference, parse_bench,
 )
+from .latency_histogram import LatencyHistogram
 from .chunks import (
     ChunkPlan, DEFAULT_CHUNK_BYTES, MAX_CHUNKS, MAX_CHUNK_BYTES, MIN_CHUNK_BYTES, chunk_count, plan_chunks,
     read_chunk,
@@ -74,4 +76,5 @@ __all__ = [
     "benchmark_body", "benchmark_job", "job_message", "parse_job", "Chunk", "TransferRequest",
     "chunk_message", "parse_chunk", "parse_transfer", "transfer_body", "Confirmation", "MAX_CONFIRM_IDS",
     "confirm_message", "parse_confirm", "CONFIRM_FIELDS", "ConfirmSigner", "Delivery", "SIGNED_CONFIRM_FIELDS",
+    "LatencyHistogram",
 ]

@@ -73,6 +73,9 @@ class Duration(click.ParamType):
 @click.option("--force", is_flag=True,
               help="Send the job although a device's status says it will refuse it (unsigned, or signed with a key "
                    "it does not trust).")
+@click.option("--build-version", metavar="VERSION",
+              help="Name this build for `edgeopt fleet compare` and the report (a release name, a CI run number) "
+                   "in place of the version `convert --build-version` gave it.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON list (one object per device) instead of a table.")
 @broker_options(PASSWORD_ENV)
 def deploy(outdir: Path, device_id, key_path, unsigned, chunk_kb, as_json, allow_invalid, **options):

@@ -260,6 +260,94 @@ def results(model, device, profile, history, db_url, as_json, as_csv):
     _emit(rows, views.RESULTS, as_json, as_csv, "results", "no results match", optional=views.RESULTS_OPTIONAL)
 
 
+class Fraction(click.ParamType):
+    """A share: "5%" or 0.05."""
+
+    name = "FRACTION"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float):
+            return value
+        text = str(value).strip()
+        try:
+            number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        except ValueError:
+            number = None
+        if number is None or not 0 <= number < 1 or (not text.endswith("%") and number >= 1):
+            self.fail(f"{value!r} is not a share: write it as 5% or 0.05", param, ctx)
+        return number
+
+
+@fleet.command()
+@click.option("--model", required=True, metavar="MODEL", help="The model (its source, as `fleet results` shows it).")
+@click.option("--candidate", metavar="BUILD",
+              help="The build to judge: its version, or the start of its build id (default: the newest build).")
+@click.option("--baseline", metavar="BUILD", help="The build to judge it against (default: the one before it).")
+@click.option("--metric", type=click.Choice(("p50", "p90", "p99")), default="p50", show_default=True,
+              help="The percentile the verdict and the gate read (all three are shown).")
+@click.option("--threshold", type=Fraction(), default="5%", show_default=True,
+              help="A change smaller than this, or whose interval holds no change, is no measurable change.")
+@click.option("--max-slowdown", type=Fraction(),
+              help="Exit 1 when a board or profile is measurably slower than this (default: --threshold).")
+@click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True, metavar="LEVEL",
+              help="Of each interval.")
+@_format_options
+def compare(model, candidate, baseline, metric, threshold, max_slowdown, confidence, db_url, as_json, as_csv):
+    """A candidate build of MODEL against a baseline on every board: p50/p90/p99 ratios with intervals, peak
+    memory and energy change, and a verdict (faster, slower, no measurable change). Exits 1 when a board
+    or profile is measurably slower than --max-slowdown: a release gate for CI."""
+    from ..errors import UserError
+    from ..fleet import releases, views
+
+    if as_json and as_csv:
+        raise click.UsageError("choose one of --json and --csv")
+    with _open(db_url) as store:
+        rows = store.results(model=model, latest=False, with_histogram=True)
+        if not rows:
+            known = releases.models(store.results())
+            raise UserError(f"no results for model '{model}' in {store.url}; "
+                            + (f"models there: {', '.join(known)}" if known else "it holds no results yet"))
+    candidate_build, baseline_build = releases.choose(releases.builds(rows), model, candidate, baseline)
+    found = releases.compare(rows, model, candidate_build, baseline_build, metric=metric, threshold=threshold,
+                             max_slowdown=max_slowdown, confidence=confidence)
+    data = found.to_dict()
+    if as_json:
+        click.echo(views.to_json(data))
+    elif as_csv:
+        click.echo(views.to_csv(views.comparison_rows(data)), nl=False)
+    else:
+        _print_comparison(found, data)
+    if found.gated:
+        click.get_current_context().exit(1)
+
+
+def _print_comparison(found, data) -> None:
+    from ..fleet import views
+    from ..fleet.latency_ratio import METHOD
+
+    out = console()
+    same = " (the same convert output: any change is the boards')" if found.same_build else ""
+    click.echo(f"{found.model}: candidate {found.candidate.label} against baseline {found.baseline.label}{same}; "
+               f"verdict on {found.metric} at a {found.threshold:.0%} threshold, {found.confidence:.0%} intervals")
+    rows = views.comparison_rows(data)
+    headers, cells = views.cells(views.COMPARE, rows)
+    out.print(table(headers, cells, optional=views.COMPARE_OPTIONAL))
+    for row in rows:
+        if row["scope"] == "board" and row["reason"]:
+            click.echo(f"{row['device_id']}: {row['reason']}")
+    boards = [b for b in found.boards if b.ratios or b.point_ratios]
+    slower = [b.device_id for b in found.boards if b.verdict == "slower"]
+    click.echo(f"slower on {len(slower)} of {len(boards)} board(s) compared" + (f" ({', '.join(slower)})" if slower else ""))
+    if found.gated:
+        click.echo(f"GATE FAILED: measurably slower than {found.max_slowdown:.0%} on {found.metric}: "
+                   f"{', '.join(found.gated)}")
+    click.echo(f"intervals: {METHOD}")
+    if found.one_run_a_side:
+        click.echo(f"{len(found.one_run_a_side)} board(s) compared on one benchmark of a build: their intervals "
+                   "cannot see how much benchmarks of one build differ from run to run; deploy a build again under "
+                   "the same --build-version to add runs (docs/FLEET.md, \"Comparing builds\")")
+
+
 @fleet.command()
 @click.option("--device-id", "device", metavar="ID", help="Only this device.")
 @hidden_alias("--device", "--device-id", "device", metavar="ID")

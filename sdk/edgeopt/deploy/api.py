@@ -46,6 +46,7 @@ def deploy(
     fleet_db: Optional[str] = None,
     max_devices: int = DEFAULT_MAX_DEVICES,
     force: bool = False,
+    build_version: Optional[str] = None,
 ) -> List[Dict[str, Any]]:
     """Send a benchmark job for an artifact of OUTDIR (the recommended one, or `artifact`) to one
     online `device`, every online device of a `profile`, or `all_devices` online.
@@ -70,6 +71,9 @@ def deploy(
     than the one it trusts, to a device whose status says `"signatures": "required"`) is not sent: a
     UserError names the devices, unless `force`.
 
+    The job's meta names the build (the manifest's build id and version; `build_version` gives it
+    another version, a CI run number say): `edgeopt fleet compare` compares builds by them.
+
     Returns one dict per device: device_id, job_id, artifact_key, state ("answered", "delivered",
     "timeout"), ok (None while unanswered), error {kind, message}, result (the measurement), meta,
     chunks_sent, chunks_total. With `wait`, blocks until every device answered or `timeout_s`
@@ -82,7 +86,7 @@ def deploy(
     if not 0 < expires_s <= wire.MAX_JOB_LIFETIME_S:
         raise UserError(f"a job may be valid for 1 s to {wire.MAX_JOB_LIFETIME_S / 86400:g} days, "
                         f"got {expires_s:g} s")
-    chosen = choose_artifact(Path(outdir), artifact, chunk_size)
+    chosen = choose_artifact(Path(outdir), artifact, chunk_size, build_version)
     key = signing_key(private_key, unsigned)
     settings = broker if isinstance(broker, BrokerSettings) else broker_settings(broker)
     job_id = f"{chosen.key}-{uuid.uuid4().hex[:10]}"

@@ -1,7 +1,7 @@
 """Which file a deploy sends: an artifact of a convert output folder, checked against its manifest.
 
-The job's `meta` carries the manifest's facts about it (model, precision, accuracy drop...) so
-the fleet files each result under them; the signature covers the same facts. Its `release` (the
+The job's `meta` carries the manifest's facts about it (model, precision, accuracy drop, the build:
+its id and version...) so the fleet files each result under them; the signature covers the same facts. Its `release` (the
 model's source and the manifest's creation time) is what agents compare to refuse a rollback.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional
 from edgeopt_agent import wire
 from edgeopt_agent.wire import plan_chunks
 from edgeopt_converters.manifest import FILE_NAME as MANIFEST_FILE
-from edgeopt_converters.manifest import bench_inputs
+from edgeopt_converters.manifest import bench_inputs, build_of, check_build_version
 from edgeopt_converters.manifest import read as read_manifest
 
 from ..errors import UserError
@@ -39,10 +39,13 @@ class DeployArtifact:
     entry: Optional[Dict[str, Any]] = None  # the manifest's entry (its "board": runtime, precision, threads...)
 
 
-def choose_artifact(outdir: Path, key: Optional[str] = None,
-                    chunk_size: int = wire.DEFAULT_CHUNK_BYTES) -> DeployArtifact:
-    """The manifest's recommended artifact (or `key`), its file read once and checked against the manifest."""
+def choose_artifact(outdir: Path, key: Optional[str] = None, chunk_size: int = wire.DEFAULT_CHUNK_BYTES,
+                    build_version: Optional[str] = None) -> DeployArtifact:
+    """The manifest's recommended artifact (or `key`), its file read once and checked against the manifest;
+    `build_version` names the build in place of the version the manifest gives it."""
     outdir = Path(outdir)
+    if build_version is not None:
+        check_build_version(build_version)
     if not outdir.is_dir():  # a folder, not the manifest file: the artifacts are found beside it
         raise UserError(f"{outdir} has no {MANIFEST_FILE}; give the output folder of `edgeopt convert`")
     listed = read_manifest(outdir, require_schema=False)
@@ -77,6 +80,7 @@ def choose_artifact(outdir: Path, key: Optional[str] = None,
     model = manifest.get("model") if isinstance(manifest.get("model"), dict) else {}
     accuracy = entry.get("accuracy") if isinstance(entry.get("accuracy"), dict) else {}
     drop = accuracy.get("drop_points")
+    build = build_of(manifest)
     meta = {
         "model": model.get("source"),
         "model_sha256": model.get("sha256"),
@@ -85,6 +89,8 @@ def choose_artifact(outdir: Path, key: Optional[str] = None,
         "precision": entry.get("precision"),
         "accuracy_drop_points": drop if _is_finite_number(drop) else None,
         "manifest_sha256": hashlib.sha256(listed.raw).hexdigest(),
+        "build_id": build["id"],
+        "build_version": build_version or build["version"],
     }
     return DeployArtifact(key=wanted, path=path, format=fmt, precision=entry.get("precision"), sha256=sha256,
                           size=size, chunks=chunks, meta=meta, release=release_of(manifest, manifest_path),

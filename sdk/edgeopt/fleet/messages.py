@@ -10,6 +10,7 @@ is kept as JSON next to them.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Union
@@ -20,6 +21,8 @@ from edgeopt_agent.values import finite, is_int, is_number
 
 from . import handlers
 
+log = logging.getLogger(__name__)
+
 EXCERPT_BYTES = 256
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # shown escaped; tab and newline stay
 # Text no database column takes: NUL (PostgreSQL) and lone surrogates, which JSON's "\ud800" can
@@ -27,7 +30,8 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # shown escaped; tab and new
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 MAX_INT64 = 2 ** 63 - 1  # BIGINT and SQLite's INTEGER: the seq columns
 MAX_INT32 = 2 ** 31 - 1  # INTEGER on PostgreSQL: results.threads
-_META_TEXT = ("model", "model_sha256", "artifact_key", "format", "precision", "manifest_sha256")
+_META_TEXT = ("model", "model_sha256", "artifact_key", "format", "precision", "manifest_sha256", "build_id",
+              "build_version")
 
 
 @dataclass(frozen=True)
@@ -199,6 +203,8 @@ def result_row(envelope: wire.Envelope) -> Dict[str, Any]:
     latency = result.get("latency_ms") if isinstance(result.get("latency_ms"), dict) else {}
     reasons = result.get("invalid_reasons")
     artifact = result.get("artifact")
+    thermal = _section(result, "thermal")
+    runs = result.get("runs")
     return {
         "job_id": body.get("job_id"),
         "request_id": body.get("request_id"),
@@ -231,8 +237,31 @@ def result_row(envelope: wire.Envelope) -> Dict[str, Any]:
         "power_source": _text(result, "power_source"),
         "valid": int(result["valid"]) if isinstance(result.get("valid"), bool) else None,
         "invalid_reasons": json.dumps([str(r) for r in reasons]) if isinstance(reasons, list) else None,
+        "build_id": meta.get("build_id"),
+        "build_version": meta.get("build_version"),
+        "runtime_version": _text(result, "runtime_version"),
+        "agent_version": _text(result, "agent_version"),
+        "runs": runs if is_int(runs) and 0 <= runs <= MAX_INT64 else None,
+        "temperature_c": _number(thermal, "after_c") if _number(thermal, "after_c") is not None
+        else _number(thermal, "before_c"),
+        "throttled": int(thermal["throttled"]) if isinstance(thermal.get("throttled"), bool) else None,
+        "latency_histogram": _histogram(result.get("latency_histogram")),
         "body": _json(body),
     }
+
+
+def _histogram(data: Any) -> Optional[str]:
+    """The result's latency distribution as compact JSON, or None: an older agent sends none, and one that
+    does not read back (edgeopt_agent.wire.LatencyHistogram's checks) is left out of comparisons, never
+    the reason to refuse the rest of the result."""
+    if data is None:
+        return None
+    try:
+        histogram = wire.LatencyHistogram.from_dict(data)
+    except wire.ProtocolError as exc:
+        log.warning("a result's latency histogram is unusable (%s); storing the result without it", exc)
+        return None
+    return json.dumps(histogram.to_dict(), separators=(",", ":"))
 
 
 def _meta(meta: Any) -> Dict[str, Any]:

@@ -309,6 +309,22 @@ MIGRATIONS: Tuple[Migration, ...] = (
         )""",
         "CREATE INDEX jobs_due ON jobs (answered_at, next_send_at)",
     )),
+    Migration(8, "results: the build a result measured, the runtime and agent versions, the latency histogram", (
+        # What `edgeopt fleet compare` and the report's release history read: the build (the convert
+        # output's identity and the version the user gave it, from the job's meta), what ran it, how many
+        # runs, the board's temperature and throttling, and the latency distribution (JSON, as the result
+        # carries it: edgeopt_agent.wire.latency_histogram). NULL for results from before, or from older
+        # agents, which are compared on what they have.
+        "ALTER TABLE results ADD COLUMN build_id TEXT",
+        "ALTER TABLE results ADD COLUMN build_version TEXT",
+        "ALTER TABLE results ADD COLUMN runtime_version TEXT",
+        "ALTER TABLE results ADD COLUMN agent_version TEXT",
+        "ALTER TABLE results ADD COLUMN runs {bigint}",
+        "ALTER TABLE results ADD COLUMN temperature_c {float}",
+        "ALTER TABLE results ADD COLUMN throttled INTEGER",
+        "ALTER TABLE results ADD COLUMN latency_histogram TEXT",
+        "CREATE INDEX results_model_build ON results (model, build_id)",
+    )),
 )
 
 

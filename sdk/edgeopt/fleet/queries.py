@@ -11,7 +11,7 @@ from edgeopt_agent.wire.errors import REFUSED_BEFORE_RUNNING
 
 from .database import Database
 from .jobs import JobQueue
-from .tables import DEVICE_COLUMNS, RESULT_COLUMNS, TELEMETRY_COLUMNS
+from .tables import DEVICE_COLUMNS, RESULT_COLUMNS, RESULT_HISTOGRAM, TELEMETRY_COLUMNS
 
 
 class FleetQueries:
@@ -74,6 +74,7 @@ class FleetQueries:
         profile: Optional[str] = None,
         latest: bool = True,
         with_body: bool = False,
+        with_histogram: bool = False,
     ) -> List[Dict[str, Any]]:
         """Benchmark results, the latest per (device, model, artifact) unless `latest=False`.
 
@@ -81,14 +82,16 @@ class FleetQueries:
         a replay, another target, a downgrade...: `REFUSED_BEFORE_RUNNING`) never hides the last measured
         result, and is the latest only while the key has nothing else; `latest=False` lists it too.
         Sorted for comparison: by model, then p50 latency (failures last), then device.
-        `with_body` adds "body", the full result message body as sent.
+        `with_body` adds "body", the full result message body as sent; `with_histogram` adds
+        "latency_histogram" (its JSON object as the result carried it, or None).
         """
         where, params = [], []
         for column, value in (("r.model", model), ("r.device_id", device), ("d.profile", profile)):
             if value is not None:
                 where.append(f"{column} = ?")
                 params.append(value)
-        columns = ", ".join(f"r.{c}" for c in RESULT_COLUMNS) + (", r.body" if with_body else "")
+        columns = ", ".join(f"r.{c}" for c in RESULT_COLUMNS) + (", r.body" if with_body else "") + (
+            f", r.{RESULT_HISTOGRAM}" if with_histogram else "")
         sql = f"SELECT {columns}, d.profile AS profile FROM results r LEFT JOIN devices d ON d.device_id = r.device_id"
         if where:
             sql += " WHERE " + " AND ".join(where)
@@ -105,6 +108,9 @@ class FleetQueries:
             r["ok"] = bool(r["ok"])
             r["valid"] = None if r["valid"] is None else bool(r["valid"])
             r["invalid_reasons"] = json.loads(r["invalid_reasons"]) if r["invalid_reasons"] else []
+            r["throttled"] = None if r["throttled"] is None else bool(r["throttled"])
+            if with_histogram:
+                r[RESULT_HISTOGRAM] = json.loads(r[RESULT_HISTOGRAM]) if r[RESULT_HISTOGRAM] else None
             if with_body:
                 r["body"] = json.loads(r["body"])
         rows.sort(key=_comparison_order)

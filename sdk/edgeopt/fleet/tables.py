@@ -11,8 +11,11 @@ RESULT_COLUMNS = (
     "model", "model_sha256", "artifact_key", "format", "precision", "manifest_sha256", "accuracy_drop_points",
     "runtime", "threads", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "min_ms", "max_ms", "mean_ms", "load_ms",
     "first_inference_ms", "throughput_ips", "peak_rss_mb", "energy_per_inference_mj", "avg_power_w",
-    "power_source", "valid", "invalid_reasons",
+    "power_source", "valid", "invalid_reasons", "build_id", "build_version", "runtime_version", "agent_version",
+    "runs", "temperature_c", "throttled",
 )
+# Read only when asked for (a comparison of builds): the latency distribution as the result carried it.
+RESULT_HISTOGRAM = "latency_histogram"
 TELEMETRY_COLUMNS = (
     "id", "device_id", "seq", "ts", "cpu_percent", "memory_used_mb", "temperature_c", "power_w", "power_source",
 )

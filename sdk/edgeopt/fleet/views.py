@@ -131,6 +131,13 @@ DEVICES = (
     Column("missing msgs", lambda r: str(r.get("missing_messages") or 0)),
 )
 
+def build_label(row: Mapping[str, Any]) -> str:
+    """The build a result measured: the version it was given, else the start of its build id."""
+    if row.get("build_version"):
+        return str(row["build_version"])
+    return str(row["build_id"])[:12] if row.get("build_id") else DASH
+
+
 RESULTS = (
     Column("model", _text("model")),
     Column("device", _text("device_id")),
@@ -147,11 +154,12 @@ RESULTS = (
     Column("mJ/inf", _number("energy_per_inference_mj", 2)),
     Column("acc drop pts", _drop),
     Column("valid", _validity),
+    Column("build", build_label),  # the version it was given, else the start of its id (fleet compare's names)
 )
 
 # Columns a narrow terminal leaves out first, in that order (--json and --csv keep everything).
 DEVICES_OPTIONAL = ("key", "agent", "runtimes", "missing msgs", "temp °C")
-RESULTS_OPTIONAL = ("p90 ms", "peak MB", "inf/s", "profile", "format", "mJ/inf", "threads", "runtime")
+RESULTS_OPTIONAL = ("p90 ms", "peak MB", "inf/s", "profile", "format", "mJ/inf", "threads", "runtime", "build")
 
 TELEMETRY = (
     Column("time (UTC)", lambda r: clock(r.get("ts"))),
@@ -225,3 +233,100 @@ def parse_since(text: str, now: Optional[float] = None, option: str = "--since")
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=timezone.utc)
     return parsed.timestamp()
+
+
+# --- fleet compare -------------------------------------------------------------------------------------
+
+
+def comparison_rows(comparison: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """One flat row per board, then per profile, of a comparison (`releases.Comparison.to_dict()`): what
+    the table shows and --csv writes."""
+    rows: List[Dict[str, Any]] = []
+    for board in comparison["boards"]:
+        base, cand = board["baseline"], board["candidate"]
+        rows.append({"scope": "board", "device_id": board["device_id"], "profile": board["profile"],
+                     "artifact": board["artifact"], **_ratio_columns(board["ratios"]),
+                     "memory_change": board["memory_change"], "energy_change": board["energy_change"],
+                     "baseline_runs": base["counted"], "candidate_runs": cand["counted"],
+                     "left_out": len(base["left_out"]) + len(cand["left_out"]),
+                     "baseline_runtime": ", ".join(base["runtimes"]), "candidate_runtime": ", ".join(cand["runtimes"]),
+                     "baseline_agent": ", ".join(base["agent_versions"]), "candidate_agent": ", ".join(cand["agent_versions"]),
+                     "verdict": board["verdict"], "evidence": board["evidence"],
+                     "reason": "; ".join(filter(None, [board["reason"], *board["notes"]]))})
+    for profile in comparison["profiles"]:
+        rows.append({"scope": "profile", "device_id": f"{len(profile['boards'])} board(s)", "profile": profile["profile"],
+                     "artifact": None, **_ratio_columns(profile["ratios"]),
+                     "memory_change": profile["memory_change"], "energy_change": profile["energy_change"],
+                     "verdict": profile["verdict"], "evidence": "histograms",
+                     "reason": "geometric mean over " + ", ".join(profile["boards"])})
+    return rows
+
+
+def _ratio_columns(ratios: Mapping[str, Any]) -> Dict[str, Any]:
+    columns: Dict[str, Any] = {}
+    for metric in ("p50", "p90", "p99"):
+        found = ratios.get(metric) or {}
+        columns[f"baseline_{metric}_ms"] = found.get("baseline_ms")
+        columns[f"candidate_{metric}_ms"] = found.get("candidate_ms")
+        columns[f"{metric}_ratio"] = found.get("ratio")
+        columns[f"{metric}_low"] = found.get("low")
+        columns[f"{metric}_high"] = found.get("high")
+    return columns
+
+
+def _ratio(metric: str) -> Callable[[Mapping[str, Any]], str]:
+    def show(row: Mapping[str, Any]) -> str:
+        ratio = row.get(f"{metric}_ratio")
+        if ratio is None:
+            return DASH
+        if row.get(f"{metric}_low") is None:
+            return f"{ratio:.3f} (no interval)"
+        return f"{ratio:.3f} [{row[f'{metric}_low']:.3f}–{row[f'{metric}_high']:.3f}]"
+    return show
+
+
+def _percent_change(key: str) -> Callable[[Mapping[str, Any]], str]:
+    return lambda row: DASH if row.get(key) is None else f"{round(row[key] * 100, 1) + 0.0:+.1f}%"  # never -0.0
+
+
+def _latencies(metric: str) -> Callable[[Mapping[str, Any]], str]:
+    def show(row: Mapping[str, Any]) -> str:
+        base, cand = row.get(f"baseline_{metric}_ms"), row.get(f"candidate_{metric}_ms")
+        if base is None or cand is None:
+            return DASH
+        return f"{short_ms(base)} → {short_ms(cand)}"
+    return show
+
+
+def short_ms(value: float) -> str:
+    """A latency in ms with three significant digits (0.00412, 4.12, 41.2, 412)."""
+    return f"{value:.3g}" if value < 1000 else f"{value:,.0f}"
+
+
+def _runs(row: Mapping[str, Any]) -> str:
+    if row.get("scope") != "board":
+        return DASH
+    left = f" ({row['left_out']} left out)" if row.get("left_out") else ""
+    return f"{row.get('baseline_runs', 0)} / {row.get('candidate_runs', 0)}{left}"
+
+
+def _verdict(row: Mapping[str, Any]) -> str:
+    verdict = row.get("verdict") or DASH
+    return verdict.upper() if verdict == "slower" else verdict
+
+
+COMPARE = (
+    Column("board", _text("device_id")),
+    Column("profile", _text("profile")),
+    Column("artifact", _text("artifact")),
+    Column("p50 ms", _latencies("p50")),
+    Column("p50 ratio [interval]", _ratio("p50")),
+    Column("p90 ratio [interval]", _ratio("p90")),
+    Column("p99 ratio [interval]", _ratio("p99")),
+    Column("peak mem", _percent_change("memory_change")),
+    Column("energy", _percent_change("energy_change")),
+    Column("runs base / cand", _runs),
+    Column("verdict", _verdict),
+)
+COMPARE_OPTIONAL = ("p99 ratio [interval]", "artifact", "p90 ratio [interval]", "energy", "profile", "peak mem",
+                    "runs base / cand", "p50 ms")

@@ -3,10 +3,12 @@
 - latency_chart: one row per (board, artifact), a box-style range min · p50–p90 · p99 · max
 - scatter_chart: points with colour (board) and marker (format), optional reference lines
 - time_chart: one line per device over time, broken where the device went quiet
+- build_chart: one line per board across a model's builds, its regressions marked
 """
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import statistics
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Tuple
@@ -273,6 +275,52 @@ def _time_axis(t: Scale, top: float, base: float) -> List[str]:
     parts.append(element("text", "time (UTC)", x=(t.start + t.end) / 2, y=base + 34, text_anchor="middle",
                          font_size=FONT, fill=INK))
     return parts
+
+
+# --- builds -------------------------------------------------------------------------------------
+
+REGRESSION_COLOR = "#C0392B"
+
+
+@dataclass
+class BuildSeries:
+    """One board across a model's builds: (build position, latency, a regression there, tooltip)."""
+
+    name: str
+    color: str
+    points: List[Tuple[int, float, bool, str]] = field(default_factory=list)
+
+
+def build_chart(series: Sequence[BuildSeries], builds: Sequence[str], title: str, y_title: str = "p50 latency (ms)",
+                height: int = 260) -> str:
+    """Lines across builds, oldest left; a regression is a red triangle over the board's point, a build the
+    board did not run leaves the line out there. The axis starts at zero, so heights compare as ratios."""
+    left, right, top, bottom = 70, 24, 16, 56
+    values = [v for s in series for _, v, _, _ in s.points]
+    y = Scale(*fit(values, include=[0.0]), height - bottom, top)
+    step = (WIDTH - left - right) / max(len(builds), 1)
+    x = [left + step * (i + 0.5) for i in range(len(builds))]
+    body = _y_axis(y, left, WIDTH - right, y_title)
+    body.append(element("line", x1=left, x2=WIDTH - right, y1=height - bottom, y2=height - bottom, stroke=MUTED,
+                        stroke_width=1))
+    every = max(1, math.ceil(len(builds) * 110 / (WIDTH - left - right)))  # a label needs about 110 px
+    for i, label in enumerate(builds):
+        if i % every == 0 or i == len(builds) - 1:
+            body.append(element("text", esc(_clip(label, 18)), x=x[i], y=height - bottom + 16, text_anchor="middle",
+                                font_size=FONT - 1, fill=MUTED))
+    body.append(element("text", "build, oldest first", x=(left + WIDTH - right) / 2, y=height - bottom + 38,
+                        text_anchor="middle", font_size=FONT, fill=INK))
+    for s in series:
+        points = sorted(s.points)
+        for (i, v, _, _), (j, w, _, _) in zip(points, points[1:]):
+            dash = None if j == i + 1 else "4 4"  # a build between them the board did not run
+            body.append(element("line", x1=x[i], y1=y(v), x2=x[j], y2=y(w), stroke=s.color, stroke_width=1.8,
+                                stroke_dasharray=dash))
+        for i, v, regression, tip in points:
+            body.append(marker("circle", x[i], y(v), s.color, r=4, tip=tip))
+            if regression:
+                body.append(marker("triangle", x[i], y(v) - 12, REGRESSION_COLOR, r=6, tip=tip))
+    return svg(WIDTH, height, body, title)
 
 
 # --- axes -------------------------------------------------------------------------------------

@@ -21,13 +21,15 @@ class ReportData:
     manifest: Optional[Dict[str, Any]] = None
     profile: Optional[Dict[str, Any]] = None  # edgeopt.profiling.profile() of the conversion's artifacts
     analysis: Optional[Dict[str, Any]] = None  # edgeopt.analysis.analyze() on one board
+    history: List[Any] = field(default_factory=list)  # edgeopt.fleet.release_history.ModelHistory per model
     sources: List[str] = field(default_factory=list)  # shown in the header, e.g. "fleet store sqlite:///…"
     generated_at: float = field(default_factory=time.time)
 
     @property
     def empty(self) -> bool:
         artifacts = self.manifest.get("artifacts") if self.manifest else None
-        return not (self.results or self.devices or self.telemetry or artifacts or self.profile or self.analysis)
+        return not (self.results or self.devices or self.telemetry or artifacts or self.profile or self.analysis
+                    or self.history)
 
 
 def load_report_data(db: Optional[str] = None, outdir: Union[str, Path, None] = None,
@@ -57,7 +59,10 @@ def load_report_data(db: Optional[str] = None, outdir: Union[str, Path, None] = 
 
 def fill_from_store(data: ReportData, store: Any, telemetry_since: Optional[float] = None) -> ReportData:
     """Copy everything the report shows out of an open store."""
+    from edgeopt.fleet.release_history import release_history
+
     data.results = list(store.results())
+    data.history = release_history(store.results(latest=False, with_histogram=True))
     data.devices = list(store.devices())
     data.telemetry = list(store.telemetry(since=telemetry_since))
     data.gaps = list(store.gaps())

@@ -10,6 +10,7 @@ from .analysis_sections import profile_section, roofline_section
 from .charts import INVALID_MARK, LatencyRow, Point, Series, latency_chart, legend, scatter_chart, time_chart
 from .compare import ArtifactView, ResultView, artifact_views, colors, format_marker, result_views
 from .data import ReportData
+from .history import history_section, models_with_history
 from .provenance import PREDICTION_METHOD, HostEvidence, board_label, host_evidence, predicted_label
 from .text import count, esc, fixed, number, short, signed, size, text, when, whole
 
@@ -28,7 +29,8 @@ def render_report(data: ReportData, title: str = "edgeopt report") -> str:
     """The whole page as a string."""
     results = result_views(data.results, data.manifest)
     # One colour per board for the whole page, so a board looks the same in every chart.
-    palette = colors([r.device for r in results] + [_device(t) for t in data.telemetry] + [_device(d) for d in data.devices])
+    palette = colors([r.device for r in results] + [_device(t) for t in data.telemetry] + [_device(d) for d in data.devices]
+                     + [b.device_id for h in data.history for b in h.boards])
     sections: List[Tuple[str, str, str]] = []  # (anchor, heading, html)
     if data.empty:
         sections.append(("nothing", "Nothing to report yet", _nothing_yet(data)))
@@ -37,6 +39,8 @@ def render_report(data: ReportData, title: str = "edgeopt report") -> str:
             sections.append(("results", "Benchmark results", _results_section(results)))
             sections.append(("latency", "Latency distribution", _latency_section(results, palette)))
             sections.append(("energy", "Energy vs latency", _energy_section(results, palette, power_reasons(data.telemetry))))
+        if models_with_history(data.history):
+            sections.append(("history", "Release history", history_section(data.history, palette)))
         if results or data.manifest:
             sections.append(("accuracy", "Accuracy drop vs speed-up", _accuracy_section(results, data.manifest, palette)))
         if data.manifest:

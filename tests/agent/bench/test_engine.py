@@ -47,6 +47,22 @@ def test_result_has_every_measurement(dynamic_onnx):
     assert len(result["batches"]) == 1 and result["batches"][0]["ok"]
 
 
+def test_result_keeps_what_a_comparison_of_builds_needs(dynamic_onnx):
+    """The latency distribution (once, at the top), what ran it and the board's state: see edgeopt fleet compare."""
+    from edgeopt_agent.wire import LatencyHistogram
+    from edgeopt_agent.wire.latency_histogram import RELATIVE_ACCURACY
+
+    result = run_benchmark(quick(dynamic_onnx, runs=50, batch_sizes=(1, 2)))
+    assert result["ok"] is True, result
+    histogram = LatencyHistogram.from_dict(result["latency_histogram"])
+    assert histogram.count == result["runs"] >= 50
+    for p in (50, 90, 99):
+        assert histogram.percentile(p) == pytest.approx(result["latency_ms"][f"p{p}"], rel=RELATIVE_ACCURACY * 1.001)
+    assert all("latency_histogram" not in batch for batch in result["batches"])  # sent once: results stay small
+    assert result["runtime_version"] and result["agent_version"]
+    assert result["thermal"] == {"before_c": None, "after_c": None, "throttled": False}  # no sensors given
+
+
 def test_output_hash_is_stable_and_matches_an_in_process_run(dynamic_onnx):
     first = run_benchmark(quick(dynamic_onnx, seed=3))
     second = run_benchmark(quick(dynamic_onnx, seed=3))

@@ -97,6 +97,7 @@ def test_throttling_marks_the_result_invalid(dynamic_onnx, tmp_path):
     assert result["ok"] is True and result["valid"] is False
     assert any(r.startswith("before the run: thermal zone cpu-thermal at 86.0 C") for r in result["invalid_reasons"])
     assert result["health"]["after"]["throttled"] is True
+    assert result["thermal"] == {"before_c": 86.0, "after_c": 86.0, "throttled": True}
 
 
 def test_without_a_sensor_the_reason_comes_from_the_suite(dynamic_onnx, tmp_path):
