@@ -30,7 +30,7 @@ from typing import Dict, Iterator, Mapping, Sequence, Union
 
 from . import extraction_folders
 from .files import atomic_writer
-from .runners.errors import ArtifactError
+from .errors import ArtifactError
 
 MAX_BUNDLE_BYTES = 4 << 30
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")

@@ -18,6 +18,10 @@ class UserError(EdgeoptError):
     """Bad input or environment the user can fix; the message says how."""
 
 
+class ArtifactError(UserError):
+    """The file is missing, is not a model, or the runtime cannot parse it."""
+
+
 class MissingExtraError(UserError):
     """An optional dependency is not installed."""
 

@@ -171,7 +171,7 @@ def test_odd_names_never_stop_the_sweep(tmp_path):
 
 def test_the_runners_floor_does_not_reach_back_to_the_benchmark_engine():
     """bench runs the runners, and the runners extract bundles: bundle and extraction_folders stand on
-    edgeopt_agent.processes, never on bench."""
+    edgeopt_agent.processes and errors, never on bench nor on the runners above them."""
     import ast
 
     from pathlib import Path
@@ -183,3 +183,4 @@ def test_the_runners_floor_does_not_reach_back_to_the_benchmark_engine():
         tree = ast.parse((root / name).read_text(encoding="utf-8"))
         imported = [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
         assert not [m for m in imported if m == "bench" or m.startswith("bench.") or "edgeopt_agent.bench" in m], name
+        assert not [m for m in imported if m == "runners" or m.startswith("runners.") or "edgeopt_agent.runners" in m], name

@@ -1,11 +1,9 @@
 """What can go wrong between a model file and an inference, in words the user can act on."""
 from __future__ import annotations
 
-from ..errors import UserError
+from ..errors import ArtifactError, UserError  # ArtifactError lives below the runners: bundle.py raises it too
 
-
-class ArtifactError(UserError):
-    """The file is missing, is not a model, or the runtime cannot parse it."""
+__all__ = ["ArtifactError", "FreeSizeError", "InputError", "UnsupportedModelError", "looks_like_out_of_memory"]
 
 
 class UnsupportedModelError(UserError):
