@@ -9,6 +9,7 @@ published ones.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import List, Sequence
 
 import torch
@@ -357,12 +358,16 @@ def vgg(depth: int = 16) -> nn.Module:
 
 
 class Inception(nn.Module):
-    def __init__(self, cin: int, b1: int, b3r: int, b3: int, b5r: int, b5: int, pool: int):
+    """GoogLeNet's block: BVLC's (plain convolutions, a 5x5 branch), or torchvision's (`conv` batch-normed, its
+    "5x5" branch a 3x3 convolution: `wide` 3)."""
+
+    def __init__(self, cin: int, b1: int, b3r: int, b3: int, b5r: int, b5: int, pool: int, conv=None, wide: int = 5):
         super().__init__()
-        self.b1 = conv_relu(cin, b1, 1)
-        self.b3 = nn.Sequential(conv_relu(cin, b3r, 1), conv_relu(b3r, b3, 3, p=1))
-        self.b5 = nn.Sequential(conv_relu(cin, b5r, 1), conv_relu(b5r, b5, 5, p=2))
-        self.pool = nn.Sequential(nn.MaxPool2d(3, 1, 1), conv_relu(cin, pool, 1))
+        conv = conv or conv_relu
+        self.b1 = conv(cin, b1, 1)
+        self.b3 = nn.Sequential(conv(cin, b3r, 1), conv(b3r, b3, 3, p=1))
+        self.b5 = nn.Sequential(conv(cin, b5r, 1), conv(b5r, b5, wide, p=wide // 2))
+        self.pool = nn.Sequential(nn.MaxPool2d(3, 1, 1), conv(cin, pool, 1))  # stride 1: ceil mode changes nothing
 
     def forward(self, x):
         return torch.cat((self.b1(x), self.b3(x), self.b5(x), self.pool(x)), 1)
@@ -387,23 +392,10 @@ def basic_conv(cin: int, cout: int, k, s: int = 1, p=0) -> nn.Sequential:
     return nn.Sequential(nn.Conv2d(cin, cout, k, s, p, bias=False), nn.BatchNorm2d(cout, eps=0.001), nn.ReLU())
 
 
-class InceptionV1(nn.Module):
-    """torchvision's GoogLeNet block: batch-normed, and its "5x5" branch a 3x3 convolution."""
-
-    def __init__(self, cin: int, b1: int, b3r: int, b3: int, b5r: int, b5: int, pool: int):
-        super().__init__()
-        self.b1 = basic_conv(cin, b1, 1)
-        self.b3 = nn.Sequential(basic_conv(cin, b3r, 1), basic_conv(b3r, b3, 3, p=1))
-        self.b5 = nn.Sequential(basic_conv(cin, b5r, 1), basic_conv(b5r, b5, 3, p=1))
-        self.pool = nn.Sequential(nn.MaxPool2d(3, 1, 1, ceil_mode=True), basic_conv(cin, pool, 1))
-
-    def forward(self, x):
-        return torch.cat((self.b1(x), self.b3(x), self.b5(x), self.pool(x)), 1)
-
-
 def googlenet_tv() -> nn.Module:
     """torchvision's GoogLeNet (batch norm, no auxiliary classifiers at inference)."""
     pool = lambda: nn.MaxPool2d(3, 2, ceil_mode=True)  # noqa: E731
+    InceptionV1 = partial(Inception, conv=basic_conv, wide=3)  # noqa: N806
     features = nn.Sequential(
         basic_conv(3, 64, 7, 2, 3), pool(), basic_conv(64, 64, 1), basic_conv(64, 192, 3, p=1), pool(),
         InceptionV1(192, 64, 96, 128, 16, 32, 32), InceptionV1(256, 128, 128, 192, 32, 96, 64), pool(),

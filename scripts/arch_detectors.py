@@ -19,6 +19,8 @@ from typing import List, Sequence, Tuple
 import torch
 from torch import nn
 
+from arch_classifiers import InvertedResidual
+
 
 class Conv(nn.Module):
     """Convolution, batch norm, activation (Ultralytics' and YOLOX's building block)."""
@@ -408,23 +410,6 @@ def _round_filters(filters: int, width: float) -> int:
     return rounded + 8 if rounded < 0.9 * scaled else rounded
 
 
-class LiteBlock(nn.Module):
-    """EfficientNet-Lite's MBConv: 1x1 expand, depthwise, 1x1 project, ReLU6, no squeeze-excite."""
-
-    def __init__(self, cin: int, cout: int, k: int, s: int, expand: int):
-        super().__init__()
-        hidden = cin * expand
-        relu6 = nn.ReLU6
-        layers: List[nn.Module] = [] if expand == 1 else [Conv(cin, hidden, 1, activation=relu6)]
-        layers += [Conv(hidden, hidden, k, s, g=hidden, activation=relu6), Conv(hidden, cout, 1, act=False)]
-        self.block = nn.Sequential(*layers)
-        self.residual = s == 1 and cin == cout
-
-    def forward(self, x):
-        y = self.block(x)
-        return x + y if self.residual else y
-
-
 class SeparableConv(nn.Module):
     """Keras' SeparableConv2D (depthwise 3x3, then pointwise with bias) and a batch norm, as BiFPN and the heads use it."""
 
@@ -521,7 +506,7 @@ class EfficientDetLite(nn.Module):
             n = n if i in (0, len(_EFFICIENTNET_LITE_BLOCKS) - 1) else int(math.ceil(n * depth))
             blocks = []
             for j in range(n):
-                blocks.append(LiteBlock(cin, cout, k, s if j == 0 else 1, e))
+                blocks.append(InvertedResidual(cin, cout, k, s if j == 0 else 1, cin * e))  # ReLU6, no squeeze-excite
                 cin = cout
             stages.append(nn.Sequential(*blocks))
         self.stages = nn.ModuleList(stages)
