@@ -9,6 +9,7 @@ published ones.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import List, Sequence
 
 import torch
@@ -357,12 +358,16 @@ def vgg(depth: int = 16) -> nn.Module:
 
 
 class Inception(nn.Module):
-    def __init__(self, cin: int, b1: int, b3r: int, b3: int, b5r: int, b5: int, pool: int):
+    """GoogLeNet's block: BVLC's (plain convolutions, a 5x5 branch), or torchvision's (`conv` batch-normed, its
+    "5x5" branch a 3x3 convolution: `wide` 3)."""
+
+    def __init__(self, cin: int, b1: int, b3r: int, b3: int, b5r: int, b5: int, pool: int, conv=None, wide: int = 5):
         super().__init__()
-        self.b1 = conv_relu(cin, b1, 1)
-        self.b3 = nn.Sequential(conv_relu(cin, b3r, 1), conv_relu(b3r, b3, 3, p=1))
-        self.b5 = nn.Sequential(conv_relu(cin, b5r, 1), conv_relu(b5r, b5, 5, p=2))
-        self.pool = nn.Sequential(nn.MaxPool2d(3, 1, 1), conv_relu(cin, pool, 1))
+        conv = conv or conv_relu
+        self.b1 = conv(cin, b1, 1)
+        self.b3 = nn.Sequential(conv(cin, b3r, 1), conv(b3r, b3, 3, p=1))
+        self.b5 = nn.Sequential(conv(cin, b5r, 1), conv(b5r, b5, wide, p=wide // 2))
+        self.pool = nn.Sequential(nn.MaxPool2d(3, 1, 1), conv(cin, pool, 1))  # stride 1: ceil mode changes nothing
 
     def forward(self, x):
         return torch.cat((self.b1(x), self.b3(x), self.b5(x), self.pool(x)), 1)
@@ -380,6 +385,95 @@ def googlenet() -> nn.Module:
         Inception(528, 256, 160, 320, 32, 128, 128), pool(),
         Inception(832, 256, 160, 320, 32, 128, 128), Inception(832, 384, 192, 384, 48, 128, 128))
     return Classifier(features, 1024)
+
+
+def basic_conv(cin: int, cout: int, k, s: int = 1, p=0) -> nn.Sequential:
+    """torchvision's BasicConv2d: convolution without bias, batch norm (eps 0.001), ReLU."""
+    return nn.Sequential(nn.Conv2d(cin, cout, k, s, p, bias=False), nn.BatchNorm2d(cout, eps=0.001), nn.ReLU())
+
+
+def googlenet_tv() -> nn.Module:
+    """torchvision's GoogLeNet (batch norm, no auxiliary classifiers at inference)."""
+    pool = lambda: nn.MaxPool2d(3, 2, ceil_mode=True)  # noqa: E731
+    InceptionV1 = partial(Inception, conv=basic_conv, wide=3)  # noqa: N806
+    features = nn.Sequential(
+        basic_conv(3, 64, 7, 2, 3), pool(), basic_conv(64, 64, 1), basic_conv(64, 192, 3, p=1), pool(),
+        InceptionV1(192, 64, 96, 128, 16, 32, 32), InceptionV1(256, 128, 128, 192, 32, 96, 64), pool(),
+        InceptionV1(480, 192, 96, 208, 16, 48, 64), InceptionV1(512, 160, 112, 224, 24, 64, 64),
+        InceptionV1(512, 128, 128, 256, 24, 64, 64), InceptionV1(512, 112, 144, 288, 32, 64, 64),
+        InceptionV1(528, 256, 160, 320, 32, 128, 128), nn.MaxPool2d(2, 2, ceil_mode=True),
+        InceptionV1(832, 256, 160, 320, 32, 128, 128), InceptionV1(832, 384, 192, 384, 48, 128, 128))
+    return Classifier(features, 1024)
+
+
+class _Branches(nn.Module):
+    """Parallel branches concatenated on channels (a branch given as a pair splits in two and both are kept)."""
+
+    def __init__(self, *branches):
+        super().__init__()
+        self.branches = nn.ModuleList(b if isinstance(b, nn.Module) else nn.ModuleList(b) for b in branches)
+
+    def forward(self, x):
+        outs = []
+        for b in self.branches:
+            if isinstance(b, nn.ModuleList):  # stem, then two heads on it
+                y = b[0](x)
+                outs += [b[1](y), b[2](y)]
+            else:
+                outs.append(b(x))
+        return torch.cat(outs, 1)
+
+
+def _avg_pool_conv(cin: int, cout: int) -> nn.Sequential:
+    return nn.Sequential(nn.AvgPool2d(3, 1, 1), basic_conv(cin, cout, 1))
+
+
+def inception_a(cin: int, pool: int) -> nn.Module:
+    return _Branches(basic_conv(cin, 64, 1), nn.Sequential(basic_conv(cin, 48, 1), basic_conv(48, 64, 5, p=2)),
+                     nn.Sequential(basic_conv(cin, 64, 1), basic_conv(64, 96, 3, p=1), basic_conv(96, 96, 3, p=1)),
+                     _avg_pool_conv(cin, pool))
+
+
+def inception_b(cin: int) -> nn.Module:
+    return _Branches(basic_conv(cin, 384, 3, 2),
+                     nn.Sequential(basic_conv(cin, 64, 1), basic_conv(64, 96, 3, p=1), basic_conv(96, 96, 3, 2)),
+                     nn.MaxPool2d(3, 2))
+
+
+def inception_c(cin: int, c7: int) -> nn.Module:
+    row, col = lambda a, b: basic_conv(a, b, (1, 7), p=(0, 3)), lambda a, b: basic_conv(a, b, (7, 1), p=(3, 0))  # noqa: E731
+    return _Branches(basic_conv(cin, 192, 1), nn.Sequential(basic_conv(cin, c7, 1), row(c7, c7), col(c7, 192)),
+                     nn.Sequential(basic_conv(cin, c7, 1), col(c7, c7), row(c7, c7), col(c7, c7), row(c7, 192)),
+                     _avg_pool_conv(cin, 192))
+
+
+def inception_d(cin: int) -> nn.Module:
+    return _Branches(nn.Sequential(basic_conv(cin, 192, 1), basic_conv(192, 320, 3, 2)),
+                     nn.Sequential(basic_conv(cin, 192, 1), basic_conv(192, 192, (1, 7), p=(0, 3)),
+                                   basic_conv(192, 192, (7, 1), p=(3, 0)), basic_conv(192, 192, 3, 2)),
+                     nn.MaxPool2d(3, 2))
+
+
+def inception_e(cin: int) -> nn.Module:
+    split = lambda a: (basic_conv(a, 384, (1, 3), p=(0, 1)), basic_conv(a, 384, (3, 1), p=(1, 0)))  # noqa: E731
+    return _Branches(basic_conv(cin, 320, 1), (basic_conv(cin, 384, 1),) + split(384),
+                     (nn.Sequential(basic_conv(cin, 448, 1), basic_conv(448, 384, 3, p=1)),) + split(384),
+                     _avg_pool_conv(cin, 192))
+
+
+class InceptionV3(Classifier):
+    """torchvision's Inception V3 at 299x299; its auxiliary classifier (trained, not run at inference) is kept
+    only so that the parameter count is torchvision's."""
+
+    def __init__(self, classes: int = 1000):
+        features = nn.Sequential(
+            basic_conv(3, 32, 3, 2), basic_conv(32, 32, 3), basic_conv(32, 64, 3, p=1), nn.MaxPool2d(3, 2),
+            basic_conv(64, 80, 1), basic_conv(80, 192, 3), nn.MaxPool2d(3, 2),
+            inception_a(192, 32), inception_a(256, 64), inception_a(288, 64), inception_b(288),
+            inception_c(768, 128), inception_c(768, 160), inception_c(768, 160), inception_c(768, 192),
+            inception_d(768), inception_e(1280), inception_e(2048))
+        super().__init__(features, 2048, classes)
+        self.aux = nn.Sequential(basic_conv(768, 128, 1), basic_conv(128, 768, 5), nn.Flatten(), nn.Linear(768, classes))
 
 
 # --- ResNet, DenseNet ----------------------------------------------------------------------------
@@ -401,11 +495,12 @@ class Basic(nn.Module):
 class Bottleneck(nn.Module):
     expansion = 4
 
-    def __init__(self, cin: int, planes: int, s: int, caffe: bool = False):
+    def __init__(self, cin: int, planes: int, s: int, caffe: bool = False, widen: int = 1):
         super().__init__()
         first, middle = (s, 1) if caffe else (1, s)  # Caffe ResNet strides in the first 1x1, torchvision in the 3x3
-        self.body = nn.Sequential(conv_bn(cin, planes, 1, first), conv_bn(planes, planes, 3, middle),
-                                  conv_bn(planes, planes * 4, 1, act=None))
+        mid = planes * widen  # Wide ResNet: the 3x3 convolution `widen` times as wide
+        self.body = nn.Sequential(conv_bn(cin, mid, 1, first), conv_bn(mid, mid, 3, middle),
+                                  conv_bn(mid, planes * 4, 1, act=None))
         self.down = conv_bn(cin, planes * 4, 1, s, act=None) if (s != 1 or cin != planes * 4) else None
         self.act = nn.ReLU()
 
@@ -417,14 +512,16 @@ _RESNET = {18: (Basic, (2, 2, 2, 2)), 34: (Basic, (3, 4, 6, 3)), 50: (Bottleneck
            101: (Bottleneck, (3, 4, 23, 3)), 152: (Bottleneck, (3, 8, 36, 3))}
 
 
-def resnet(depth: int = 18, caffe: bool = False) -> nn.Module:
+def resnet(depth: int = 18, caffe: bool = False, widen: int = 1) -> nn.Module:
+    """ResNet; `widen` 2: torchvision's Wide ResNet-50-2 (bottleneck 3x3 convolutions twice as wide)."""
     block, counts = _RESNET[depth]
+    extra = {"widen": widen} if widen != 1 else {}
     layers: List[nn.Module] = [conv_bn(3, 64, 7, 2), nn.MaxPool2d(3, 2, 1)]
     cin = 64
     for stage, count in enumerate(counts):
         planes = 64 * 2 ** stage
         for i in range(count):
-            layers.append(block(cin, planes, 2 if (i == 0 and stage > 0) else 1, caffe))
+            layers.append(block(cin, planes, 2 if (i == 0 and stage > 0) else 1, caffe, **extra))
             cin = planes * block.expansion
     return Classifier(nn.Sequential(*layers), cin)
 

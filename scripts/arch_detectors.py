@@ -2,7 +2,8 @@
 
 Ultralytics YOLOv8 / YOLO11 / YOLO26 (their model YAMLs' layers and width/depth scales), YOLOX
 (Megvii's CSPDarknet with the Focus stem: four strided slices of the image concatenated, the
-pattern pnnx leaves to ncnn as Tensor.slice) and YOLOv4-tiny. Each exports the raw head outputs
+pattern pnnx leaves to ncnn as Tensor.slice), YOLOv4-tiny and EfficientDet-Lite0..4 (google/automl's
+hparams: EfficientNet-Lite backbone, BiFPN with sum fusion, separable-convolution heads). Each exports the raw head outputs
 with the box decoding an exported model carries (grid offsets, strides, DFL where the family has
 one); non-maximum suppression is post-processing and not part of any published latency here.
 
@@ -17,6 +18,8 @@ from typing import List, Sequence, Tuple
 
 import torch
 from torch import nn
+
+from arch_classifiers import InvertedResidual
 
 
 class Conv(nn.Module):
@@ -388,3 +391,143 @@ class YOLOv4Tiny(nn.Module):
             x = self.pool(torch.cat((x, y), 1))
         neck = self.neck(self.conv5(x))
         return self.head13(neck), self.head26(torch.cat((self.up(self.lateral(neck)), routes[-1]), 1))
+
+
+# --- EfficientDet-Lite (google/automl efficientdet, hparams_config.efficientdet_lite_param_dict) -----------
+
+
+# EfficientNet-Lite's blocks (repeats, kernel, stride, expand ratio, in, out), without squeeze-excite, ReLU6
+_EFFICIENTNET_LITE_BLOCKS = ((1, 3, 1, 1, 32, 16), (2, 3, 2, 6, 16, 24), (2, 5, 2, 6, 24, 40), (3, 3, 2, 6, 40, 80),
+                             (3, 5, 1, 6, 80, 112), (4, 5, 2, 6, 112, 192), (1, 3, 1, 6, 192, 320))
+# backbone (width, depth), BiFPN filters, BiFPN cells, box/class conv repeats
+_EFFICIENTDET_LITE = {"0": ((1.0, 1.0), 64, 3, 3), "1": ((1.0, 1.1), 88, 4, 3), "2": ((1.1, 1.2), 112, 5, 3),
+                      "3": ((1.2, 1.4), 160, 6, 4), "3x": ((1.2, 1.4), 200, 6, 4), "4": ((1.4, 1.8), 224, 7, 4)}
+
+
+def _round_filters(filters: int, width: float) -> int:
+    scaled = filters * width
+    rounded = max(8, int(scaled + 4) // 8 * 8)
+    return rounded + 8 if rounded < 0.9 * scaled else rounded
+
+
+class SeparableConv(nn.Module):
+    """Keras' SeparableConv2D (depthwise 3x3, then pointwise with bias) and a batch norm, as BiFPN and the heads use it."""
+
+    def __init__(self, cin: int, cout: int, bn: bool = True):
+        super().__init__()
+        self.depthwise = nn.Conv2d(cin, cin, 3, 1, 1, groups=cin, bias=False)
+        self.pointwise = nn.Conv2d(cin, cout, 1)
+        self.bn = nn.BatchNorm2d(cout) if bn else nn.Identity()
+
+    def forward(self, x):
+        return self.bn(self.pointwise(self.depthwise(x)))
+
+
+class Resample(nn.Module):
+    """automl's ResampleFeatureMap: a 1x1 convolution and batch norm where the channels differ, then max-pool
+    (kernel 3, stride 2, SAME) down or nearest-neighbour resize up to the target level's size."""
+
+    def __init__(self, cin: int, cout: int):
+        super().__init__()
+        self.project = nn.Sequential(nn.Conv2d(cin, cout, 1), nn.BatchNorm2d(cout)) if cin != cout else nn.Identity()
+        self.pool = nn.MaxPool2d(3, 2, 1)
+
+    def forward(self, x, size: Tuple[int, int]):
+        x = self.project(x)
+        if x.shape[-1] > size[-1]:
+            return self.pool(x)
+        if x.shape[-1] < size[-1]:
+            return nn.functional.interpolate(x, size=size, mode="nearest")
+        return x
+
+
+# automl's BiFPN nodes: (level, offsets into [P3..P7, nodes made so far])
+_BIFPN_NODES = ((6, (3, 4)), (5, (2, 5)), (4, (1, 6)), (3, (0, 7)), (4, (1, 7, 8)), (5, (2, 6, 9)), (6, (3, 5, 10)),
+                (7, (4, 11)))
+
+
+class BiFPNCell(nn.Module):
+    """One BiFPN cell with EfficientDet-Lite's plain sum fusion: each node resamples its inputs, adds them,
+    then ReLU6 and a separable convolution with batch norm."""
+
+    def __init__(self, channels: Sequence[int], filters: int):
+        super().__init__()
+        widths = list(channels)
+        self.resamples = nn.ModuleList()
+        for _, offsets in _BIFPN_NODES:
+            self.resamples.append(nn.ModuleList(Resample(widths[i], filters) for i in offsets))
+            widths.append(filters)
+        self.convs = nn.ModuleList(SeparableConv(filters, filters) for _ in _BIFPN_NODES)
+        self.act = nn.ReLU6()
+
+    def forward(self, feats: List[torch.Tensor]) -> List[torch.Tensor]:
+        feats = list(feats)
+        levels = [3, 4, 5, 6, 7]
+        for (level, offsets), resamples, conv in zip(_BIFPN_NODES, self.resamples, self.convs):
+            size = tuple(feats[levels.index(level)].shape[-2:])
+            fused = sum(r(feats[i], size) for i, r in zip(offsets, resamples))
+            feats.append(conv(self.act(fused)))
+            levels.append(level)
+        return feats[-5:]  # the last nodes are P3'' .. P7'' in order
+
+
+class EfficientDetHead(nn.Module):
+    """automl's ClassNet / BoxNet: separable convolutions shared across levels (batch norms per level), ReLU6,
+    then a separable prediction convolution."""
+
+    def __init__(self, filters: int, repeats: int, outputs: int):
+        super().__init__()
+        self.convs = nn.ModuleList(SeparableConv(filters, filters, bn=False) for _ in range(repeats))
+        self.bns = nn.ModuleList(nn.ModuleList(nn.BatchNorm2d(filters) for _ in range(5)) for _ in range(repeats))
+        self.predict = SeparableConv(filters, outputs, bn=False)
+        self.act = nn.ReLU6()
+
+    def forward(self, feats: List[torch.Tensor]) -> torch.Tensor:
+        outs = []
+        for level, x in enumerate(feats):
+            for conv, bns in zip(self.convs, self.bns):
+                x = self.act(bns[level](conv(x)))
+            outs.append(self.predict(x).flatten(2))
+        return torch.cat(outs, 2)
+
+
+class EfficientDetLite(nn.Module):
+    """EfficientDet-Lite0..4 and Lite3x: EfficientNet-Lite backbone (stem and last stage unscaled), P6/P7 by
+    1x1 convolution and max-pooling, BiFPN cells, class (90 classes) and box heads over 9 anchors per cell.
+    The TFLite models' detection post-processing (box decoding, NMS) is a custom op outside this graph."""
+
+    def __init__(self, version: str, classes: int = 90, anchors: int = 9):
+        super().__init__()
+        (width, depth), filters, cells, repeats = _EFFICIENTDET_LITE[version]
+        stages, cin = [], 32
+        self.stem = Conv(3, 32, 3, 2, activation=nn.ReLU6)
+        for i, (n, k, s, e, _, cout) in enumerate(_EFFICIENTNET_LITE_BLOCKS):
+            cout = _round_filters(cout, width)
+            n = n if i in (0, len(_EFFICIENTNET_LITE_BLOCKS) - 1) else int(math.ceil(n * depth))
+            blocks = []
+            for j in range(n):
+                blocks.append(InvertedResidual(cin, cout, k, s if j == 0 else 1, cin * e))  # ReLU6, no squeeze-excite
+                cin = cout
+            stages.append(nn.Sequential(*blocks))
+        self.stages = nn.ModuleList(stages)
+        c3, c4, c5 = (_round_filters(c, width) for c in (40, 112, 320))
+        self.p6 = Resample(c5, filters)
+        self.p7 = Resample(filters, filters)
+        self.cells = nn.ModuleList(BiFPNCell((c3, c4, c5, filters, filters) if i == 0 else (filters,) * 5, filters)
+                                   for i in range(cells))
+        self.class_net = EfficientDetHead(filters, repeats, classes * anchors)
+        self.box_net = EfficientDetHead(filters, repeats, 4 * anchors)
+
+    def forward(self, x):
+        x = self.stem(x)
+        outs = []
+        for stage in self.stages:
+            x = stage(x)
+            outs.append(x)
+        p3, p4, p5 = outs[2], outs[4], outs[6]
+        half = lambda t: ((t.shape[-2] + 1) // 2, (t.shape[-1] + 1) // 2)  # noqa: E731
+        p6 = self.p6(p5, half(p5))
+        feats = [p3, p4, p5, p6, self.p7(p6, half(p6))]
+        for cell in self.cells:
+            feats = cell(feats)
+        return self.class_net(feats).sigmoid(), self.box_net(feats)

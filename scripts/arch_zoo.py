@@ -45,7 +45,9 @@ ZOO: Dict[str, Arch] = {
     "densenet169": Arch(lambda: c.densenet(169), 14.15, _TV),
     "densenet201": Arch(lambda: c.densenet(201), 20.01, _TV),
     "efficientnet_b0": Arch(c.efficientnet_b0, 5.29, _TV),
+    "googlenet": Arch(c.googlenet_tv, 6.62, _TV),
     "googlenet_caffe": Arch(c.googlenet, 6.9903, _NCNN.format("googlenet"), weights_only=True),
+    "inception_v3": Arch(c.InceptionV3, 27.16, _TV),
     "mnasnet1_0": Arch(c.mnasnet, 4.38, _TV),
     "mobilenet_v1": Arch(c.mobilenet_v1, 4.2091, _NCNN.format("mobilenet"), weights_only=True),
     "mobilenet_v2": Arch(c.mobilenet_v2, 3.50, _TV),
@@ -66,6 +68,7 @@ ZOO: Dict[str, Arch] = {
     "vgg11": Arch(lambda: c.vgg(11), 132.86, _TV),
     "vgg13": Arch(lambda: c.vgg(13), 133.05, _TV),
     "vgg16": Arch(lambda: c.vgg(16), 138.36, _TV),
+    "wide_resnet50_2": Arch(lambda: c.resnet(50, widen=2), 68.88, _TV),
     # detectors
     "mobilenet_ssd": Arch(c.MobileNetSSD, 5.7699, _NCNN.format("mobilenet_ssd"), weights_only=True),
     "yolov4_tiny": Arch(d.YOLOv4Tiny, 6.0499, _NCNN.format("yolov4-tiny"), weights_only=True),
@@ -75,10 +78,14 @@ ZOO: Dict[str, Arch] = {
 _ULTRALYTICS = {"yolov8": {"n": (3.2, 8.7), "s": (11.2, 28.6)},
                 "yolo11": {"n": (2.6, 6.5), "s": (9.4, 21.5), "m": (20.1, 68.0), "l": (25.3, 86.9), "x": (56.9, 194.9)},
                 "yolo26": {"n": (2.4, 5.4), "s": (9.5, 20.7), "m": (20.4, 68.2), "l": (24.8, 86.4), "x": (55.7, 193.9)}}
+_EFFDET = "google/automl efficientdet README, EfficientDet-lite table (parameters)"
+_EFFICIENTDET_LITE = {"0": 3.2, "1": 4.2, "2": 5.3, "3": 8.4, "3x": 9.3, "4": 15.1}
 _YOLOX = {"nano": (0.91, 1.08, 416), "tiny": (5.06, 6.45, 416), "s": (9.0, 26.8, 640), "m": (25.3, 73.8, 640),
           "l": (54.2, 155.6, 640), "x": (99.1, 281.9, 640)}
 ZOO.update({f"{family}{scale}": Arch(partial(d.Ultralytics, family, scale), params, _UL, gflops, (1, 3, 640, 640))
             for family, scales in _ULTRALYTICS.items() for scale, (params, gflops) in scales.items()})
+ZOO.update({f"efficientdet_lite{v}": Arch(partial(d.EfficientDetLite, v), params, _EFFDET)
+            for v, params in _EFFICIENTDET_LITE.items()})
 ZOO.update({f"yolox_{scale}": Arch(partial(d.YOLOX, scale), params, _YX, gflops, (1, 3, size, size))
             for scale, (params, gflops, size) in _YOLOX.items()})
 

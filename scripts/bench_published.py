@@ -14,6 +14,12 @@ precision) are fitted on the rows of the "train" split only (`roofline_fit.fit`)
 fixed by `published.split_of` before any fit, give the errors reported after priors. For every pair
 of rows that share a board, model, input and precision, the report says whether the predictions
 order the two runtimes as the measurements do.
+
+INT8: every INT8 row is also predicted as if its runtime had no INT8 priors, transferred from its FP32
+priors by the speed-up other runtimes on the same processor show (`priors.transferred`), the estimate
+the recommendation falls back on; the report gives both errors, and for every pair of rows published at
+FP32 and INT8 (same board, runtime, model, input, threads and source) the INT8 speed-up predicted
+against the published one. `--write` stores each board's transfer check as [[transfers]].
 """
 from __future__ import annotations
 
@@ -35,17 +41,20 @@ POOL_CPU_KINDS = True  # see fit_groups (chosen by --cv on the train split: 15 %
 KINDS_MIN_ROWS = 0  # fit per kernel kind in every group (roofline_fit.fit's ridge keeps a small group near its whole factor)
 
 
-def graph_for(model: str, shape: Tuple[int, ...], precision: str, runtime: str, cache: Path) -> Path:
+def graph_for(model: str, shape: Tuple[int, ...], precision: str, runtime: str, board: str, cache: Path) -> Path:
     """The ONNX graph edgeopt costs a row's artifact by (`priors.costed_graph`): FP32 export, then its FP16 or
-    INT8 step where the artifact's graph is of its own precision."""
+    INT8 step where the artifact's graph is of its own precision. INT8 is laid out as edgeopt lays it out for
+    the runtime's processor: TensorRT's explicit Q/DQ for a GPU runtime, the board CPU's scheme
+    (`recipe.cpu_int8_options`: S8S8 on Arm) for a CPU runtime."""
     import arch_zoo
-    from edgeopt_converters.cost.priors import costed_precision
+    from edgeopt_converters.cost.priors import costed_precision, on_gpu
 
     fp32 = arch_zoo.export(model, shape, cache)
     precision = costed_precision(runtime, precision)
     if precision == "fp32":
         return fp32
-    out = fp32.with_name(fp32.stem + f".{precision}.onnx")
+    layout = "" if precision == "fp16" or on_gpu(runtime) else "-" + cpu_int8_layout(board)[0]
+    out = fp32.with_name(fp32.stem + f".{precision}{layout}.onnx")
     if out.is_file():
         return out
     from edgeopt_converters.passes.base import StepContext
@@ -56,27 +65,40 @@ def graph_for(model: str, shape: Tuple[int, ...], precision: str, runtime: str, 
     partial = out.with_name(out.stem + ".partial.onnx")
     if precision == "fp16":
         ConvertOnnxFp16().run(StepContext(None, ()), fp32, partial)
-    else:  # TensorRT's explicit INT8 layout (the only INT8 rows are TensorRT's)
+    else:
+        options = cpu_int8_layout(board)[1] if layout else OnnxInt8Options.for_tensorrt()
         data = Dataset({"input": np.random.default_rng(0).random((2,) + shape[1:], dtype=np.float32)}, None, "random")
         ctx = StepContext(None, (), calibration=data, calibration_cache=out.with_name(out.stem + ".calibration.json"))
-        QuantizeOnnxStatic(OnnxInt8Options.for_tensorrt()).run(ctx, fp32, partial)
+        QuantizeOnnxStatic(options).run(ctx, fp32, partial)
     partial.replace(out)
     return out
 
 
-def graph_costs(rows, cache: Path) -> list:
-    """The GraphCost of each row's costed ONNX graph, in row order (each graph analysed once)."""
+def cpu_int8_layout(board: str):
+    """(file tag, OnnxInt8Options) of the INT8 graph edgeopt builds for the board's CPU runtimes."""
+    from edgeopt_converters.recipe import cpu_int8_options
+
+    options = cpu_int8_options(profile_of(board))
+    short = {"uint8": "u8", "int8": "s8"}
+    return short[options.activation_type] + short[options.weight_type] + ("r" if options.reduce_range else ""), options
+
+
+_ANALYSED: Dict[Path, object] = {}  # GraphCost by graph file, each graph analysed once per run
+
+
+def cost_of(graph: Path, note: str = ""):
     from edgeopt_converters.cost.graph_cost import analyze_onnx
 
-    costs: Dict[Path, object] = {}
-    found = []
-    for i, row in enumerate(rows):
-        graph = graph_for(row.model, row.input, row.precision, row.runtime, cache)
-        if graph not in costs:
-            print(f"  [{i + 1}/{len(rows)}] {graph.name}", file=sys.stderr, flush=True)
-            costs[graph] = analyze_onnx(graph)
-        found.append(costs[graph])
-    return found
+    if graph not in _ANALYSED:
+        print(f"  {note}{graph.name}", file=sys.stderr, flush=True)
+        _ANALYSED[graph] = analyze_onnx(graph)
+    return _ANALYSED[graph]
+
+
+def graph_costs(rows, cache: Path) -> list:
+    """The GraphCost of each row's costed ONNX graph, in row order."""
+    return [cost_of(graph_for(row.model, row.input, row.precision, row.runtime, row.board, cache), f"[{i + 1}/{len(rows)}] ")
+            for i, row in enumerate(rows)]
 
 
 PROFILES: Dict[str, object] = {}  # custom profiles (--profile) by name; the bundled ones load by name
@@ -280,10 +302,120 @@ def pair_lines(items: List[dict]) -> List[str]:
     return out
 
 
-def write_priors(fitted: dict, items: List[dict], folder: Path, files: Optional[Dict[str, Path]] = None) -> List[Path]:
+def board_profile(board: str, fitted: dict, without: Optional[Tuple[str, str]] = None):
+    """The board's profile with the priors of `fitted` (those of (runtime, precision) `without` left out)."""
+    from dataclasses import replace
+
+    from edgeopt_agent.profiles import EfficiencyPrior
+
+    priors = tuple(EfficiencyPrior(runtime, precision, g["fit"].factor, len(g["train"]), 0, None, dict(g["fit"].kinds),
+                                   (), g["parallel"])
+                   for (b, runtime, precision), g in sorted(fitted.items()) if b == board and (runtime, precision) != without)
+    return replace(profile_of(board), priors=priors, transfers=())
+
+
+def transfer_checkable(row, fitted: dict) -> bool:
+    """Whether a row's runtime could be predicted at the row's precision by transfer alone: its own priors at
+    BASE_PRECISION and another runtime's at both."""
+    from edgeopt_converters.cost.priors import BASE_PRECISION, donors
+
+    if row.precision == BASE_PRECISION or (row.board, row.runtime, BASE_PRECISION) not in fitted:
+        return False
+    return bool(donors(board_profile(row.board, fitted, (row.runtime, row.precision)), row.runtime, row.precision))
+
+
+def transfer_predictions(rows, fitted: dict, cache: Path, pick=lambda row: True) -> Dict[int, dict]:
+    """Each checkable row (and `pick`) predicted as if its runtime had no priors at its precision: `priors.transferred`
+    on the board's fitted priors less (runtime, precision), by id() of the row."""
+    from edgeopt_converters.cost.priors import BASE_PRECISION, transferred
+
+    found = {}
+    for row in rows:
+        if not pick(row) or not transfer_checkable(row, fitted):
+            continue
+        costs = {f"onnx-{p}": cost_of(graph_for(row.model, row.input, p, row.runtime, row.board, cache), "[transfer] ")
+                 for p in (BASE_PRECISION, row.precision)}
+        profile = board_profile(row.board, fitted, (row.runtime, row.precision))
+        est = transferred(profile, row.model, row.runtime, row.precision, costs, row.threads, row.clock_mhz)
+        if est.ms is not None:
+            found[id(row)] = {"row": row, "transferred_ms": est.ms, "donors": est.evidence.donors, "speedup": est.evidence.speedup}
+    return found
+
+
+def transfer_cross_validated(rows, costs, cache: Path, ridge: float, kinds_min_rows: int) -> Dict[int, dict]:
+    """Train rows only, as `cross_validated`: each (board, model, input) group's checkable rows transferred with
+    priors fitted on the other train groups."""
+    found = {}
+    for group in sorted({r.group for r in rows if r.split == "train"}):
+        fitted = fit_groups(rows, costs, "train", ridge, kinds_min_rows, leave_out=lambda r, g=group: r.group == g)
+        found.update(transfer_predictions(rows, fitted, cache, lambda r, g=group: r.group == g and r.split == "train"))
+    return found
+
+
+def speedup_pairs(rows) -> List[Tuple[int, int]]:
+    """(float row, INT8 row) index pairs: the same board, runtime, model, input and threads published at FP32 and INT8."""
+    by_key: Dict[Tuple, Dict[str, int]] = defaultdict(dict)
+    for i, row in enumerate(rows):
+        if row.published_precision in ("fp32", "int8"):
+            by_key[row.group + (row.runtime, row.threads, row.source.id)][row.published_precision] = i
+    return [(k["fp32"], k["int8"]) for k in by_key.values() if len(k) == 2]
+
+
+def int8_report(items: List[dict], transfers: Dict[int, dict], judged: str = "heldout") -> dict:
+    """INT8 rows: error with the runtime's own INT8 priors and transferred (as if it had none; `transfers` by id()
+    of the row), per board and runtime; and the INT8 speed-up over FP32 the priors predict against the published
+    one, per pair of rows."""
+    transfers = {i: transfers[id(item["row"])] for i, item in enumerate(items) if id(item["row"]) in transfers}
+    lines = [f"| board | runtime | INT8 rows (train / held-out) | median / worst error, own INT8 priors ({judged}) | "
+             f"median / worst error, transferred from FP32 ({judged}; donors) |", "|---|---|---|---|---|"]
+    summary: Dict[str, dict] = {"groups": {}, "speedups": []}
+    by_key: Dict[Tuple, List[int]] = defaultdict(list)
+    for i, item in enumerate(items):
+        if item["row"].precision == "int8":
+            by_key[(item["row"].board, item["row"].runtime)].append(i)
+    for (board, runtime), indices in sorted(by_key.items()):
+        judged_rows = [i for i in indices if items[i]["row"].split == judged]
+        own = [abs(error_pct(items[i]["calibrated_ms"], items[i]["measured_ms"])) for i in judged_rows
+               if items[i]["calibrated_ms"]]
+        moved = [abs(error_pct(transfers[i]["transferred_ms"], items[i]["measured_ms"])) for i in judged_rows if i in transfers]
+        givers = sorted({d for i in indices if i in transfers for d in transfers[i]["donors"]})
+        train = sum(items[i]["row"].split == "train" for i in indices)
+        lines.append(f"| {board} | {runtime} | {train} / {len(indices) - train} | {stats(own)} | {stats(moved)}"
+                     + (f" ({', '.join(givers)})" if givers else "") + " |")
+        summary["groups"][f"{board} {runtime}"] = {"own": own, "transferred": moved}
+    checked = [abs(error_pct(t["transferred_ms"], items[i]["measured_ms"])) for i, t in transfers.items()
+               if items[i]["row"].split == judged]
+    lines += ["", f"transferred estimates ({judged}): median / worst error {stats(checked)} over {len(checked)} INT8 rows", "",
+              f"| board | runtime | model | threads | INT8 speed-up over FP32, published | predicted, own priors | "
+              f"predicted, transferred | ({judged} pairs) |", "|---|---|---|---|---|---|---|---|"]
+    ratio_errors = []
+    for f, q in speedup_pairs([i["row"] for i in items]):
+        row = items[q]["row"]
+        if row.split != judged or not (items[f]["calibrated_ms"] and items[q]["calibrated_ms"]):
+            continue
+        published = items[f]["measured_ms"] / items[q]["measured_ms"]
+        own = items[f]["calibrated_ms"] / items[q]["calibrated_ms"]
+        moved = items[f]["calibrated_ms"] / transfers[q]["transferred_ms"] if q in transfers else None
+        ratio_errors.append(abs(error_pct(own, published)))
+        summary["speedups"].append({"board": row.board, "runtime": row.runtime, "model": row.model, "threads": row.threads,
+                                    "published": published, "own": own, "transferred": moved})
+        lines.append(f"| {row.board} | {row.runtime} | {row.model} | {row.threads or '-'} | {published:.2f}x | {own:.2f}x | "
+                     + (f"{moved:.2f}x" if moved else "-") + " | |")
+    right = sum((s["own"] > 1) == (s["published"] > 1) for s in summary["speedups"])
+    lines.append("")
+    lines.append(f"INT8 speed-up ({judged} pairs): median / worst error of the predicted ratio {stats(ratio_errors)}; "
+                 f"INT8 predicted faster or not as published in {right} of {len(summary['speedups'])} pairs")
+    summary["checked"] = checked
+    summary["table"] = "\n".join(lines)
+    return summary
+
+
+def write_priors(fitted: dict, items: List[dict], folder: Path, files: Optional[Dict[str, Path]] = None,
+                 transfers: Optional[Dict[int, dict]] = None) -> List[Path]:
     """Each board's [[priors]] block, between MARK_BEGIN and MARK_END at the end of its profile (`files`: the
-    profile file of a custom board, by name; else folder/NAME.toml)."""
-    from edgeopt_converters.cost.priors import median_abs_error_pct, prior_table
+    profile file of a custom board, by name; else folder/NAME.toml), with a [[transfers]] entry per precision
+    whose transferred estimates `transfers` checked on the board's published rows."""
+    from edgeopt_converters.cost.priors import BASE_PRECISION, median_abs_error_pct, prior_table
 
     per_board: Dict[str, List[dict]] = defaultdict(list)
     for (board, runtime, precision), group in sorted(fitted.items()):
@@ -292,6 +424,16 @@ def write_priors(fitted: dict, items: List[dict], folder: Path, files: Optional[
         per_board[board].append(prior_table(group["fit"], len(group["train"]), len(held), median_abs_error_pct(held),
                                             [m["row"].source.id for m in group["train"]], runtime, precision,
                                             group["parallel"]))
+    checks: Dict[Tuple[str, str], List[dict]] = defaultdict(list)
+    for check in (transfers or {}).values():
+        checks[(check["row"].board, check["row"].precision)].append(check)
+    moved: Dict[str, List[dict]] = defaultdict(list)
+    for (board, precision), found in sorted(checks.items()):
+        held = [(c["transferred_ms"], c["row"].latency_ms) for c in found if c["row"].split == "heldout"]
+        entry = {"precision": precision, "base": BASE_PRECISION, "rows": sum(c["row"].split == "train" for c in found),
+                 "heldout_rows": len(held), "median_error_pct": median_abs_error_pct(held),
+                 "runtimes": sorted({c["row"].runtime for c in found})}
+        moved[board].append(entry)
     written = []
     for board, entries in per_board.items():
         path = (files or {}).get(board) or folder / f"{board}.toml"
@@ -311,6 +453,14 @@ def write_priors(fitted: dict, items: List[dict], folder: Path, files: Optional[
             if entry["kinds"]:
                 block.append("[priors.kinds]")
                 block += [f"{json.dumps(k)} = {v}" for k, v in entry["kinds"].items()]
+        if moved.get(board):
+            block += ["", "# How well a runtime's latency at a precision it has no priors for is predicted from its FP32",
+                      "# priors and the speed-up other runtimes show here (cost/priors.py, transferred): checked on the",
+                      "# published rows of runtimes that have their own, predicted without them; error on the held-out rows."]
+        for entry in moved.get(board, []):
+            block += ["", "[[transfers]]"]
+            block += [f"{key} = {json.dumps(round(v, 1) if isinstance(v, float) else v)}" for key, v in entry.items()
+                      if v is not None]
         block.append(MARK_END)
         path.write_text(text + "\n".join(block) + "\n")
         written.append(path)
@@ -349,15 +499,19 @@ def main(argv: Optional[List[str]] = None) -> int:
         items = cross_validated(rows, costs, args.ridge, args.kinds_min_rows)
         summary = report(items, {key_of(i["row"]): None for i in items}, judged="train")
         print(summary["table"])
+        transfers = transfer_cross_validated(rows, costs, args.cache, args.ridge, args.kinds_min_rows)
+        print("\n" + int8_report(items, transfers, judged="train")["table"])
         return 0
     fitted = fit_groups(rows, costs, "train", args.ridge, args.kinds_min_rows)
     items = calibrated(rows, costs, fitted)
     summary = report(items, fitted)
     print(summary["table"])
+    transfers = transfer_predictions(rows, fitted, args.cache)
+    print("\n" + int8_report(items, transfers)["table"])
     if args.pairs:
         print("\n".join(pair_lines(items)))
     if args.write:
-        for path in write_priors(fitted, items, ROOT / "device_profiles", files):
+        for path in write_priors(fitted, items, ROOT / "device_profiles", files, transfers):
             print(f"wrote priors into {path}")
     if args.json:
         args.json.write_text(json.dumps([{
@@ -365,6 +519,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             "precision": i["row"].precision, "threads": i["row"].threads, "split": i["row"].split,
             "measured_ms": i["measured_ms"], "roofline_ms": round(i["predicted_ms"], 4),
             "with_priors_ms": None if i["calibrated_ms"] is None else round(i["calibrated_ms"], 4),
+            "transferred_ms": round(transfers[id(i["row"])]["transferred_ms"], 4) if id(i["row"]) in transfers else None,
             "source": i["row"].source.id} for i in items], indent=1))
     return 0
 

@@ -79,6 +79,22 @@ class EfficiencyPrior:
 
 
 @dataclass(frozen=True)
+class TransferCheck:
+    """How well a runtime's latency at a precision it has no published measurement of is predicted from its
+    priors at `base` times the speed-up other runtimes of the same processor show between the two
+    (`cost/priors.py`, transferred estimates). `scripts/bench_published.py` checks it on the published rows of
+    runtimes that do have their own, predicted as if they had not: `rows` on the train split, `heldout_rows`
+    on the held-out one, whose median absolute error `median_error_pct` is the figure a reason quotes."""
+
+    precision: str
+    base: str
+    rows: int
+    heldout_rows: int
+    median_error_pct: Optional[float]  # on the held-out rows; None: none held out
+    runtimes: Tuple[str, ...] = ()  # the runtimes whose published rows were predicted so
+
+
+@dataclass(frozen=True)
 class Artifact:
     """One artifact a recipe produces: a format at a precision."""
 
@@ -113,10 +129,15 @@ class DeviceProfile:
     # The CPU's own peaks where [peak_tops] are an accelerator's (a Jetson): what CPU runtimes are timed with.
     cpu_peak_tops: Mapping[str, float] = field(default_factory=dict)
     priors: Tuple[EfficiencyPrior, ...] = ()
+    transfers: Tuple[TransferCheck, ...] = ()
 
     def prior(self, runtime: str, precision: str) -> Optional[EfficiencyPrior]:
         """The published-evidence priors of a runtime at a precision on this board, if any were fitted."""
         return next((p for p in self.priors if p.runtime == runtime and p.precision == precision), None)
+
+    def transfer(self, precision: str, base: str) -> Optional[TransferCheck]:
+        """The check of estimates at `precision` transferred from `base` on this board, if one was made."""
+        return next((t for t in self.transfers if t.precision == precision and t.base == base), None)
 
     @property
     def precisions(self) -> Tuple[str, ...]:
@@ -234,6 +255,7 @@ def parse_profile(data: Mapping[str, Any], source: str) -> DeviceProfile:
         notes=data.get("notes", ""),
         cpu_peak_tops=cpu_peak,
         priors=tuple(_prior(p, f"{where} [[priors]]") for p in data.get("priors", [])),
+        transfers=tuple(_transfer(t, f"{where} [[transfers]]") for t in data.get("transfers", [])),
     )
 
 
@@ -271,6 +293,21 @@ def _prior(table: Mapping[str, Any], where: str) -> EfficiencyPrior:
     return EfficiencyPrior(runtime, precision, factors["factor"], counts["rows"], counts["heldout_rows"],
                            _optional_float(table, "median_error_pct", where),
                            {k: float(v) for k, v in kinds.items()}, tuple(str(s) for s in sources), parallel)
+
+
+def _transfer(table: Mapping[str, Any], where: str) -> TransferCheck:
+    if not isinstance(table, dict):
+        raise ProfileError(f"{where}: each [[transfers]] entry must be a table")
+    precision = _one_of(_expect(table, "precision", str, where), PRECISIONS, "precision", where)
+    base = _one_of(_expect(table, "base", str, where), PRECISIONS, "base", where)
+    counts = {k: _expect(table, k, int, where) for k in ("rows", "heldout_rows")}
+    if min(counts.values()) < 0:
+        raise ProfileError(f"{where}: {precision} from {base}: rows and heldout_rows must be at least 0")
+    checked = _expect(table, "runtimes", list, where) if "runtimes" in table else []
+    for runtime in checked:
+        _one_of(runtime, runtime_table.RUNTIMES, "runtimes", where)
+    return TransferCheck(precision, base, counts["rows"], counts["heldout_rows"],
+                         _optional_float(table, "median_error_pct", where), tuple(checked))
 
 
 def _profile_files() -> Dict[str, Path]:

@@ -118,6 +118,11 @@ def onnx_int8_options(profile: DeviceProfile, calibrate_method: str = "minmax") 
     symmetric = any(runtimes.BY_NAME[r].int8_scheme == "symmetric" for r in profile.runtimes)
     if symmetric and profile.accelerator_supports("int8"):
         return OnnxInt8Options.for_tensorrt(calibrate_method)
+    return cpu_int8_options(profile, calibrate_method)
+
+
+def cpu_int8_options(profile: DeviceProfile, calibrate_method: str = "minmax") -> OnnxInt8Options:
+    """The INT8 scheme of the board's CPU runtimes (its accelerator's, if any, aside)."""
     if profile.cpu.arch == "x86_64":
         has_vnni = profile.cpu.has("avx512_vnni") or profile.cpu.has("avx_vnni")
         # Without VNNI, U8xS8 products go through VPMADDUBSW whose int16 sums saturate:

@@ -10,8 +10,10 @@ precisions, and the reason says so. For other
 boards nothing here can be measured: the choice is a prediction, and says so. Where the board's
 profile holds efficiency priors fitted on published measurements (`cost/priors.py`), each artifact
 is predicted with those of its runtime and precision, and the reason names the evidence (rows, median
-error on held-out rows); an artifact whose runtime or precision has no published evidence on the board
-is not ranked against those that have, and the reason says so. Without priors: the roofline latency
+error on held-out rows); a runtime with FP32 priors but none at the artifact's precision is estimated
+from the speed-up other runtimes show on the board (`priors.transferred`), and the reason names that
+evidence and how well such transfers predicted published rows; an artifact with neither is not ranked
+against those that have, and the reason says so. Without priors: the roofline latency
 of each artifact's graph on the board (`roofline.predict_artifacts`) where the profile states peak
 figures and bandwidth, else the profile's peak throughput per precision, and a tie between runtimes
 the roofline cannot tell apart is said to be one.

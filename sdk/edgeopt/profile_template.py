@@ -105,6 +105,11 @@ def profile_template(source: DeviceProfile, name: str) -> str:
             lines.append("[priors.kinds]")
             lines += [f"{_value(kind)} = {_value(value)}" for kind, value in prior.kinds.items()]
         lines.append("")
+    for check in source.transfers:
+        lines += ["[[transfers]]"] + [f"{key} = {_value(getattr(check, key))}" for key in
+                                      ("precision", "base", "rows", "heldout_rows", "median_error_pct")
+                                      if getattr(check, key) is not None]
+        lines += [f"runtimes = {_value(list(check.runtimes))}", ""]
     lines += ["", f"# What `edgeopt convert` builds for this board, one [[recipe]] per artifact: format "
                   f"({', '.join(FORMATS)}) and precision ({', '.join(PRECISIONS)})."]
     for artifact in source.recipe:

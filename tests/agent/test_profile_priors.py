@@ -63,3 +63,31 @@ def test_a_bad_prior_names_the_file_and_what_is_wrong(tmp_path, change, message)
     with pytest.raises(ProfileError, match=message) as caught:
         _profile(tmp_path, PRIOR.replace(*change))
     assert "box.toml" in str(caught.value)
+
+
+TRANSFER = """
+[[transfers]]
+precision = "int8"
+base = "fp32"
+rows = 9
+heldout_rows = 4
+median_error_pct = 23.5
+runtimes = ["ncnn", "tflite"]
+"""
+
+
+def test_a_transfer_check_is_read_and_found_by_precision_and_base(tmp_path):
+    check = _profile(tmp_path, PRIOR + TRANSFER).transfer("int8", "fp32")
+    assert (check.rows, check.heldout_rows, check.median_error_pct, check.runtimes) == (9, 4, 23.5, ("ncnn", "tflite"))
+    assert _profile(tmp_path, PRIOR).transfer("int8", "fp32") is None
+
+
+@pytest.mark.parametrize("change, message", [
+    (('base = "fp32"', 'base = "fp64"'), "base 'fp64' is not one of"),
+    (("heldout_rows = 4", "heldout_rows = -1"), "must be at least 0"),
+    (('runtimes = ["ncnn", "tflite"]', 'runtimes = ["tvm"]'), "runtimes 'tvm' is not one of"),
+])
+def test_a_bad_transfer_check_names_the_file_and_what_is_wrong(tmp_path, change, message):
+    with pytest.raises(ProfileError, match=message) as caught:
+        _profile(tmp_path, TRANSFER.replace(*change))
+    assert "box.toml" in str(caught.value)

@@ -104,3 +104,30 @@ def test_bundled_priors_cite_published_sources_and_jetsons_state_their_cpus_peak
             assert prior.rows >= 1 and set(prior.sources) <= sources, (board, prior.runtime)
     for board in ("jetson-nano", "jetson-orin-nano"):
         assert load_profile(board).cpu_peak_tops["fp32"] < load_profile(board).peak_tops["fp32"]
+
+
+def test_the_pis_have_int8_rows_of_the_runtimes_edgeopt_deploys_with_their_sources_fp32_beside_them(rows):
+    """INT8 evidence for a Pi 4 and a Pi 5: TFLite on both (XNNPACK, FP32 and INT8 of the same models from one
+    source), ExecuTorch and ONNX Runtime on the Pi 5, ncnn's own INT8 models on both (marked as such)."""
+    int8 = [r for r in rows if r.precision == "int8" and r.board in ("rpi4", "rpi5")]
+    have = {(r.board, r.runtime) for r in int8}
+    assert {("rpi4", "tflite"), ("rpi5", "tflite"), ("rpi5", "executorch"), ("rpi5", "onnxruntime"),
+            ("rpi4", "ncnn"), ("rpi5", "ncnn")} <= have
+    assert all(r.published_precision == "int8" for r in int8)
+    assert all("edgeopt does not build" in r.settings for r in int8 if r.runtime == "ncnn")
+    floats = {(r.group, r.runtime, r.threads, r.source.id) for r in rows if r.published_precision == "fp32"}
+    tflite = [r for r in int8 if r.runtime == "tflite"]
+    assert tflite and all((r.group, r.runtime, r.threads, r.source.id) in floats for r in tflite)
+    # both sides of the split hold INT8 rows of each Pi, so the INT8 priors have held-out rows to be judged on
+    for board in ("rpi4", "rpi5"):
+        assert {r.split for r in int8 if r.board == board} == {"train", "heldout"}
+
+
+def test_the_pis_profiles_hold_int8_priors_and_a_checked_transfer():
+    for board, runtimes in (("rpi4", ("tflite", "ncnn")), ("rpi5", ("tflite", "executorch", "ncnn"))):
+        profile = load_profile(board)
+        for runtime in runtimes:
+            prior = profile.prior(runtime, "int8")
+            assert prior is not None and prior.rows >= 3, (board, runtime)
+        check = profile.transfer("int8", "fp32")
+        assert check is not None and check.heldout_rows >= 1 and check.median_error_pct is not None, board

@@ -4,7 +4,7 @@ import pytest
 import arch_zoo
 
 # Quick to build: one of each family; the rest are checked in the slow sweep.
-QUICK = ("resnet18", "mobilenet_v2", "shufflenet_v1_g3", "yolox_nano", "yolo11n", "yolov4_tiny")
+QUICK = ("resnet18", "mobilenet_v2", "shufflenet_v1_g3", "yolox_nano", "yolo11n", "yolov4_tiny", "efficientdet_lite0")
 
 
 def _check(name):

@@ -20,16 +20,25 @@ Priors are fitted per roof key ("fp32/depthwise", `roofline.node_roof_key`), wit
 split by the forms runtimes run by other algorithms (`fit_key`): 3x3 stride 1 (Winograd in ncnn and
 TensorRT: fewer multiplications than the roofline counts), grouped (neither a dense GEMM nor a
 depthwise kernel) and the rest.
+
+A runtime with priors at FP32 but none at a lower precision on a board (no published INT8 measurement of
+ONNX Runtime on a Pi 4) is not left unranked when other runtimes on the same processor have priors at both:
+its latency is `transferred`, its FP32 prediction divided by the speed-up those runtimes' own priors
+predict between the two precisions on the same graph (a Cortex-A72 has no dot-product instructions, so
+what INT8 gains there is what its published INT8 rows show, kernel kind by kernel kind). The board's
+profile keeps how well such transfers predicted published rows ([[transfers]], `TransferCheck`), and the
+estimate says so.
 """
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from edgeopt_agent import runtimes
 from edgeopt_agent.errors import UserError
-from edgeopt_agent.profiles import DeviceProfile, EfficiencyPrior
+from edgeopt_agent.profiles import DeviceProfile, EfficiencyPrior, TransferCheck
 
 from .graph_cost import GraphCost
 from .roofline import EXECUTED, OVERHEAD, Machine, Prediction, machine_for, node_roof_key, predict
@@ -41,9 +50,11 @@ NODE_OVERHEAD_US = 5.0  # nominal; the fitted "overhead" factor makes it the run
 def costed_precision(runtime: str, precision: str) -> str:
     """The precision of the ONNX graph an artifact is costed by: the graph its runtime converts from (ncnn's
     pnnx starts from the FP32 ONNX whatever precision it writes), else the ONNX graph of its own precision
-    (TensorRT builds its engine from it; TFLite and ExecuTorch run the same arithmetic)."""
-    bases = [runtimes.format_of(fmt).export_base for fmt in runtimes.BY_NAME[runtime].formats]
-    base = next((b for b in bases if b), None)
+    (TensorRT builds its engine from it; TFLite and ExecuTorch run the same arithmetic). A precision the
+    runtime's formats do not write (a published ncnn INT8 model, made by ncnn's own tools) runs its own
+    arithmetic: the ONNX graph of that precision."""
+    formats = [runtimes.format_of(fmt) for fmt in runtimes.BY_NAME[runtime].formats]
+    base = next((f.export_base for f in formats if f.export_base and precision in f.precisions), None)
     return base.split("-")[-1] if base else precision
 
 
@@ -143,6 +154,11 @@ class Evidence:
     heldout_rows: int
     median_error_pct: Optional[float]
 
+    def error_text(self) -> str:
+        if self.median_error_pct is None:
+            return "no held-out measurement to state an error on"
+        return f"median error {self.median_error_pct:.0f} % on {self.heldout_rows} held-out rows"
+
     def text(self) -> str:
         if self.median_error_pct is None:
             return (f"predicted with priors fitted on {self.rows} published measurements of this board, no "
@@ -159,6 +175,45 @@ def evidence(profile: DeviceProfile, runtime: str, precision: str) -> Optional[E
     return Evidence(profile.name, runtime, precision, prior.rows, prior.heldout_rows, prior.median_error_pct)
 
 
+BASE_PRECISION = "fp32"  # what a precision without evidence of its own is transferred from
+# A runtime gives its speed-up to another only with priors at the lower precision fitted on at least this many
+# rows: chosen on the train split (bench_published --cv; median error of transfers 45 % with every runtime as a
+# donor, 30 % with this floor: a prior fitted on one INT8 row, ONNX Runtime's on a Pi 5, misjudged the others).
+MIN_DONOR_ROWS = 3
+
+
+@dataclass(frozen=True)
+class Transferred:
+    """What a transferred estimate rests on: the runtime's own priors at BASE_PRECISION, divided by the speed-up
+    that other runtimes of the same processor show on this board between the two precisions for the same
+    graph (their own priors at both), and how well such transfers predicted published rows (TransferCheck)."""
+
+    board: str
+    runtime: str
+    precision: str
+    base: Evidence
+    donors: Tuple[str, ...]
+    donor_rows: int  # published measurements at `precision` the donors' priors were fitted on
+    speedup: float  # the donors' speed-up on this graph (geometric mean over donors)
+    check: Optional[TransferCheck]
+
+    def check_text(self) -> str:
+        c = self.check
+        if c is None or not (c.rows or c.heldout_rows):
+            return "this transfer is not checked against any published measurement"
+        if c.median_error_pct is None:
+            return f"checked on {c.rows} published {self.precision} rows, none held out to state an error on"
+        return (f"such transfers' median error {c.median_error_pct:.0f} % on {c.heldout_rows} held-out published "
+                f"{self.precision} rows ({', '.join(c.runtimes)} predicted without their own {self.precision} priors)")
+
+    def text(self) -> str:
+        return (f"no published measurement of {self.runtime} at {self.precision} on this board: estimated from its "
+                f"{self.base.precision} priors ({self.base.rows} published measurements, {self.base.error_text()}) and "
+                f"the {self.precision} speed-up {' and '.join(self.donors)} show here on this graph, "
+                f"{self.speedup:.2f}x (their {self.precision} priors fitted on {self.donor_rows} published "
+                f"measurements); {self.check_text()}")
+
+
 @dataclass(frozen=True)
 class BoardEstimate:
     """One artifact's latency on a board with its runtime's priors, or why there is none."""
@@ -168,27 +223,71 @@ class BoardEstimate:
     precision: str
     graph: str  # the ONNX artifact it is costed by
     ms: Optional[float]
-    evidence: Optional[Evidence]
+    evidence: Optional[Union[Evidence, Transferred]]
     why_not: str = ""
 
 
+def prior_ms(profile: DeviceProfile, runtime: str, precision: str, costs: Mapping[str, GraphCost],
+             threads: Optional[int] = None, clock_mhz: Optional[float] = None) -> float:
+    """Latency of (runtime, precision) on the board by its priors, costed by its ONNX graph in `costs`
+    (KeyError: that graph is missing)."""
+    prior = profile.prior(runtime, precision)
+    cost = costs[f"onnx-{costed_precision(runtime, precision)}"]
+    return calibrated_ms(uncalibrated(cost, profile, runtime, threads, clock_mhz, prior.parallel_fraction), prior)
+
+
 def estimate(profile: DeviceProfile, key: str, runtime: str, precision: str, costs: Mapping[str, GraphCost],
-             threads: Optional[int] = None) -> BoardEstimate:
+             threads: Optional[int] = None, clock_mhz: Optional[float] = None) -> BoardEstimate:
     """An artifact's predicted latency on the board with the priors of (runtime, precision), costed by the
-    ONNX graph `costed_precision` names (`costs`: GraphCost by ONNX artifact key, "onnx-fp32", ...)."""
+    ONNX graph `costed_precision` names (`costs`: GraphCost by ONNX artifact key, "onnx-fp32", ...); without
+    such priors, transferred from the runtime's BASE_PRECISION priors where other runtimes show the speed-up."""
     graph = f"onnx-{costed_precision(runtime, precision)}"
     found = evidence(profile, runtime, precision)
     if found is None:
-        return BoardEstimate(key, runtime, precision, graph, None, None,
-                             f"no published measurement of {runtime} at {precision} on {profile.name}")
+        return transferred(profile, key, runtime, precision, costs, threads, clock_mhz)
     if graph not in costs:
         return BoardEstimate(key, runtime, precision, graph, None, found, f"no {graph} graph to cost it by")
     try:
-        prior = profile.prior(runtime, precision)
-        ms = calibrated_ms(uncalibrated(costs[graph], profile, runtime, threads, None, prior.parallel_fraction), prior)
+        ms = prior_ms(profile, runtime, precision, costs, threads, clock_mhz)
     except UserError as exc:
         return BoardEstimate(key, runtime, precision, graph, None, found, str(exc))
     return BoardEstimate(key, runtime, precision, graph, ms, found)
+
+
+def donors(profile: DeviceProfile, runtime: str, precision: str, base: str = BASE_PRECISION) -> Tuple[str, ...]:
+    """The other runtimes on the same processor of the board with priors at `base` and at `precision` (fitted
+    on at least MIN_DONOR_ROWS rows)."""
+    return tuple(p.runtime for p in profile.priors if p.precision == precision and p.runtime != runtime
+                 and p.rows >= MIN_DONOR_ROWS and on_gpu(p.runtime) == on_gpu(runtime)
+                 and profile.prior(p.runtime, base) is not None)
+
+
+def transferred(profile: DeviceProfile, key: str, runtime: str, precision: str, costs: Mapping[str, GraphCost],
+                threads: Optional[int] = None, clock_mhz: Optional[float] = None,
+                base: str = BASE_PRECISION) -> BoardEstimate:
+    """(runtime, precision) without published evidence of its own: the runtime's latency at `base` by its
+    priors, divided by the geometric mean over `donors` of their latency at `base` over their latency at
+    `precision` on the same graphs (each by its own priors), or why there is none."""
+    graph = f"onnx-{costed_precision(runtime, precision)}"
+    none = f"no published measurement of {runtime} at {precision} on {profile.name}"
+    if precision == base or profile.prior(runtime, base) is None:
+        return BoardEstimate(key, runtime, precision, graph, None, None, none)
+    givers = donors(profile, runtime, precision, base)
+    if not givers:
+        return BoardEstimate(key, runtime, precision, graph, None, None,
+                             f"{none}, nor enough of another runtime on its processor at both {precision} and {base}")
+    try:
+        own = prior_ms(profile, runtime, base, costs, threads, clock_mhz)
+        ratios = [prior_ms(profile, d, base, costs, threads, clock_mhz) /
+                  prior_ms(profile, d, precision, costs, threads, clock_mhz) for d in givers]
+    except KeyError as exc:
+        return BoardEstimate(key, runtime, precision, graph, None, None, f"{none}; no {exc.args[0]} graph to transfer by")
+    except UserError as exc:
+        return BoardEstimate(key, runtime, precision, graph, None, None, f"{none}; {exc}")
+    speedup = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    found = Transferred(profile.name, runtime, precision, evidence(profile, runtime, base), givers,
+                        sum(profile.prior(d, precision).rows for d in givers), speedup, profile.transfer(precision, base))
+    return BoardEstimate(key, runtime, precision, graph, own / speedup, found)
 
 
 def fit_prior(rows: Sequence[Mapping[str, Any]], ridge: float = RIDGE) -> Fit:
