@@ -219,7 +219,8 @@ def _expected_accuracy_lost(name, kind, figures, ref, ref_top, cand_top, tol: To
     whole sample. It is what the accuracy would lose were FP32's probabilities right, and never more than the
     share of changed answers. Its 95 % bound (one-sided, as every verdict's) comes from the spread of the
     per-sample losses (intervals.mean_bounds); with fewer than MIN_SPREAD_SAMPLES changed answers there is no
-    spread to trust and it is Wilson's, as for a count (a [0, 1] variable of that mean varies at most as much)."""
+    spread to trust and it is Wilson's, as for a count (a [0, 1] variable of that mean varies at most as much);
+    never below what no change at all would get on this many samples (Wilson's bound for 0 of N)."""
     probs = _as_probabilities(ref.reshape(len(ref), -1).astype(np.float64))
     rows = np.arange(len(ref))
     lost = np.clip(probs[rows, ref_top] - probs[rows, cand_top], 0.0, 1.0)
@@ -227,6 +228,10 @@ def _expected_accuracy_lost(name, kind, figures, ref, ref_top, cand_top, tol: To
     figures["top1_changed_pct"] = changed / len(ref) * 100
     figures["expected_top1_lost_pct"] = float(lost.mean() * 100)
     bounds = intervals.mean_bounds(lost) if changed >= MIN_SPREAD_SAMPLES else intervals.wilson(float(lost.sum()), len(ref))
+    # Never surer than no change at all on this many samples would be: the same floor a count has, so fewer
+    # changes never judge worse than more (and the search can tell when the data alone keeps a verdict open).
+    floor = intervals.wilson(0, len(ref)).high
+    bounds = intervals.Bounds(bounds.estimate, bounds.low, max(bounds.high, floor))
     judged = _against_budget(name, kind, figures, bounds, len(ref), "expected top-1 accuracy lost", tol)
     return replace(judged, reason=f"{judged.reason}; top-1 changed on {changed} of {len(ref)} samples, weighed by "
                                   f"FP32's own probabilities (no labels)")
