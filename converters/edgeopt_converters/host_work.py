@@ -12,18 +12,24 @@ Samples per run: small inputs (audio frames, token rows) pay more for each call 
 arithmetic, so they are fed many at a time; an image of 224x224 gains nothing from a batch on a
 CPU (its activations leave the caches) and is fed one at a time. A batch is used only where the
 model takes one (every input shares axis 0) and gives each sample what it gives it alone.
+
+Where samples sit in each output: axis 0 for most models, but a CTC reader exported time-major gives
+[T, N, C] and a recurrent state [layers, N, H]. Sliced on axis 0, such an output kept only its first
+time step per sample (a CRNN's 20 steps judged on 1); fed two samples, the axis that doubles is theirs.
 """
 from __future__ import annotations
 
+import logging
 import os
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 Predict = Callable[[Mapping[str, np.ndarray]], Sequence[np.ndarray]]
+log = logging.getLogger("edgeopt.convert")
 
 BATCH_ELEMENTS = 65536  # input elements per run (256 KiB of float32): beyond this a CPU gains nothing
 MAX_BATCH = 64
@@ -38,11 +44,14 @@ class AccuracyRuns:
     threads: int
     batch: int  # samples per run where the model takes a batch; 1 feed = 1 sample elsewhere
     why: str = ""
+    sample_axes: Tuple[int, ...] = ()  # per output, the axis its samples sit on (none given: axis 0)
 
     def describe(self) -> str:
         samples = f"{self.batch} samples per run" if self.batch > 1 else "one sample per run"
+        moved = [f"output {i} on its axis {axis}" for i, axis in enumerate(self.sample_axes) if axis]
         return f"accuracy work on this host: {self.threads} thread{'s' if self.threads > 1 else ''}, {samples}" + (
-            f" ({self.why})" if self.why else "")
+            f" ({self.why})" if self.why else "") + (
+            f"; samples sit on another axis than 0 in {', '.join(moved)} (judged with them first)" if moved else "")
 
 
 def host_cores() -> int:
@@ -84,12 +93,49 @@ def choose_threads(make: Callable[[int], Callable[[], object]], cores: Optional[
     return 1, f"1 thread ran a sample in {one * 1e3:.0f} ms, {cores} threads in {many * 1e3:.0f} ms{_load()}"
 
 
-def same_per_sample(predict: Predict, batched: Mapping[str, np.ndarray], batch: int, base: int) -> bool:
+def samples_first(outputs: Sequence[np.ndarray], axes: Sequence[int] = ()) -> List[np.ndarray]:
+    """`outputs` with each one's samples moved to axis 0 (`axes`: where they sit, as sample_axes finds)."""
+    arrays = [np.asarray(o) for o in outputs]
+    return [np.moveaxis(a, axes[i], 0) if i < len(axes) and axes[i] and a.ndim > axes[i] else a
+            for i, a in enumerate(arrays)]
+
+
+def sample_axes(alone: Sequence[np.ndarray], together: Sequence[np.ndarray], factor: int) -> Tuple[int, ...]:
+    """Per output, the axis its samples sit on: the one axis that grew `factor`-fold when `factor` times as
+    many samples were fed (`alone` and `together`: the outputs of the two runs); 0 where axis 0 did, where
+    none or several did, or where the output's rank changed."""
+    axes = []
+    for one, many in zip(alone, together):
+        one, many = np.shape(one), np.shape(many)
+        grown = [k for k, (a, b) in enumerate(zip(one, many)) if b == a * factor and a != b]
+        same_rest = len(one) == len(many) and all(a == b for k, (a, b) in enumerate(zip(one, many)) if k not in grown)
+        axes.append(grown[0] if len(grown) == 1 and same_rest else 0)
+    return tuple(axes)
+
+
+def probe_sample_axes(predict: Predict, one: Mapping[str, np.ndarray], two: Mapping[str, np.ndarray]) -> Tuple[int, ...]:
+    """Where each output holds its samples, from a run of one sample and one of two (`one`, `two`); not
+    probed (all axis 0) where every output's axis 0 already has one row for one sample, nor where the
+    model takes no second sample."""
+    alone = [np.asarray(o) for o in predict(one)]
+    if all(a.ndim and a.shape[0] == 1 for a in alone):
+        return ()
+    try:
+        together = [np.asarray(o) for o in predict(two)]
+    except Exception:  # a model fixed at one sample per run: its outputs stay as they are
+        log.debug("two samples in one run refused; outputs keep axis 0 as their samples'", exc_info=True)
+        return ()
+    axes = sample_axes(alone, together, 2)
+    return axes if any(axes) else ()
+
+
+def same_per_sample(predict: Predict, batched: Mapping[str, np.ndarray], batch: int, base: int,
+                    axes: Sequence[int] = ()) -> bool:
     """Whether `predict` gives the first samples of a batched feed what it gives them fed alone
-    (`base` rows at a time, the model's own batch)."""
-    together = [np.asarray(o) for o in predict(batched)]
+    (`base` rows at a time, the model's own batch; `axes`: where each output holds its samples)."""
+    together = samples_first(predict(batched), axes)
     for start in range(0, min(2 * base, batch), base):
-        alone = [np.asarray(o) for o in predict({k: v[start:start + base] for k, v in batched.items()})]
+        alone = samples_first(predict({k: v[start:start + base] for k, v in batched.items()}), axes)
         for whole, part in zip(together, alone):
             if whole.shape[1:] != part.shape[1:] or whole.shape[0] != part.shape[0] * batch // base:
                 return False

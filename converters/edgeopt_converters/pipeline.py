@@ -27,7 +27,7 @@ from .accuracy.gates import apply_gates, unresolved_warnings
 from .accuracy.user_metric import UserMetric, load_metric
 from .build import build_artifact, with_dynamic_axes
 from .context import ConversionContext
-from .host_work import AccuracyRuns, batch_for, choose_threads, same_per_sample
+from .host_work import AccuracyRuns, batch_for, choose_threads, probe_sample_axes, same_per_sample
 from .cost.roofline import artifact_costs, roofline_ms
 from .cost.time_artifacts import time_artifacts
 from .manifest_build import ArtifactRecord, build_manifest, fed_shapes_by_artifact, publish
@@ -133,7 +133,7 @@ def _reference(ctx: ConversionContext, progress: ProgressReporter) -> None:
         evaluation = fit_outputs_in_memory(ctx.evaluation, predict, ctx.batch, notes)
         ctx.note(*notes)
         with progress.step("FP32 reference", evaluation.size) as advance:
-            outputs = acc.collect_outputs(predict, evaluation, ctx.batch * runs.batch, advance)
+            outputs = acc.collect_outputs(predict, evaluation, ctx.batch * runs.batch, advance, runs.sample_axes)
         ctx.take_reference(runs, predict, evaluation, outputs)
 
 
@@ -149,18 +149,19 @@ def _accuracy_runs(ctx: ConversionContext) -> Tuple[AccuracyRuns, Any]:
         return predictors[threads]
 
     threads, why = choose_threads(lambda t: (lambda: predictor(t)(feed)))
-    batch = 1
+    batch, axes = 1, ()
     if ctx.batch == 1 and not ctx.evaluation.whole and ctx.evaluation.size > 1:
         batch = min(batch_for(sum(int(np.prod(v.shape[1:])) for v in feed.values())), ctx.evaluation.size)
+        axes = probe_sample_axes(predictor(threads), feed, ctx.evaluation.first_feed(2))
     if batch > 1:
         batched, _ = next(ctx.evaluation.batches(batch))
         try:
-            same = same_per_sample(predictor(threads), batched, batch, ctx.batch)
+            same = same_per_sample(predictor(threads), batched, batch, ctx.batch, axes)
         except UserError:  # the model takes one sample at a time
             same = False
         if not same:
             batch, why = 1, why + ("; " if why else "") + "the model does not take several samples per run alike"
-    return AccuracyRuns(threads, batch, why), predictor(threads)
+    return AccuracyRuns(threads, batch, why, axes), predictor(threads)
 
 
 def _build_all(ctx: ConversionContext, progress: ProgressReporter) -> List[ArtifactRecord]:
@@ -209,7 +210,8 @@ def _judge_open_verdicts_on_more_data(ctx: ConversionContext, records: List[Arti
         return
     extra = more.subset(slice(before, None))
     with ctx.clock.phase("reference"), progress.step(f"FP32 reference on {extra.size} more samples", extra.size) as advance:
-        added = acc.collect_outputs(ctx.reference_predict, extra, ctx.batch * ctx.accuracy_runs.batch, advance)
+        added = acc.collect_outputs(ctx.reference_predict, extra, ctx.batch * ctx.accuracy_runs.batch, advance,
+                                    ctx.accuracy_runs.sample_axes)
     ctx.extend_reference(more, added)
     from .validation import validate
 

@@ -30,6 +30,11 @@ class Predictor:
         mapping = match_inputs(names, list(feeds))
         return {name: feeds[mapping[name]] for name in names if name in mapping}
 
+    @property
+    def samples_on_axis_0(self) -> bool:
+        """Whether its outputs hold their samples on axis 0 whatever the model's layout (ncnn's runner stacks them)."""
+        return self.runner.stacks_samples
+
     def predict(self, feeds: Mapping[str, np.ndarray]) -> List[np.ndarray]:
         outputs = self.runner.infer(self._rename(feeds))
         return [outputs[info.name] for info in self.runner.outputs()]

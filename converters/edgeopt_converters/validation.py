@@ -26,7 +26,7 @@ def validate(ctx: ConversionContext, item: PlannedArtifact, target: Path, advanc
         predictor = accuracy_predictor(target, ctx.accuracy_runs.threads, session_config)
     try:
         outputs = acc.collect_outputs(predictor.predict, ctx.evaluation, _samples_per_run(ctx, item, predictor),
-                                      advance)
+                                      advance, () if predictor.samples_on_axis_0 else ctx.accuracy_runs.sample_axes)
         io = predictor.io()
         judging = ctx.judging_for(lambda: _decide_judging(ctx, item, io))
         accuracy = acc.compare(ctx.reference, outputs, ctx.evaluation.labels, judging.names, judging.kinds,

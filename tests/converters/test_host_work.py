@@ -55,3 +55,55 @@ def test_a_model_that_mixes_samples_of_a_batch_is_fed_one_at_a_time():
 
     assert host_work.same_per_sample(per_sample, feed, batch=8, base=1)
     assert not host_work.same_per_sample(batch_norm_over_the_batch, feed, batch=8, base=1)
+
+
+def test_the_axis_that_doubles_with_twice_the_samples_is_theirs():
+    one = [np.zeros((20, 1, 37)), np.zeros((1, 10)), np.zeros((2, 1, 128)), np.zeros((5,))]
+    two = [np.zeros((20, 2, 37)), np.zeros((2, 10)), np.zeros((2, 2, 128)), np.zeros((5,))]
+    assert host_work.sample_axes(one, two, 2) == (1, 0, 1, 0)  # an output that does not grow keeps axis 0
+    assert host_work.sample_axes([np.zeros((1, 1))], [np.zeros((2, 2))], 2) == (0,)  # two axes grew: not told
+
+
+def test_outputs_are_probed_only_where_axis_0_is_not_one_sample_and_a_refusal_keeps_axis_0():
+    feeds = {"x": np.zeros((1, 4), np.float32)}, {"x": np.zeros((2, 4), np.float32)}
+    time_major = lambda f: [np.zeros((7, len(f["x"]), 3))]  # noqa: E731
+    assert host_work.probe_sample_axes(time_major, *feeds) == (1,)
+    calls = []
+    batch_first = lambda f: calls.append(len(f["x"])) or [np.zeros((len(f["x"]), 3))]  # noqa: E731
+    assert host_work.probe_sample_axes(batch_first, *feeds) == () and calls == [1]
+
+    def one_at_a_time(f):
+        if len(f["x"]) > 1:
+            raise RuntimeError("Got invalid dimensions for input: x")
+        return [np.zeros((7, 1, 3))]
+
+    assert host_work.probe_sample_axes(one_at_a_time, *feeds) == ()
+
+
+def test_a_time_major_output_is_judged_on_every_step_of_every_sample(tmp_path):
+    """A CTC reader exported as PyTorch's CTC loss wants it, [T, N, C]: sliced on axis 0 it kept one step per
+    sample (a CRNN's 20 steps judged on 1, as a tensor); its samples are found on axis 1 and moved first."""
+    import edgeopt
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    steps, classes = 16, 6
+    graph = helper.make_graph(
+        [helper.make_node("Transpose", ["x"], ["steps"], perm=[2, 0, 1]),
+         helper.make_node("MatMul", ["steps", "w"], ["scores"]), helper.make_node("Add", ["scores", "b"], ["logits"])],
+        "reader", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, steps])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [steps, "N", classes])],
+        [numpy_helper.from_array(rng.standard_normal((8, classes)).astype(np.float32), "w"),
+         numpy_helper.from_array(np.array([0, 0, 0, 0, 0, 1.5], np.float32), "b")])  # the blank, last, wins most steps
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, str(tmp_path / "reader.onnx"))
+    np.savez(tmp_path / "data.npz", x=rng.standard_normal((64, 8, steps)).astype(np.float32))
+    manifest = edgeopt.convert(str(tmp_path / "reader.onnx"), device="x86-64", output_dir=tmp_path / "out",
+                               eval_data=str(tmp_path / "data.npz"), precisions=["fp32"], time_on_host=False)
+    assert any("output 0 on its axis 1" in note for note in manifest["notes"])
+    judged = manifest["artifacts"][0]["accuracy"]["outputs"][0]
+    assert judged["kind"] == "ctc" and "64/64 strings" in manifest["artifacts"][0]["accuracy"]["reason"]
+    symbols = int(manifest["artifacts"][0]["accuracy"]["reason"].split("none of ")[1].split(",")[0])
+    assert symbols > 64  # every step decoded, not one a sample

@@ -49,6 +49,9 @@ class Runner:
     """Base class: subclasses implement `_load`, `inputs`, `outputs`, `bind` and `_close`."""
 
     runtime = ""  # "onnxruntime" | "tflite"
+    # The runtime has no batch axis of its own: the runner feeds a batch sample by sample and stacks the
+    # outputs on axis 0, whichever axis the model's own outputs hold their samples on.
+    stacks_samples = False
 
     def __init__(self, path: Union[str, Path], threads: Optional[int] = None):
         self.path = Path(path)

@@ -87,6 +87,7 @@ def unknown_layers(text: str, ncnn) -> List[str]:
 
 class NcnnRunner(Runner):
     runtime = "ncnn"
+    stacks_samples = True
 
     def __init__(self, path: Union[str, Path], threads: Optional[int] = None, fp16: Optional[bool] = None,
                  extract_dir: Union[str, Path, None] = None):
