@@ -258,6 +258,22 @@ def test_a_regression_is_judged_against_its_spread_and_by_rank():
     assert swapped.figures["spread_error_p95"] < 0.3 and swapped.figures["spearman_worst"] < 1.0
 
 
+def test_a_regression_whose_tail_moves_a_quarter_of_its_spread_fails_although_its_mean_is_small():
+    """DNSMOS's INT8 as measured: 0.088 of the spread on average, 0.249 at the 95th percentile (0.205 MOS,
+    twice what its users read as a change). The 20 dB rule allows an RMS of 0.1, a normal tail of 0.2."""
+    scores = dnsmos_like(2000).astype(np.float32)
+    kind = kind_of("mos", scores)
+    spread = scores.std(0)
+    rng = np.random.default_rng(7)
+    tail = rng.random(scores.shape) < 0.08  # most scores nearly kept, a few moved a quarter of the spread or more
+    error = np.where(tail, rng.uniform(0.2, 0.3, scores.shape), rng.normal(0, 0.06, scores.shape)) * spread
+    moved = judged(scores, scores + error.astype(np.float32), kind)
+    assert moved.figures["spread_error_mean"] < 0.1 and 0.2 < moved.figures["spread_error_p95"] < 0.3
+    assert moved.verdict == "failed" and "limits 0.1 and 0.2" in moved.reason
+    noise = judged(scores, scores + rng.normal(0, 0.09, scores.shape).astype(np.float32) * spread, kind)
+    assert noise.verdict == "ok" and noise.figures["spread_error_p95"] < 0.2  # 20 dB of plain noise: kept
+
+
 # --- detections: missed and added -----------------------------------------------------------------
 
 def _head(objects):

@@ -46,11 +46,14 @@ class Tolerances:
     max_coordinate_error: float = 0.1
     max_coordinate_error_p95: float = 0.3
     # Values with no calibrated limit of their own (regression heads, time series): |error| over FP32's spread,
-    # mean and 95th percentile, as coordinates before their calibration (20 dB on what varies, twice that for
-    # the tail). A regression's samples must also keep their order (Spearman, worst column): noise at the mean
+    # mean and 95th percentile, by the rule above before any calibration: 20 dB on what varies is an RMS error
+    # of 0.1 of it, whose normal tail reaches 0.2 at the 95th percentile (1.96 RMS). The coordinates' 0.3 is
+    # what facenet's kept faces showed; nothing calibrates it for scores: at 0.3 a DNSMOS INT8 passed with
+    # 0.249 of the spread (0.205 MOS) at the 95th percentile, twice what its users read as a change.
+    # A regression's samples must also keep their order (Spearman, worst column): noise at the mean
     # limit gives about 0.99, so this binds only where errors reorder close samples.
     max_spread_error: float = 0.1
-    max_spread_error_p95: float = 0.3
+    max_spread_error_p95: float = 0.2
     min_rank_correlation: float = 0.95
     max_bin_shift: float = 1.0  # ordinal bins: a decoded value may move less than one bin, the argmax's own step
     # A bin head whose decoded values move this little (95th percentile, in bins) with no row moved or
