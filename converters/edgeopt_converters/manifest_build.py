@@ -127,6 +127,7 @@ def _artifact_entry(record: ArtifactRecord, work: Path, fp32_p50: Dict[str, floa
         "steps": record.info.get("steps", []),
         "preprocess": record.info.get("preprocess", []),
         "float_nodes": record.info.get("float_nodes", []),
+        "float_nodes_guarded": record.info.get("float_nodes_guarded", 0),
         "mixed_precision": record.info.get("mixed_precision"),
         "quantizer_repair": record.info.get("quantizer_repair"),
         "weights": record.info.get("weights"),

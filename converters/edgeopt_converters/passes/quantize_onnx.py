@@ -16,6 +16,7 @@ from ._quiet import captured_output
 from .base import Step, StepContext, StepResult, option
 from .calibration import Calibration, calibrate, load_calibration
 from .errors import QuantizerCrashed, first_line
+from .float_nodes import guard_float_nodes
 from .onnx_steps import describe_scheme
 
 CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
@@ -145,6 +146,10 @@ class QuantizeOnnxStatic(Step):
         except Exception as exc:
             raise QuantizerCrashed(f"onnxruntime quantize_static failed: {first_line(exc)}") from exc
         info: Dict[str, object] = {"scheme": o.scheme, "float_nodes": list(excluded)}
+        if o.quantize_outputs:  # onnxruntime's layout (TensorRT builds its own engine and keeps float weights float)
+            guarded = guard_float_nodes(output)
+            if guarded:
+                info["float_nodes_guarded"] = guarded
         if calibration.unquantizable:
             info["unquantizable_tensors"] = sorted(calibration.unquantizable)
         if calibration.flat:
