@@ -32,7 +32,7 @@ def validate(ctx: ConversionContext, item: PlannedArtifact, target: Path, advanc
         accuracy = acc.compare(ctx.reference, outputs, ctx.evaluation.labels, judging.names, judging.kinds,
                                ctx.tolerances, ctx.metric)
         if judging.state_pairs:
-            accuracy = _judge_streamed(ctx, judging, accuracy, predictor.predict)
+            accuracy = _judge_streamed(ctx, judging, accuracy, predictor)
     finally:
         predictor.close()
     return accuracy, io
@@ -87,11 +87,13 @@ def _decide_judging(ctx: ConversionContext, item: PlannedArtifact, io: Io) -> Ju
     return Judging(names, kinds, pairs, min(opts.stream_steps, ctx.evaluation.size // ctx.batch))
 
 
-def _judge_streamed(ctx: ConversionContext, judging: Judging, accuracy: acc.Accuracy, predict) -> acc.Accuracy:
+def _judge_streamed(ctx: ConversionContext, judging: Judging, accuracy: acc.Accuracy, predictor) -> acc.Accuracy:
     steps = judging.stream_steps
+    axes = ctx.accuracy_runs.sample_axes
     reference = ctx.streamed_reference_for(lambda: stream(ctx.reference_predict, ctx.evaluation, ctx.batch,
-                                                          judging.state_pairs, judging.names, steps))
-    candidate = stream(predict, ctx.evaluation, ctx.batch, judging.state_pairs, judging.names, steps)
+                                                          judging.state_pairs, judging.names, steps, axes))
+    candidate = stream(predictor.predict, ctx.evaluation, ctx.batch, judging.state_pairs, judging.names, steps,
+                       () if predictor.samples_on_axis_0 else axes)
     streamed = acc.judge_all([f"{n}@stream" for n in judging.names], judging.kinds, reference,
                              candidate, None, ctx.tolerances)
     return replace(accuracy, streamed=streamed, stream_steps=steps)

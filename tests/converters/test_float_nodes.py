@@ -83,3 +83,53 @@ def test_the_static_int8_step_guards_the_nodes_it_keeps_in_float(tmp_path):
     assert result.info["float_nodes_guarded"] == 1
     guards = [n for n in onnx.load(str(result.path)).graph.node if n.op_type == "Clip"]
     assert [n.name for n in guards] == ["depthwise_kept_float"]
+
+
+def test_guards_have_names_of_their_own_and_old_opsets_get_clip_attributes(tmp_path):
+    """Two unnamed float Convs reading the same DequantizeLinear, a tensor already named like a guard, and
+    an opset-10 graph (Clip's bounds were attributes then): every name stays unique and the graph valid."""
+    def graph(opset):
+        nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"]),
+                 helper.make_node("Conv", ["d", "w"], ["d_kept_float"]), helper.make_node("Conv", ["d", "w"], ["b"]),
+                 helper.make_node("Add", ["d_kept_float", "b"], ["y"])]
+        inits = [numpy_helper.from_array(np.array(0.05, np.float32), "s"), numpy_helper.from_array(np.array(128, np.uint8), "z"),
+                 numpy_helper.from_array(RNG.standard_normal((4, 4, 1, 1)).astype(np.float32), "w")]
+        model = helper.make_model(helper.make_graph(
+            nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 3, 3])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 3, 3])], inits),
+            opset_imports=[helper.make_opsetid("", opset)])
+        model.ir_version = 6
+        path = tmp_path / f"g{opset}.onnx"
+        onnx.save(model, str(path))
+        return path
+
+    x = RNG.standard_normal((1, 4, 3, 3)).astype(np.float32)
+    for opset in (10, 13):
+        path = graph(opset)
+        before = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        assert guard_float_nodes(path) == 2
+        model = onnx.load(str(path))
+        onnx.checker.check_model(model)
+        names = [n.name for n in model.graph.node if n.name] + [t for n in model.graph.node for t in n.output]
+        assert len(names) == len(set(names))
+        assert sum(n.op_type == "Clip" for n in model.graph.node) == 2
+        after = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        np.testing.assert_allclose(after, before, rtol=1e-6, atol=1e-6)
+
+
+def test_the_search_sees_through_a_guard_to_the_float_node_behind_it(tmp_path):
+    """The guarded node is ranked by what it reads (the DequantizeLinear's tensor, named as in FP32), not as
+    a node fed from nowhere at full precision, and the guards themselves are neither ranked nor counted."""
+    from edgeopt_converters.precision.sensitivity import node_sensitivity, quantized_nodes
+
+    fp32, int8 = tmp_path / "fp32.onnx", tmp_path / "int8.onnx"
+    _depthwise_between_convs(fp32)
+    data = RNG.standard_normal((16, 4, 8, 8)).astype(np.float32)
+    quantize_static(str(fp32), str(int8), _Reader(data), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, nodes_to_exclude=["depthwise"])
+    unguarded = {s.name: s for s in node_sensitivity(fp32, int8, [{"x": data[i:i + 1]} for i in range(4)])}
+    assert guard_float_nodes(int8) == 1
+    ranked = {s.name: s for s in node_sensitivity(fp32, int8, [{"x": data[i:i + 1]} for i in range(4)])}
+    assert not any(name.endswith("_kept_float") for name in ranked)
+    assert ranked["depthwise"].drop_db == pytest.approx(unguarded["depthwise"].drop_db, abs=0.5)
+    assert "depthwise_kept_float" not in quantized_nodes(int8)

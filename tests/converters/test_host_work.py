@@ -107,3 +107,53 @@ def test_a_time_major_output_is_judged_on_every_step_of_every_sample(tmp_path):
     assert judged["kind"] == "ctc" and "64/64 strings" in manifest["artifacts"][0]["accuracy"]["reason"]
     symbols = int(manifest["artifacts"][0]["accuracy"]["reason"].split("none of ")[1].split(",")[0])
     assert symbols > 64  # every step decoded, not one a sample
+
+
+def test_a_stateful_model_with_a_time_major_output_is_streamed_samples_first(tmp_path):
+    """Its state [N, 8] fed back as it is, its [T, N, C] scores judged per sample when streamed too."""
+    import edgeopt
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(9)
+    steps, classes = 5, 3
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["z"]), helper.make_node("Add", ["z", "state"], ["mixed"]),
+         helper.make_node("Reshape", ["mixed", "shape"], ["per_step"]),
+         helper.make_node("Transpose", ["per_step"], ["logits"], perm=[1, 0, 2]),
+         helper.make_node("Tanh", ["mixed"], ["state_out"])],
+        "streamer", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4]),
+                     helper.make_tensor_value_info("state", TensorProto.FLOAT, ["N", steps * classes])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [steps, "N", classes]),
+         helper.make_tensor_value_info("state_out", TensorProto.FLOAT, ["N", steps * classes])],
+        [numpy_helper.from_array(rng.standard_normal((4, steps * classes)).astype(np.float32), "w"),
+         numpy_helper.from_array(np.array([-1, steps, classes], np.int64), "shape")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, str(tmp_path / "streamer.onnx"))
+    np.savez(tmp_path / "data.npz", x=rng.standard_normal((32, 4)).astype(np.float32),
+             state=np.zeros((32, steps * classes), np.float32))
+    manifest = edgeopt.convert(str(tmp_path / "streamer.onnx"), device="x86-64", output_dir=tmp_path / "out",
+                               eval_data=str(tmp_path / "data.npz"), precisions=["fp32"], time_on_host=False,
+                               state={"state": "state_out"}, output_kinds={"logits": "sequence"})
+    accuracy = manifest["artifacts"][0]["accuracy"]
+    assert accuracy["verdict"] == "ok" and any("output 0 on its axis 1" in n for n in manifest["notes"])
+    streamed = {o["name"]: o for o in accuracy["streamed"]["outputs"]}
+    assert streamed["logits@stream"]["verdict"] == "ok" and accuracy["streamed"]["steps"] > 1
+
+
+def test_streamed_steps_stack_samples_first_and_feed_the_state_back_as_the_model_gave_it():
+    from edgeopt_converters.accuracy.streaming import stream
+    from edgeopt_converters.source.tensors import Dataset
+
+    fed = []
+
+    def predict(feed):
+        fed.append(feed["state"].shape)
+        n = len(feed["x"])
+        return [np.zeros((5, n, 3), np.float32), np.ones((2, n, 4), np.float32)]  # [T, N, C], state [layers, N, H]
+
+    data = Dataset({"x": np.zeros((6, 4), np.float32), "state": np.zeros((6, 2, 4), np.float32)}, None, "test")
+    outputs = stream(predict, data, 1, {"state": "state_out"}, ["logits", "state_out"], steps=6, sample_axes=(1, 1))
+    assert outputs[0].shape == (6, 5, 3) and outputs[1].shape == (6, 2, 4)  # one row per step, samples first
+    assert fed[1:] == [(2, 1, 4)] * 5  # what the model returned, not the moved copy

@@ -14,6 +14,7 @@ import numpy as np
 from edgeopt_agent.errors import UserError
 
 from ..source.tensors import Dataset
+from .sample_layout import samples_first
 
 _STATE_WORDS = re.compile(r"state|hidden|^h[n0]?$|^c[n0]?$|h_?n|c_?n|cache|past|memory")
 
@@ -61,8 +62,9 @@ def check_pairs(pairs: Mapping[str, str], input_names: Sequence[str], output_nam
 
 
 def stream(predict, data: Dataset, batch: int, pairs: Mapping[str, str], output_names: Sequence[str],
-           steps: int) -> List[np.ndarray]:
-    """Outputs of `steps` consecutive steps, each output stacked over steps along axis 0."""
+           steps: int, sample_axes: Sequence[int] = ()) -> List[np.ndarray]:
+    """Outputs of `steps` consecutive steps, each output stacked over steps along axis 0 (its samples moved
+    there first from `sample_axes`, as collect_outputs does; the state fed back keeps its own layout)."""
     index = {name: i for i, name in enumerate(output_names)}
     per_step: List[List[np.ndarray]] = []
     carried: Dict[str, np.ndarray] = {}
@@ -74,5 +76,5 @@ def stream(predict, data: Dataset, batch: int, pairs: Mapping[str, str], output_
             feed[in_name] = value.astype(feed[in_name].dtype, copy=False)
         outputs = [np.asarray(o) for o in predict(feed)]
         carried = {in_name: outputs[index[out_name]] for in_name, out_name in pairs.items()}
-        per_step.append([o.astype(np.float32, copy=False) for o in outputs])
+        per_step.append([o.astype(np.float32, copy=False) for o in samples_first(outputs, sample_axes)])
     return [np.concatenate([step[i] for step in per_step]) for i in range(len(per_step[0]))] if per_step else []

@@ -16,6 +16,7 @@ import numpy as np
 from edgeopt_agent.errors import require
 from edgeopt_agent.runners.onnxruntime.importing import import_onnxruntime
 
+from ..passes.float_nodes import is_float_guard
 from .graph_regions import typed_values
 
 CAP_DB = 60.0  # SQNR past this is as good as exact: keeps drops finite and ignores harmless rounding
@@ -99,6 +100,8 @@ def node_sensitivity(float_model: Path, low_model: Path, feeds: Sequence[Mapping
             if tensor.endswith(suffix) and tensor[: -len(suffix)] in floats:
                 return tensor[: -len(suffix)]
         node = producer.get(tensor)
+        if node is not None and is_float_guard(node):  # a no-op Clip that keeps its reader in float
+            return float_name(node.input[0], seen_casts)
         if node is not None and node.op_type == "DequantizeLinear":
             source = producer.get(node.input[0])
             if source is None:
@@ -119,7 +122,8 @@ def node_sensitivity(float_model: Path, low_model: Path, feeds: Sequence[Mapping
     pairs: Dict[str, str] = {}  # low-precision tensor -> FP32 tensor
     plan = []
     for node in low.graph.node:
-        if node.op_type in _QDQ + ("Cast",) or (candidates is not None and node.name not in candidates):
+        if (node.op_type in _QDQ + ("Cast",) or is_float_guard(node)
+                or (candidates is not None and node.name not in candidates)):
             continue
         ins = [(i, float_name(i)) for i in node.input if i and i not in initializers]
         ins = [(i, f) for i, f in ins if f is not None]
@@ -178,5 +182,5 @@ def quantized_nodes(model: Path) -> Set[str]:
     graph = onnx.load(str(model), load_external_data=False).graph
     dq_out = {o for n in graph.node if n.op_type == "DequantizeLinear" for o in n.output}
     q_in = {n.input[0] for n in graph.node if n.op_type == "QuantizeLinear"}
-    return {n.name for n in graph.node if n.op_type not in _QDQ and n.name
+    return {n.name for n in graph.node if n.op_type not in _QDQ and n.name and not is_float_guard(n)
             and (set(n.input) & dq_out or set(n.output) & q_in)}
