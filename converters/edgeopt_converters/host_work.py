@@ -95,11 +95,11 @@ def choose_threads(make: Callable[[int], Callable[[], object]], cores: Optional[
     return 1, f"1 thread ran a sample in {one * 1e3:.0f} ms, {cores} threads in {many * 1e3:.0f} ms{_load()}"
 
 
-def probe_sample_axes(predict: Predict, one: Mapping[str, np.ndarray], two: Mapping[str, np.ndarray]) -> Tuple[int, ...]:
-    """Where each output holds its samples, from a run of one sample and one of two (`one`, `two`); not
-    probed (all axis 0) where every output's axis 0 already has one row for one sample, nor where the
-    model takes no second sample."""
-    alone = [np.asarray(o) for o in predict(one)]
+def probe_sample_axes(predict: Predict, one: Sequence[np.ndarray], two: Mapping[str, np.ndarray]) -> Tuple[int, ...]:
+    """Where each output holds its samples, from the outputs of a run of one sample (`one`) and a run of
+    the feed of two (`two`); not probed (all axis 0) where every output's axis 0 already has one row for
+    one sample, nor where the model takes no second sample."""
+    alone = [np.asarray(o) for o in one]
     if all(a.ndim and a.shape[0] == 1 for a in alone):
         return ()
     try:

@@ -148,11 +148,17 @@ def _accuracy_runs(ctx: ConversionContext) -> Tuple[AccuracyRuns, Any]:
             predictors[threads] = reference_predictor(ctx.source, ctx.specs, threads)
         return predictors[threads]
 
-    threads, why = choose_threads(lambda t: (lambda: predictor(t)(feed)))
+    ran: Dict[int, Any] = {}  # each thread count's outputs on the first feed, kept from the thread probe
+
+    def run_first(threads: int) -> None:
+        ran[threads] = predictor(threads)(feed)
+
+    threads, why = choose_threads(lambda t: (lambda: run_first(t)))
     batch, axes = 1, ()
     if ctx.batch == 1 and not ctx.evaluation.whole and ctx.evaluation.size > 1:
         batch = min(batch_for(sum(int(np.prod(v.shape[1:])) for v in feed.values())), ctx.evaluation.size)
-        axes = probe_sample_axes(predictor(threads), feed, ctx.evaluation.first_feed(2))
+        alone = ran[threads] if threads in ran else predictor(threads)(feed)
+        axes = probe_sample_axes(predictor(threads), alone, ctx.evaluation.first_feed(2))
     if batch > 1:
         batched, _ = next(ctx.evaluation.batches(batch))
         try:

@@ -24,15 +24,16 @@ def validate(ctx: ConversionContext, item: PlannedArtifact, target: Path, advanc
     session_config = _exact_int8_config(ctx, item)
     with captured_output(f"load {item.key}"):  # runtimes announce delegates on fd 2
         predictor = accuracy_predictor(target, ctx.accuracy_runs.threads, session_config)
+    axes = () if predictor.samples_on_axis_0 else ctx.accuracy_runs.sample_axes  # ncnn's runner stacks them itself
     try:
         outputs = acc.collect_outputs(predictor.predict, ctx.evaluation, _samples_per_run(ctx, item, predictor),
-                                      advance, () if predictor.samples_on_axis_0 else ctx.accuracy_runs.sample_axes)
+                                      advance, axes)
         io = predictor.io()
         judging = ctx.judging_for(lambda: _decide_judging(ctx, item, io))
         accuracy = acc.compare(ctx.reference, outputs, ctx.evaluation.labels, judging.names, judging.kinds,
                                ctx.tolerances, ctx.metric)
         if judging.state_pairs:
-            accuracy = _judge_streamed(ctx, judging, accuracy, predictor)
+            accuracy = _judge_streamed(ctx, judging, accuracy, predictor.predict, axes)
     finally:
         predictor.close()
     return accuracy, io
@@ -87,13 +88,15 @@ def _decide_judging(ctx: ConversionContext, item: PlannedArtifact, io: Io) -> Ju
     return Judging(names, kinds, pairs, min(opts.stream_steps, ctx.evaluation.size // ctx.batch))
 
 
-def _judge_streamed(ctx: ConversionContext, judging: Judging, accuracy: acc.Accuracy, predictor) -> acc.Accuracy:
+def _judge_streamed(ctx: ConversionContext, judging: Judging, accuracy: acc.Accuracy, predict,
+                    axes) -> acc.Accuracy:
+    """`accuracy` with the streamed judgement added: `predict` streamed through its own state, its outputs'
+    samples moved first from `axes`, against the reference's (moved from the reference's own axes)."""
     steps = judging.stream_steps
-    axes = ctx.accuracy_runs.sample_axes
     reference = ctx.streamed_reference_for(lambda: stream(ctx.reference_predict, ctx.evaluation, ctx.batch,
-                                                          judging.state_pairs, judging.names, steps, axes))
-    candidate = stream(predictor.predict, ctx.evaluation, ctx.batch, judging.state_pairs, judging.names, steps,
-                       () if predictor.samples_on_axis_0 else axes)
+                                                          judging.state_pairs, judging.names, steps,
+                                                          ctx.accuracy_runs.sample_axes))
+    candidate = stream(predict, ctx.evaluation, ctx.batch, judging.state_pairs, judging.names, steps, axes)
     streamed = acc.judge_all([f"{n}@stream" for n in judging.names], judging.kinds, reference,
                              candidate, None, ctx.tolerances)
     return replace(accuracy, streamed=streamed, stream_steps=steps)

@@ -65,19 +65,19 @@ def test_the_axis_that_doubles_with_twice_the_samples_is_theirs():
 
 
 def test_outputs_are_probed_only_where_axis_0_is_not_one_sample_and_a_refusal_keeps_axis_0():
-    feeds = {"x": np.zeros((1, 4), np.float32)}, {"x": np.zeros((2, 4), np.float32)}
+    one, two = {"x": np.zeros((1, 4), np.float32)}, {"x": np.zeros((2, 4), np.float32)}
     time_major = lambda f: [np.zeros((7, len(f["x"]), 3))]  # noqa: E731
-    assert host_work.probe_sample_axes(time_major, *feeds) == (1,)
+    assert host_work.probe_sample_axes(time_major, time_major(one), two) == (1,)
     calls = []
     batch_first = lambda f: calls.append(len(f["x"])) or [np.zeros((len(f["x"]), 3))]  # noqa: E731
-    assert host_work.probe_sample_axes(batch_first, *feeds) == () and calls == [1]
+    assert host_work.probe_sample_axes(batch_first, batch_first(one), two) == () and calls == [1]
 
     def one_at_a_time(f):
         if len(f["x"]) > 1:
             raise RuntimeError("Got invalid dimensions for input: x")
         return [np.zeros((7, 1, 3))]
 
-    assert host_work.probe_sample_axes(one_at_a_time, *feeds) == ()
+    assert host_work.probe_sample_axes(one_at_a_time, one_at_a_time(one), two) == ()
 
 
 def test_a_time_major_output_is_judged_on_every_step_of_every_sample(tmp_path):

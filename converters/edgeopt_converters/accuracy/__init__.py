@@ -15,6 +15,7 @@ from ..source.tensors import Dataset
 from .judges import FAILED, OK, SEVERITY, UNRESOLVED, Judgement, Tolerances
 from .kind_registry import judge
 from .kinds import KINDS, OutputGraph, OutputKind, graph_evidence, image_input_hw, infer_kind
+from .sample_layout import samples_first
 from .user_metric import UserMetric
 
 __all__ = ["Accuracy", "MetricResult", "Judgement", "Tolerances", "OutputKind", "KINDS", "OK", "UNRESOLVED",
@@ -132,12 +133,12 @@ class Accuracy:
         }
 
 
-def _samples(output: np.ndarray, real: int, whole: bool, axis: int = 0) -> np.ndarray:
-    """One feed's output as rows to concatenate over samples: the real rows of a batch (its samples moved
-    to axis 0 from `axis` first); for a whole-sample feed, the output itself where its axis 0 is a batch
-    of 1, else one new row (a scalar, or a state [2, 1, H] whose axis 0 is not the batch)."""
+def _samples(output: np.ndarray, real: int, whole: bool) -> np.ndarray:
+    """One feed's output (its samples first) as rows to concatenate over samples: the real rows of a batch;
+    for a whole-sample feed, the output itself where its axis 0 is a batch of 1, else one new row (a scalar,
+    or a state [2, 1, H] whose axis 0 is not the batch)."""
     if not whole:
-        return (np.moveaxis(output, axis, 0) if axis and output.ndim > axis else output)[:real]
+        return output[:real]
     return output if output.ndim and output.shape[0] == 1 else output[None]
 
 
@@ -148,8 +149,8 @@ def collect_outputs(predict: Predict, data: Dataset, batch: int,
     `sample_axes`: per output, the axis its samples sit on where it is not 0 (a time-major [T, N, C])."""
     chunks: List[List[np.ndarray]] = []
     for feed, real in data.batches(batch):
-        outputs = [_samples(np.asarray(o, dtype=np.float32), real, data.whole,
-                            sample_axes[i] if i < len(sample_axes) else 0) for i, o in enumerate(predict(feed))]
+        outputs = [_samples(np.asarray(o, dtype=np.float32), real, data.whole)
+                   for o in samples_first(predict(feed), () if data.whole else sample_axes)]
         if not chunks:
             chunks = [[] for _ in outputs]
         for store, out in zip(chunks, outputs):

@@ -19,6 +19,7 @@ import numpy as np
 from edgeopt_agent.errors import require
 
 from .errors import StepFailed, first_line
+from .preprocess_onnx import default_opset
 
 REQUANTIZED_BY_ORT = ("Conv", "ConvTranspose", "Gemm")
 FLOAT_MAX = float(np.finfo(np.float32).max)
@@ -53,7 +54,7 @@ def _guard(onnx, proto) -> int:
     float_weights = {i.name for i in graph.initializer if i.data_type == TensorProto.FLOAT}
     float_weights |= {n.output[0] for n in graph.node if n.op_type == "Constant" and n.attribute
                       and n.attribute[0].type == onnx.AttributeProto.TENSOR and n.attribute[0].t.data_type == TensorProto.FLOAT}
-    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), CLIP_BOUNDS_AS_INPUTS)
+    opset = default_opset(proto) or CLIP_BOUNDS_AS_INPUTS
     taken = {n.name for n in graph.node} | {t for n in graph.node for t in n.output} | {i.name for i in graph.initializer}
 
     def fresh(base: str, suffix: str = "") -> str:
