@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import math
 import time
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional
 
 from .errors import require
-from .signing import ALGORITHM, TrustedKey, key_id
+from .signing import ALGORITHM, TrustedKey, canonical, key_id
 from .wire import ED25519_SIGNATURE_BYTES, Confirmation, Envelope, ProtocolError
 
 CERTIFICATE_DOMAIN = b"edgeopt collector certificate v1\n"
@@ -66,12 +65,6 @@ class CollectorCertificate:
     @property
     def key_id(self) -> str:
         return key_id(self.public_key)
-
-
-def canonical(document: Mapping[str, Any]) -> bytes:
-    """Keys sorted, no spaces, ASCII only; a non-finite number cannot be signed."""
-    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                      allow_nan=False).encode("ascii")
 
 
 def certificate_statement(certificate: Mapping[str, Any]) -> bytes:

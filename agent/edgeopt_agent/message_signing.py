@@ -29,7 +29,7 @@ from typing import Any, Dict, Mapping, Optional
 
 from .errors import UserError, require
 from .files import write_atomically
-from .signing import ALGORITHM, key_id
+from .signing import ALGORITHM, canonical, key_id
 from .values import finite
 from .wire import ED25519_SIGNATURE_BYTES, Envelope, ProtocolError
 
@@ -45,11 +45,6 @@ SIGNATURE_INVALID = "signature_invalid"  # a `sig` that is malformed or not over
 
 class MessageSignatureError(ProtocolError):
     """A message that does not carry a valid signature of its own; `kind` says which way."""
-
-
-def canonical(document: Mapping[str, Any]) -> bytes:
-    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                      allow_nan=False).encode("ascii")
 
 
 def message_statement(document: Mapping[str, Any]) -> bytes:

@@ -36,12 +36,16 @@ class SignatureError(ProtocolError):
     """The job is unsigned, signed by another key, or not what was signed."""
 
 
+def canonical(document: Mapping[str, Any]) -> bytes:
+    """Keys sorted, no spaces, ASCII only; a non-finite number cannot be signed."""
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=False).encode("ascii")
+
+
 def job_statement(body: Mapping[str, Any]) -> bytes:
     """The exact bytes a job's signature covers: its body without `signature`, as canonical JSON
     (keys sorted, no spaces, ASCII; non-finite numbers as null, as on the wire)."""
-    document = {key: value for key, value in body.items() if key != "signature"}
-    return DOMAIN + json.dumps(finite(document), sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                               allow_nan=False).encode("ascii")
+    return DOMAIN + canonical(finite({key: value for key, value in body.items() if key != "signature"}))
 
 
 def key_id(raw_public_key: bytes) -> str:

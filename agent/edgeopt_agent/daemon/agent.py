@@ -268,6 +268,7 @@ class Agent:
         return Message(wire.status_topic(self.device_id), self.device_key.encode(envelope), retain=True)
 
     def _agent_state(self) -> Dict[str, Any]:
+        counts = self.store.counters()  # one read for every counter the state reports
         return {
             "outbox_queued": len(self.outbox),
             "outbox_bytes": self.outbox.size_bytes(),
@@ -278,13 +279,13 @@ class Agent:
             "outbox_unconfirmed": self.sender.unconfirmed,
             "outbox_resent": self.sender.resent,
             "delivery": self.config.delivery,
-            "rejected_by_collector": self.store.counters().get("rejected_by_collector", 0),
-            "confirmed_other_bytes": self.store.counters().get(OTHER_BYTES_CONFIRMED, 0),
-            **self._confirms_refused(),
+            "rejected_by_collector": counts.get("rejected_by_collector", 0),
+            "confirmed_other_bytes": counts.get(OTHER_BYTES_CONFIRMED, 0),
+            **self._confirms_refused(counts),
             "jobs_open": self.inbox.open_count(),
             "inbox_bytes": self.inbox.size_bytes(),
             "inbox_max_bytes": self.inbox.max_bytes,
-            "jobs_refused": self.store.counters("jobs_refused:"),
+            "jobs_refused": _prefixed(counts, "jobs_refused:"),
             "job_running": self.worker.busy,
             "mqtt": {"connected": self.session.connected, "protocol": self.session.protocol},
             **self._signature_state(),
@@ -317,7 +318,13 @@ class Agent:
             log.warning("%s", mismatch)
         return check
 
-    def _confirms_refused(self) -> Dict[str, Any]:
-        """Confirm messages not acted on, ever: in all (`unauthenticated_confirms`) and by why."""
-        refused = self.store.counters(CONFIRMS_REFUSED)
+    def _confirms_refused(self, counts: Optional[Dict[str, int]] = None) -> Dict[str, Any]:
+        """Confirm messages not acted on, ever: in all (`unauthenticated_confirms`) and by why (from `counts`,
+        every counter as the store holds them, where the caller read them already)."""
+        refused = _prefixed(self.store.counters() if counts is None else counts, CONFIRMS_REFUSED)
         return {"unauthenticated_confirms": sum(refused.values()), "confirms_refused": refused}
+
+
+def _prefixed(counts: Dict[str, int], prefix: str) -> Dict[str, int]:
+    """The counters whose names start with `prefix`, without it (as Store.counters(prefix) gives them)."""
+    return {name[len(prefix):]: value for name, value in counts.items() if name.startswith(prefix)}
