@@ -86,7 +86,10 @@ class FleetWriter:
         stored, and a retry counts them as duplicates).
         """
         now = time.time() if received_at is None else received_at
-        parsed = [self._parse(topic, payload) for topic, payload in batch]
+        return self._store(batch, [self._parse(topic, payload) for topic, payload in batch], now)
+
+    def _store(self, batch: Sequence[Tuple[str, bytes]], parsed: List[msg.Parsed], now: float) -> BatchReport:
+        """`batch` as parsed (each message's signature checked once), in one transaction or one by one."""
         try:
             return self.db.run(lambda tx: self._write(tx, parsed, now))
         except DataError as exc:
@@ -95,7 +98,7 @@ class FleetWriter:
                 return self.db.run(lambda tx: self._write(tx, refused, now))
             log.warning("the database refused a value in a batch of %d messages (%s); storing them one by one",
                         len(parsed), exc)
-        return _merged([self.ingest_many([item], now) for item in batch])
+        return _merged([self._store([item], [checked], now) for item, checked in zip(batch, parsed)])
 
     def _parse(self, topic: str, payload: bytes) -> msg.Parsed:
         try:

@@ -14,7 +14,7 @@ TABLE_BUILDS = 8  # the table shows the newest; the chart shows every build
 
 
 def history_section(histories: Sequence[ModelHistory], palette: Mapping[str, str]) -> str:
-    shown = [h for h in histories if len(h.builds) > 1]
+    shown = models_with_history(histories)
     single = [h.model for h in histories if len(h.builds) == 1]
     note = ('<p class="note">Each board\'s p50 latency on each build of a model, oldest first, and how it changed '
             "from the board's previous build: the ratio with its 95 % interval, from the two latency distributions "
